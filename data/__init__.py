@@ -1,0 +1,23 @@
+"""hogwild's data pipeline: corpus files -> tokens -> vocabularies -> tensorized, cached corpora -> batch dicts.
+
+Usage: ``from data.pos_task import synthetic_pos_task; task = synthetic_pos_task(); batch = next(task.train.epoch(0))``
+
+Modules (data flows down this list; none imports one below it):
+- ``errors``     CorpusError: bad input, named by file and line.
+- ``textio``     reading .gz/.xz/.bz2 text with an encoding.
+- ``readers``    read_tagged (CoNLL-U, CoNLL columns, slash-tagged), detect_format, corpus_files.
+- ``parallel``   read_parallel: line-aligned parallel text, empty/too-long filters.
+- ``text``       Moses tokenization/detokenization (sacremoses), parallel over processes.
+- ``subwords``   sentencepiece BPE/unigram models trained on the training side.
+- ``vocab``      Vocabulary (pad 0, unk 1, bos 2, eos 3), top-K, min_freq, JSON.
+- ``features``   prefix/suffix character ids for the POS tagger.
+- ``batching``   TaggedData/ParallelData arrays, PosBatcher/NmtBatcher -> CONTRACTS.md batch dicts.
+- ``cache``      ArrayCache: tensorized corpora on disk under $HOGWILD_CACHE.
+- ``synthetic``  seeded synthetic tagging and translation corpora.
+- ``pos_task``   PosDataConfig, load_pos_task, synthetic_pos_task -> PosTask.
+- ``nmt_task``   NmtDataConfig, load_nmt_task, synthetic_nmt_task -> NmtTask.
+- ``prepare``    ``python -m data.prepare europarl|ud ...``: download with checksums, or take local files.
+"""
+from data.errors import CorpusError
+
+__all__ = ["CorpusError"]

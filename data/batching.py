@@ -1,0 +1,207 @@
+"""Tensorized corpora and deterministic batchers producing the batch dicts of CONTRACTS.md.
+
+Usage: ``batcher = NmtBatcher(ParallelData.tensorize(pairs, src_vocab, tgt_vocab), batch_size=64, seed=1)``
+then ``for batch in batcher.epoch(0): loss_fn(model, batch)``.
+
+A corpus is held as flat int64 numpy arrays plus sentence offsets (cheap to cache with ``np.save`` and to slice);
+a batcher turns a list of example indices into a small dict of CPU tensors, so a worker receives batches, never the
+corpus. ``epoch_plan(epoch)`` is a pure function of ``(seed, epoch)``: the same seed gives the same batches.
+
+POS batch:  words (B, T), prefixes (B, T, L), suffixes (B, T, L), tags (B, T) with -100 at padding, lengths (B,).
+NMT batch:  src (B, S) ids + eos, src_mask (B, S), tgt (B, T) bos + ids + eos, tgt_mask (B, T); pad 0.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from data.features import AFFIX_LENGTH, affix_arrays
+from data.vocab import BOS, EOS, IGNORE_INDEX, PAD, Vocabulary
+
+
+def _offsets(lengths: Sequence[int]) -> np.ndarray:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+@dataclass
+class TaggedData:
+    """A tagged corpus as arrays: token i of sentence s is row ``offsets[s] + i``."""
+    words: np.ndarray     # (N,) word ids
+    prefixes: np.ndarray  # (N, L) char ids, right-padded
+    suffixes: np.ndarray  # (N, L) char ids, left-padded
+    tags: np.ndarray      # (N,) tag ids
+    offsets: np.ndarray   # (S + 1,) sentence starts, offsets[-1] == N
+
+    def __post_init__(self):
+        n = int(self.offsets[-1]) if len(self.offsets) else -1
+        if not (len(self.words) == len(self.tags) == len(self.prefixes) == len(self.suffixes) == n):
+            raise ValueError(f"inconsistent TaggedData arrays: offsets end at {n}, words {len(self.words)}, "
+                             f"tags {len(self.tags)}, affixes {len(self.prefixes)}/{len(self.suffixes)}")
+
+    @classmethod
+    def tensorize(cls, sentences: Sequence[Sequence[tuple[str, str]]], words: Vocabulary, chars: Vocabulary,
+                  tags: Vocabulary, affix_length: int = AFFIX_LENGTH) -> "TaggedData":
+        tokens = [word for sentence in sentences for word, _ in sentence]
+        labels = [label for sentence in sentences for _, label in sentence]
+        prefixes, suffixes = affix_arrays(tokens, chars, affix_length)
+        return cls(np.asarray(words.encode(tokens), dtype=np.int64), prefixes, suffixes,
+                   np.asarray(tags.encode(labels), dtype=np.int64), _offsets([len(s) for s in sentences]))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"words": self.words, "prefixes": self.prefixes, "suffixes": self.suffixes, "tags": self.tags,
+                "offsets": self.offsets}
+
+
+@dataclass
+class ParallelData:
+    """A parallel corpus as arrays of token ids (no bos/eos; the batcher adds them)."""
+    src: np.ndarray          # (N_src,) source ids
+    src_offsets: np.ndarray  # (P + 1,)
+    tgt: np.ndarray          # (N_tgt,) target ids
+    tgt_offsets: np.ndarray  # (P + 1,)
+
+    def __post_init__(self):
+        if len(self.src_offsets) != len(self.tgt_offsets):
+            raise ValueError(f"{len(self.src_offsets) - 1} source vs {len(self.tgt_offsets) - 1} target sentences")
+        if self.src_offsets[-1] != len(self.src) or self.tgt_offsets[-1] != len(self.tgt):
+            raise ValueError("offsets do not match the id arrays")
+
+    @classmethod
+    def tensorize(cls, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], src_vocab: Vocabulary,
+                  tgt_vocab: Vocabulary) -> "ParallelData":
+        src = [tok for s, _ in pairs for tok in s]
+        tgt = [tok for _, t in pairs for tok in t]
+        return cls(np.asarray(src_vocab.encode(src), dtype=np.int64), _offsets([len(s) for s, _ in pairs]),
+                   np.asarray(tgt_vocab.encode(tgt), dtype=np.int64), _offsets([len(t) for _, t in pairs]))
+
+    def __len__(self) -> int:
+        return len(self.src_offsets) - 1
+
+    @property
+    def src_lengths(self) -> np.ndarray:
+        return np.diff(self.src_offsets)
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        return np.diff(self.tgt_offsets)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"src": self.src, "src_offsets": self.src_offsets, "tgt": self.tgt, "tgt_offsets": self.tgt_offsets}
+
+
+class _Batcher:
+    """Shared epoch logic: ``epoch_plan`` (lists of indices) and ``epoch`` (batch dicts)."""
+
+    def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if size < 1:
+            raise ValueError("cannot batch an empty corpus")
+        self.size, self.batch_size, self.shuffle, self.seed = size, batch_size, shuffle, seed
+
+    def __len__(self) -> int:
+        return math.ceil(self.size / self.batch_size)
+
+    def _rng(self, epoch: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, epoch])
+
+    def epoch_plan(self, epoch: int = 0) -> list[np.ndarray]:
+        order = self._rng(epoch).permutation(self.size) if self.shuffle else np.arange(self.size)
+        return [order[i:i + self.batch_size] for i in range(0, self.size, self.batch_size)]
+
+    def epoch(self, epoch: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+        for indices in self.epoch_plan(epoch):
+            yield self.batch(indices)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return self.epoch(0)
+
+    def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+
+class PosBatcher(_Batcher):
+    """Batches of ``batch_size`` sentences (1 = the paper's one sentence per update), shuffled per epoch."""
+
+    def __init__(self, data: TaggedData, batch_size: int = 1, shuffle: bool = True, seed: int = 0):
+        super().__init__(len(data), batch_size, shuffle, seed)
+        self.data = data
+        self.num_tokens = data.num_tokens
+
+    def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        d = self.data
+        starts, ends = d.offsets[indices], d.offsets[np.asarray(indices) + 1]
+        lengths = ends - starts
+        b, t, length = len(indices), int(lengths.max()), d.prefixes.shape[1]
+        words = np.zeros((b, t), dtype=np.int64)                           # (B, T)
+        tags = np.full((b, t), IGNORE_INDEX, dtype=np.int64)              # (B, T)
+        prefixes = np.zeros((b, t, length), dtype=np.int64)              # (B, T, L)
+        suffixes = np.zeros((b, t, length), dtype=np.int64)              # (B, T, L)
+        for row, (start, end) in enumerate(zip(starts, ends)):
+            n = end - start
+            words[row, :n], tags[row, :n] = d.words[start:end], d.tags[start:end]
+            prefixes[row, :n], suffixes[row, :n] = d.prefixes[start:end], d.suffixes[start:end]
+        return {"words": torch.from_numpy(words), "prefixes": torch.from_numpy(prefixes),
+                "suffixes": torch.from_numpy(suffixes), "tags": torch.from_numpy(tags),
+                "lengths": torch.from_numpy(lengths.astype(np.int64))}
+
+
+class NmtBatcher(_Batcher):
+    """Batches of ``batch_size`` pairs. With ``shuffle``, pairs are shuffled, cut into pools of ``pool_batches``
+    batches, sorted by length inside each pool (little padding), and the batches are shuffled again."""
+
+    def __init__(self, data: ParallelData, batch_size: int = 64, shuffle: bool = True, seed: int = 0,
+                 pool_batches: int = 100):
+        super().__init__(len(data), batch_size, shuffle, seed)
+        if pool_batches < 1:
+            raise ValueError(f"pool_batches must be >= 1, got {pool_batches}")
+        self.data, self.pool_batches = data, pool_batches
+        self._src_len, self._tgt_len = data.src_lengths, data.tgt_lengths
+        self.num_tokens = int(data.tgt_offsets[-1] + len(data))  # target tokens incl. eos
+
+    def epoch_plan(self, epoch: int = 0) -> list[np.ndarray]:
+        if not self.shuffle:
+            return super().epoch_plan(epoch)
+        rng = self._rng(epoch)
+        order = rng.permutation(self.size)
+        pool = self.batch_size * self.pool_batches
+        plan = []
+        for p in range(0, self.size, pool):
+            chunk = order[p:p + pool]
+            chunk = chunk[np.lexsort((self._tgt_len[chunk], self._src_len[chunk]))]  # by source, then target length
+            plan.extend(chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
+        return [plan[i] for i in rng.permutation(len(plan))]
+
+    def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+        d = self.data
+        indices = np.asarray(indices)
+        src_len, tgt_len = self._src_len[indices], self._tgt_len[indices]
+        b = len(indices)
+        src = np.zeros((b, int(src_len.max()) + 1), dtype=np.int64)  # (B, S): ids + eos
+        tgt = np.zeros((b, int(tgt_len.max()) + 2), dtype=np.int64)  # (B, T): bos + ids + eos
+        for row, i in enumerate(indices):
+            n, m = src_len[row], tgt_len[row]
+            src[row, :n] = d.src[d.src_offsets[i]:d.src_offsets[i + 1]]
+            src[row, n] = EOS
+            tgt[row, 0] = BOS
+            tgt[row, 1:m + 1] = d.tgt[d.tgt_offsets[i]:d.tgt_offsets[i + 1]]
+            tgt[row, m + 1] = EOS
+        src_t, tgt_t = torch.from_numpy(src), torch.from_numpy(tgt)
+        return {"src": src_t, "src_mask": src_t != PAD, "tgt": tgt_t, "tgt_mask": tgt_t != PAD}

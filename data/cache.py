@@ -1,0 +1,91 @@
+"""On-disk cache of tensorized corpora: numpy arrays + JSON metadata keyed by a hash of the inputs and settings.
+
+Usage: ``cache = ArrayCache(); key = cache.key("nmt", files, settings); hit = cache.load(key)`` ... ``cache.store(key,
+arrays, meta)``. Location: ``$HOGWILD_CACHE``, default ``~/.cache/hogwild``.
+
+The key hashes each input file's resolved path, size and modification time (not its content: hashing 65 MB would
+cost what the cache saves) plus the settings dict (tokenizer, vocabulary and split options) and CACHE_VERSION. An
+entry is a folder of ``<name>.npy`` files, ``meta.json`` and optional extra files (e.g. sentencepiece models), written
+to a temporary folder and renamed into place, so concurrent writers and interrupted runs never leave half an entry.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+CACHE_VERSION = 1
+
+
+def cache_root() -> Path:
+    """``$HOGWILD_CACHE`` or ``~/.cache/hogwild``."""
+    return Path(os.environ.get("HOGWILD_CACHE") or Path.home() / ".cache" / "hogwild")
+
+
+def file_fingerprint(path: str | os.PathLike) -> list:
+    """``[resolved path, size, mtime_ns]`` of a file: what the cache key depends on."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    return [str(path), stat.st_size, stat.st_mtime_ns]
+
+
+class ArrayCache:
+    """A folder of cache entries; ``enabled=False`` turns every load into a miss and every store into a no-op."""
+
+    def __init__(self, root: str | os.PathLike | None = None, enabled: bool = True):
+        self.root = Path(root) if root is not None else cache_root()
+        self.enabled = enabled
+
+    def key(self, kind: str, files: Sequence[str | os.PathLike], settings: dict) -> str:
+        """``<kind>-<sha256 prefix>`` of the files' fingerprints and the JSON-serialisable settings."""
+        payload = json.dumps({"version": CACHE_VERSION, "files": [file_fingerprint(f) for f in files],
+                              "settings": settings}, sort_keys=True, default=str)
+        return f"{kind}-{hashlib.sha256(payload.encode()).hexdigest()[:24]}"
+
+    def path(self, key: str) -> Path:
+        return self.root / key
+
+    def load(self, key: str) -> tuple[dict[str, np.ndarray], dict, Path] | None:
+        """``(arrays, meta, folder)`` of a complete entry, or None. A damaged entry is a miss (with a warning)."""
+        folder = self.path(key)
+        if not self.enabled or not (folder / "meta.json").is_file():
+            return None
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            arrays = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in meta["__arrays__"]}
+        except (OSError, ValueError, KeyError) as error:
+            warnings.warn(f"ignoring damaged cache entry {folder}: {error}")
+            return None
+        return arrays, meta, folder
+
+    def store(self, key: str, arrays: dict[str, np.ndarray], meta: dict,
+              files: dict[str, str | os.PathLike] | None = None) -> Path | None:
+        """Write an entry (arrays, meta and extra files copied under the given names); returns its folder."""
+        if not self.enabled:
+            return None
+        self.root.mkdir(parents=True, exist_ok=True)
+        folder = self.path(key)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
+        try:
+            for name, array in arrays.items():
+                np.save(tmp / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+            for name, source in (files or {}).items():
+                shutil.copyfile(source, tmp / name)
+            meta = dict(meta, __arrays__=sorted(arrays))
+            (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+            try:
+                os.rename(tmp, folder)
+            except OSError:  # another process stored the same entry first: keep theirs
+                if not (folder / "meta.json").is_file():
+                    shutil.rmtree(folder, ignore_errors=True)
+                    os.rename(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return folder

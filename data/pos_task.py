@@ -1,0 +1,146 @@
+"""POS tagging data, end to end: corpus -> vocabularies -> tensorized train/dev sets -> batchers (cached on disk).
+
+Usage: ``task = load_pos_task(PosDataConfig(train="../shared/corpora/brown"))``;
+``for batch in task.train.epoch(0): ...``; ``task.dev`` for accuracy; ``synthetic_pos_task()`` for a fast default.
+
+Vocabularies follow the POS paper: words seen fewer than ``word_min_freq`` (10) times and characters seen fewer than
+``char_min_freq`` (2, i.e. seen once) times in the training set become unk. Tags seen only in dev map to the tag
+vocabulary's unk (1), so they count as errors. When no dev corpus is given, a seeded ``dev_fraction`` of the training
+corpus is held out (:func:`split_sentences`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from data.batching import PosBatcher, TaggedData
+from data.cache import ArrayCache
+from data.features import AFFIX_LENGTH
+from data.readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
+from data.synthetic import synthetic_tagged
+from data.vocab import TAG_SPECIALS, Vocabulary
+
+
+@dataclass
+class PosDataConfig:
+    train: str = ""                # tagged corpus: a file or a folder (e.g. brown/)
+    dev: str | None = None         # held-out corpus; None -> seeded split of train
+    format: str = "auto"           # "auto" | "conllu" | "conll" | "slash"
+    tag: str | None = None         # None (format's main tag) | "upos" | "xpos" | "xpos+feats"
+    separator: str = "/"           # slash format: word/TAG split at the last separator
+    encoding: str = "utf-8"
+    word_min_freq: int = 10        # words seen fewer times in train -> unk (paper: 10)
+    char_min_freq: int = 2         # chars seen fewer times in train -> unk (paper: seen once -> unk)
+    max_words: int | None = None   # cap on the word vocabulary (most frequent first)
+    affix_length: int = AFFIX_LENGTH
+    dev_fraction: float = 0.1      # held-out share when dev is None
+    batch_size: int = 1            # sentences per training batch (paper: 1)
+    eval_batch_size: int = 32      # sentences per dev batch
+    seed: int = 0                  # split and batch order
+    cache: bool = True             # use the on-disk cache ($HOGWILD_CACHE)
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {self.format!r}")
+        if self.tag is not None and self.tag not in TAGS:
+            raise ValueError(f"tag must be None or one of {TAGS}, got {self.tag!r}")
+        for name in ("word_min_freq", "char_min_freq", "affix_length", "batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise ValueError(f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
+
+
+@dataclass
+class PosTask:
+    """What a POS run needs: batchers, vocabularies (``len(tags)`` = output classes) and corpus statistics."""
+    train: PosBatcher
+    dev: PosBatcher
+    words: Vocabulary
+    chars: Vocabulary
+    tags: Vocabulary
+    info: dict = field(default_factory=dict)
+
+    def save(self, run_dir: str | os.PathLike) -> None:
+        """Write ``vocab.words.json``, ``vocab.chars.json``, ``vocab.tags.json`` and ``data.json`` into a run folder."""
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("words", "chars", "tags"):
+            getattr(self, name).save(run_dir / f"vocab.{name}.json")
+        (run_dir / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def split_sentences(sentences: Sequence, dev_fraction: float = 0.1, seed: int = 0) -> tuple[list, list]:
+    """Seeded random ``(train, dev)`` split; ``round(len * dev_fraction)`` sentences (at least 1) go to dev and both
+    parts keep corpus order."""
+    if len(sentences) < 2:
+        raise ValueError(f"need at least 2 sentences to split, got {len(sentences)}")
+    n_dev = min(max(1, round(len(sentences) * dev_fraction)), len(sentences) - 1)
+    is_dev = np.zeros(len(sentences), dtype=bool)
+    is_dev[np.random.default_rng(seed).permutation(len(sentences))[:n_dev]] = True
+    return ([s for s, d in zip(sentences, is_dev) if not d], [s for s, d in zip(sentences, is_dev) if d])
+
+
+def build_pos_task(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], config: PosDataConfig,
+                   info: dict | None = None) -> PosTask:
+    """Vocabularies from ``train``, tensorized train and dev sets, batchers (no cache, no file access)."""
+    words = Vocabulary.build(([w for w, _ in s] for s in train), config.max_words, config.word_min_freq)
+    chars = Vocabulary.build((w for s in train for w, _ in s), None, config.char_min_freq)
+    tags = Vocabulary.build(([t for _, t in s] for s in train), specials=TAG_SPECIALS)
+    train_data = TaggedData.tensorize(train, words, chars, tags, config.affix_length)
+    dev_data = TaggedData.tensorize(dev, words, chars, tags, config.affix_length)
+    return _assemble(train_data, dev_data, words, chars, tags, config, info or {})
+
+
+def _assemble(train_data, dev_data, words, chars, tags, config, info) -> PosTask:
+    info = dict(info, train_sentences=len(train_data), dev_sentences=len(dev_data),
+                train_tokens=train_data.num_tokens, dev_tokens=dev_data.num_tokens,
+                words=len(words), chars=len(chars), tags=len(tags),
+                dev_unk_word_rate=float(np.mean(dev_data.words == 1)) if dev_data.num_tokens else 0.0)
+    return PosTask(PosBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
+                   PosBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
+                   words, chars, tags, info)
+
+
+def load_pos_task(config: PosDataConfig, cache: ArrayCache | None = None) -> PosTask:
+    """Read, split, build and cache a POS task from real corpora. Raises CorpusError for bad input."""
+    if not config.train:
+        raise ValueError("PosDataConfig.train: give a tagged corpus path")
+    files = corpus_files(config.train) + (corpus_files(config.dev) if config.dev else [])
+    cache = cache or ArrayCache(enabled=config.cache)
+    settings = {k: v for k, v in asdict(config).items() if k not in ("batch_size", "eval_batch_size", "cache")}
+    key = cache.key("pos", files, settings)
+    hit = cache.load(key)
+    if hit is not None:
+        arrays, meta, _ = hit
+        data = [TaggedData(*(arrays[f"{part}.{name}"] for name in ("words", "prefixes", "suffixes", "tags",
+                                                                     "offsets"))) for part in ("train", "dev")]
+        vocabs = [Vocabulary.from_dict(meta[name]) for name in ("words", "chars", "tags")]
+        return _assemble(*data, *vocabs, config, dict(meta["info"], cached=True))
+    read = dict(format=config.format, tag=config.tag, separator=config.separator, encoding=config.encoding)
+    sentences = read_tagged(config.train, **read)
+    if config.dev:
+        train, dev = sentences, read_tagged(config.dev, **read)
+    else:
+        train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
+    task = build_pos_task(train, dev, config, {"train_path": str(config.train), "dev_path": config.dev})
+    arrays = {f"{part}.{name}": array for part, batcher in (("train", task.train), ("dev", task.dev))
+              for name, array in batcher.data.arrays().items()}
+    cache.store(key, arrays, {"info": task.info, "words": task.words.to_dict(), "chars": task.chars.to_dict(),
+                              "tags": task.tags.to_dict()})
+    task.info["cached"] = False
+    return task
+
+
+def synthetic_pos_task(num_train: int = 2000, num_dev: int = 200, seed: int = 0, batch_size: int = 1,
+                       word_min_freq: int = 10, char_min_freq: int = 2) -> PosTask:
+    """The synthetic tagging task (data.synthetic) as a PosTask; train and dev come from different seeds."""
+    config = PosDataConfig(train="<synthetic>", word_min_freq=word_min_freq, char_min_freq=char_min_freq,
+                           batch_size=batch_size, seed=seed)
+    return build_pos_task(synthetic_tagged(num_train, seed=seed), synthetic_tagged(num_dev, seed=seed + 1_000_003),
+                          config, {"train_path": "<synthetic>", "dev_path": "<synthetic>"})
