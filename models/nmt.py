@@ -1,0 +1,148 @@
+"""dl4mt-style attention NMT (Bahdanau et al. 2015): bidirectional GRU encoder, GRU decoder with additive attention,
+initial decoder state from the mean encoder state, deep output layer before the softmax; and its loss.
+
+Decoder step i (teacher forcing feeds y_{i-1} = tgt[:, i-1]):
+    c_i = attention(s_{i-1}, h)                      additive attention over the annotations h (padding masked)
+    s_i = GRUCell([E y_{i-1} ; c_i], s_{i-1})
+    t_i = tanh(W_s s_i + W_y E y_{i-1} + W_c c_i)    deep output (readout) layer, as dl4mt's ff_logit_* layers
+    p(y_i) = softmax(W_o t_i)
+The encoder is one fused, packed nn.GRU call. The decoder loop only runs the attention and the fused GRUCell; the
+readout and the softmax projection run once over all steps after the loop. s_0 = tanh(W_init mean_j h_j).
+
+Usage:
+    model = AttentionNMT(nmt_preset("small", src_words=len(src_vocab), tgt_words=len(tgt_vocab)))
+    loss, n_tokens = nmt_loss(model, batch)   # batch: the NMT dict of CONTRACTS.md
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from models.attention import AdditiveAttention
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+@dataclass
+class NMTConfig:
+    """Sizes of the attention NMT model. Vocabulary sizes include the specials (pad 0, unk 1, bos 2, eos 3)."""
+
+    src_words: int  # source vocabulary size
+    tgt_words: int  # target vocabulary size
+    embedding: int = 100  # word embedding size, both sides
+    hidden: int = 1000  # encoder GRU units per direction and decoder GRU units
+    attention: int = 2000  # attention layer size (dl4mt: the annotation size 2 * hidden)
+    readout: int = 100  # deep output layer size (dl4mt: the embedding size)
+    dropout: float = 0.0  # dropout on embeddings and on the readout layer
+    sparse_embeddings: bool = False  # sparse gradients for both embedding tables
+
+    def __post_init__(self) -> None:
+        for name in ("src_words", "tgt_words"):
+            if getattr(self, name) < 5:
+                raise ValueError(f"NMTConfig.{name} must be >= 5 (4 specials + 1 word), got {getattr(self, name)}")
+        for name in ("embedding", "hidden", "attention", "readout"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"NMTConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"NMTConfig.dropout must be in [0, 1), got {self.dropout}")
+
+
+def nmt_preset(name: str, *, src_words: int = 15_000, tgt_words: int = 15_000, **overrides) -> NMTConfig:
+    """`paper`: dl4mt sizes of the Hogwild paper (embeddings 100, 1,000 GRU units, 15,000 words per side).
+    `small`: a CPU-sized model (embeddings 128, 256 units, attention 256, readout 128).
+    `overrides` replace single fields, e.g. dropout=0.1."""
+    presets = {
+        "paper": dict(embedding=100, hidden=1000, attention=2000, readout=100),
+        "small": dict(embedding=128, hidden=256, attention=256, readout=128),
+    }
+    if name not in presets:
+        raise ValueError(f"unknown NMT preset {name!r}; choose one of {sorted(presets)}")
+    return NMTConfig(src_words=src_words, tgt_words=tgt_words, **{**presets[name], **overrides})
+
+
+@dataclass
+class EncoderOutput:
+    """What the decoder attends to; all rows belong to one sentence each (beam search repeats rows)."""
+
+    annotations: Tensor  # (B, S, 2H) bidirectional encoder states, zero on padding
+    keys: Tensor  # (B, S, A) attention keys U h_j
+    mask: Tensor  # (B, S) True on real source tokens
+    initial_state: Tensor  # (B, H) s_0
+
+    def select(self, rows: Tensor) -> "EncoderOutput":
+        """Rows `rows` (R,) of every field, e.g. each sentence repeated beam-size times."""
+        return EncoderOutput(self.annotations[rows], self.keys[rows], self.mask[rows], self.initial_state[rows])
+
+
+class AttentionNMT(nn.Module):
+    def __init__(self, config: NMTConfig):
+        super().__init__()
+        self.config = config
+        c = config
+        self.src_embedding = nn.Embedding(c.src_words, c.embedding, padding_idx=PAD, sparse=c.sparse_embeddings)
+        self.tgt_embedding = nn.Embedding(c.tgt_words, c.embedding, padding_idx=PAD, sparse=c.sparse_embeddings)
+        self.encoder = nn.GRU(c.embedding, c.hidden, batch_first=True, bidirectional=True)
+        self.init_state = nn.Linear(2 * c.hidden, c.hidden)
+        self.attention = AdditiveAttention(c.hidden, 2 * c.hidden, c.attention)
+        self.decoder_cell = nn.GRUCell(c.embedding + 2 * c.hidden, c.hidden)
+        self.readout = nn.Linear(c.hidden + c.embedding + 2 * c.hidden, c.readout)  # [s_i ; E y_{i-1} ; c_i]
+        self.output = nn.Linear(c.readout, c.tgt_words)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def encode(self, src: Tensor, src_mask: Tensor) -> EncoderOutput:
+        """src (B, S), src_mask (B, S) -> encoder output; padding never enters the GRU (packed sequences)."""
+        lengths = src_mask.sum(1)  # (B,)
+        if bool((lengths == 0).any()):
+            raise ValueError("NMT batch has an empty source sentence (src_mask all False in a row)")
+        embedded = self.dropout(self.src_embedding(src))  # (B, S, E)
+        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        annotations, _ = self.encoder(packed)
+        annotations, _ = pad_packed_sequence(annotations, batch_first=True, total_length=src.shape[1])  # (B, S, 2H)
+        mean = annotations.sum(1) / lengths[:, None].to(annotations.dtype)  # padding rows are zero
+        return EncoderOutput(annotations, self.attention.project_keys(annotations), src_mask,
+                             torch.tanh(self.init_state(mean)))
+
+    def step(self, embedded: Tensor, state: Tensor, encoded: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """One decoder step: embedded previous word (B, E), state s_{i-1} (B, H) -> (s_i (B, H), c_i (B, 2H))."""
+        context, _ = self.attention(state, encoded.keys, encoded.annotations, encoded.mask)  # (B, 2H)
+        return self.decoder_cell(torch.cat([embedded, context], dim=-1), state), context
+
+    def logits(self, states: Tensor, embedded: Tensor, contexts: Tensor) -> Tensor:
+        """Deep output: states (..., H), embedded previous words (..., E), contexts (..., 2H) -> (..., V)."""
+        readout = torch.tanh(self.readout(torch.cat([states, embedded, contexts], dim=-1)))
+        return self.output(self.dropout(readout))
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: src (B, S), src_mask (B, S), tgt_in (B, T) starting with bos -> logits (B, T, V)."""
+        encoded = self.encode(src, src_mask)
+        embedded = self.dropout(self.tgt_embedding(tgt_in))  # (B, T, E)
+        state = encoded.initial_state
+        states, contexts = [], []
+        for i in range(tgt_in.shape[1]):
+            state, context = self.step(embedded[:, i], state, encoded)
+            states.append(state)
+            contexts.append(context)
+        return self.logits(torch.stack(states, 1), embedded, torch.stack(contexts, 1))  # (B, T, V)
+
+    def decode_step(self, previous: Tensor, state: Tensor, encoded: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """Search step: previous words (B,), state (B, H) -> log-probabilities (B, V), new state (B, H)."""
+        embedded = self.tgt_embedding(previous)  # (B, E)
+        new_state, context = self.step(embedded, state, encoded)
+        return torch.log_softmax(self.logits(new_state, embedded, context), dim=-1), new_state
+
+
+def nmt_loss(model: AttentionNMT, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
+    """Mean negative log-likelihood per target token (eos included, bos and padding excluded), and the token count."""
+    tgt, tgt_mask = batch["tgt"], batch["tgt_mask"]
+    logits = model(batch["src"], batch["src_mask"], tgt[:, :-1])  # (B, T-1, V)
+    gold = tgt[:, 1:].masked_fill(~tgt_mask[:, 1:], -100)  # (B, T-1)
+    n_tokens = int(tgt_mask[:, 1:].sum())
+    if n_tokens == 0:
+        raise ValueError("NMT batch has no target token after bos (tgt_mask[:, 1:] all False)")
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), gold.reshape(-1), ignore_index=-100,
+                           reduction="sum")
+    return loss / n_tokens, n_tokens

@@ -1,0 +1,118 @@
+"""Character-aware BiLSTM POS tagger of the Hogwild paper (Deyringer et al.), and its loss.
+
+A word is represented by [word embedding ; final state of a forward char-LSTM over its suffix ; final state of a
+backward char-LSTM over its prefix]. The affixes have a fixed length (10) and are padded as in CONTRACTS.md: the
+suffix is LEFT-padded, so the forward LSTM reads the pads first and ends on the word's last character; the prefix is
+RIGHT-padded and read right-to-left, so the backward LSTM ends on the first character. Both char LSTMs therefore run as
+single fused nn.LSTM calls over all words of a batch. A 2-layer bidirectional word LSTM (packed, so padding never
+enters it) reads the sentence and a linear layer scores the tags at each position.
+
+Usage:
+    model = POSTagger(pos_preset("small", n_words=len(words), n_chars=len(chars), n_tags=len(tags)))
+    loss, n_tokens = pos_loss(model, batch)   # batch: the POS dict of CONTRACTS.md
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+PAD = 0
+UNK = 1
+IGNORE_TAG = -100
+
+
+@dataclass
+class POSConfig:
+    """Sizes of the POS tagger. Vocabulary sizes include the specials (pad 0, unk 1, bos 2, eos 3)."""
+
+    n_words: int  # word vocabulary size
+    n_chars: int  # character vocabulary size
+    n_tags: int  # number of tags (tag ids 0 .. n_tags-1; -100 marks padding)
+    char_emb: int = 100  # character embedding size (shared by both char LSTMs)
+    word_emb: int = 800  # word embedding size
+    char_hidden: int = 400  # char-LSTM units per direction
+    word_hidden: int = 800  # word BiLSTM units per direction
+    word_layers: int = 2  # stacked word BiLSTM layers
+    dropout: float = 0.0  # dropout on word representations and between/after word LSTM layers
+    sparse_embeddings: bool = False  # sparse gradients for the word and char embedding tables
+
+    def __post_init__(self) -> None:
+        for name in ("n_words", "n_chars"):
+            if getattr(self, name) < 5:
+                raise ValueError(f"POSConfig.{name} must be >= 5 (4 specials + 1 symbol), got {getattr(self, name)}")
+        for name in ("n_tags", "char_emb", "word_emb", "char_hidden", "word_hidden", "word_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"POSConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"POSConfig.dropout must be in [0, 1), got {self.dropout}")
+
+
+def pos_preset(name: str, *, n_words: int, n_chars: int, n_tags: int, **overrides) -> POSConfig:
+    """`paper`: the paper's sizes (char emb 100, word emb 800, char LSTM 400, word BiLSTM 800 x 2 layers).
+    `small`: a CPU-sized tagger (char emb 32, word emb 128, char LSTM 64, word BiLSTM 128 x 2 layers).
+    `overrides` replace single fields, e.g. dropout=0.2."""
+    presets = {
+        "paper": dict(char_emb=100, word_emb=800, char_hidden=400, word_hidden=800, word_layers=2),
+        "small": dict(char_emb=32, word_emb=128, char_hidden=64, word_hidden=128, word_layers=2),
+    }
+    if name not in presets:
+        raise ValueError(f"unknown POS preset {name!r}; choose one of {sorted(presets)}")
+    return POSConfig(n_words=n_words, n_chars=n_chars, n_tags=n_tags, **{**presets[name], **overrides})
+
+
+class POSTagger(nn.Module):
+    """Word + char-affix representation -> 2-layer BiLSTM -> linear tag scores."""
+
+    def __init__(self, config: POSConfig):
+        super().__init__()
+        self.config = config
+        c = config
+        self.word_embedding = nn.Embedding(c.n_words, c.word_emb, padding_idx=PAD, sparse=c.sparse_embeddings)
+        self.char_embedding = nn.Embedding(c.n_chars, c.char_emb, padding_idx=PAD, sparse=c.sparse_embeddings)
+        self.suffix_lstm = nn.LSTM(c.char_emb, c.char_hidden, batch_first=True)  # forward, over the suffix
+        self.prefix_lstm = nn.LSTM(c.char_emb, c.char_hidden, batch_first=True)  # backward, over the prefix
+        self.word_lstm = nn.LSTM(c.word_emb + 2 * c.char_hidden, c.word_hidden, num_layers=c.word_layers,
+                                 bidirectional=True, batch_first=True,
+                                 dropout=c.dropout if c.word_layers > 1 else 0.0)
+        self.dropout = nn.Dropout(c.dropout)
+        self.output = nn.Linear(2 * c.word_hidden, c.n_tags)
+
+    def word_representations(self, words: Tensor, prefixes: Tensor, suffixes: Tensor) -> Tensor:
+        """words (N,), prefixes (N, L), suffixes (N, L) -> (N, word_emb + 2 * char_hidden)."""
+        _, (suffix_state, _) = self.suffix_lstm(self.char_embedding(suffixes))  # h_n: (1, N, Hc)
+        # Right-padded prefix read right-to-left: pads first, ends on the first character.
+        _, (prefix_state, _) = self.prefix_lstm(self.char_embedding(prefixes.flip(1)))  # (1, N, Hc)
+        return torch.cat([self.word_embedding(words), suffix_state[0], prefix_state[0]], dim=-1)
+
+    def forward(self, words: Tensor, prefixes: Tensor, suffixes: Tensor, lengths: Tensor) -> Tensor:
+        """words (B, T), prefixes/suffixes (B, T, L), lengths (B,) -> tag scores (B, T, n_tags); padded
+        positions score 0."""
+        batch, steps = words.shape
+        real = torch.arange(steps, device=words.device)[None, :] < lengths.to(words.device)[:, None]  # (B, T)
+        # The char LSTMs run only over real tokens (N = sum of lengths), not over sentence padding.
+        reps = self.word_representations(words[real], prefixes[real], suffixes[real])  # (N, D)
+        inputs = reps.new_zeros(batch, steps, reps.shape[-1]).masked_scatter(real[..., None], reps)  # (B, T, D)
+        packed = pack_padded_sequence(self.dropout(inputs), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        states, _ = self.word_lstm(packed)
+        states, _ = pad_packed_sequence(states, batch_first=True, total_length=steps)  # (B, T, 2 Hw)
+        return self.output(self.dropout(states))  # (B, T, n_tags)
+
+    def score_batch(self, batch: dict[str, Tensor]) -> Tensor:
+        """Tag scores (B, T, n_tags) for a CONTRACTS.md POS batch."""
+        return self(batch["words"], batch["prefixes"], batch["suffixes"], batch["lengths"])
+
+
+def pos_loss(model: POSTagger, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
+    """Mean tag negative log-likelihood over the real tokens of the batch, and the number of those tokens."""
+    scores = model.score_batch(batch)  # (B, T, n_tags)
+    tags = batch["tags"]  # (B, T), -100 at padding
+    n_tokens = int((tags != IGNORE_TAG).sum())
+    if n_tokens == 0:
+        raise ValueError("POS batch has no tagged tokens (all tags are -100)")
+    loss = F.cross_entropy(scores.reshape(-1, scores.shape[-1]), tags.reshape(-1), ignore_index=IGNORE_TAG,
+                           reduction="sum")
+    return loss / n_tokens, n_tokens
