@@ -1,0 +1,250 @@
+"""Optimizers whose whole state lives in shared memory and is updated lock-free by every worker.
+
+Usage: `opt = SharedOptimizer(list(model.parameters()), "adam", lr=1e-3)`; in each worker
+`opt.attach(list(model.parameters()))`, then after `loss.backward()` call `opt.step()`.
+
+The update arithmetic is torch.optim's own: each process builds the torch.optim optimizer over its own
+parameter objects and plugs the pre-allocated shared state tensors (the tensor `step` counters included)
+into `optimizer.state[p]`. torch.optim updates those tensors in place, so every process reads and writes
+the same moments and counters, and one process with a fixed batch order reproduces serial torch.optim.
+
+Sparse gradients (nn.Embedding(sparse=True)) follow lazy, row-wise semantics for every optimizer: only the
+rows present in the gradient move, in the parameter and in every per-element state tensor (momentum and
+moment rows of untouched words stay frozen, as in torch.optim.SparseAdam); weight decay applies to the
+touched rows only; the per-parameter step counter advances once per step. The touched rows are gathered,
+updated by the same torch.optim class, and written back (the parameter by adding the row delta, so
+concurrent Hogwild writers to the same row accumulate instead of overwriting). Plain SGD leaves sparse
+gradients to torch, whose update is already row-wise.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adadelta", "rmsprop", "adam", "adamax")
+
+_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
+    "sgd": torch.optim.SGD, "msgd": torch.optim.SGD, "nesterov": torch.optim.SGD,
+    "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta, "rmsprop": torch.optim.RMSprop,
+    "adam": torch.optim.Adam, "adamax": torch.optim.Adamax,
+}
+_NAME_DEFAULTS: dict[str, dict[str, Any]] = {
+    "msgd": {"momentum": 0.9}, "nesterov": {"momentum": 0.9, "nesterov": True},
+}
+# Options that make no sense for shared CPU state updated outside autograd.
+_REFUSED = ("params", "lr", "differentiable", "capturable")
+
+
+def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
+    """Validated torch.optim keyword arguments (lr excluded) for optimizer `name`."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer name {name!r}; expected one of {', '.join(OPTIMIZERS)}")
+    accepted = [k for k in inspect.signature(_CLASSES[name].__init__).parameters
+                if k not in ("self",) + _REFUSED]
+    unknown = sorted(set(hyper) - set(accepted))
+    if unknown:
+        raise ValueError(f"optimizer {name!r}: unknown hyperparameter(s) {', '.join(unknown)}; "
+                         f"accepted: {', '.join(accepted)}")
+    merged = {**_NAME_DEFAULTS.get(name, {}), **hyper}
+    try:  # torch.optim's own checks (momentum, betas, eps, rho, ...) on a throwaway tensor
+        _CLASSES[name]([torch.zeros(1)], lr=0.0, **merged)
+    except (ValueError, RuntimeError) as error:
+        raise ValueError(f"optimizer {name!r}: invalid hyperparameter: {error}") from None
+    return merged
+
+
+def _check_lr(lr: Any, what: str = "lr") -> float:
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"{what} must be a finite number >= 0, got {lr!r}")
+    return float(lr)
+
+
+def _state_layout(name: str, hyper: dict[str, Any]) -> dict[str, str]:
+    """State key -> "scalar" (a 0-d step counter) or "param" (shaped like the parameter)."""
+    if name in ("sgd", "msgd", "nesterov"):  # torch.optim.SGD keeps no counter; ours gives checkpoints a step
+        return {"step": "scalar", **({"momentum_buffer": "param"} if hyper.get("momentum", 0) else {})}
+    keys = {"adagrad": ["sum"], "adadelta": ["square_avg", "acc_delta"], "adamax": ["exp_avg", "exp_inf"],
+            "adam": ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if hyper.get("amsgrad") else []),
+            "rmsprop": ["square_avg"] + (["momentum_buffer"] if hyper.get("momentum", 0) > 0 else [])
+            + (["grad_avg"] if hyper.get("centered") else [])}[name]
+    return {"step": "scalar", **{key: "param" for key in keys}}
+
+
+def _step_dtype(hyper: dict[str, Any]) -> torch.dtype:
+    # torch.optim's rule (optimizer._get_scalar_dtype): float32 when fused, else follows the default dtype
+    if hyper.get("fused") or torch.get_default_dtype() != torch.float64:
+        return torch.float32
+    return torch.float64
+
+
+class SharedOptimizer:
+    """One of OPTIMIZERS over shared CPU parameters, with all state allocated up front in shared memory."""
+
+    def __init__(self, params: Sequence[Tensor], name: str, lr: float, **hyper: Any) -> None:
+        self.hyper = _hyperparameters(name, hyper)
+        self.name, self.lr = name, _check_lr(lr)
+        params = list(params)
+        if not params:
+            raise ValueError(f"optimizer {name!r}: got no parameters")
+        layout = _state_layout(name, self.hyper)
+        fill = float(self.hyper.get("initial_accumulator_value", 0.0)) if name == "adagrad" else 0.0
+        self.shapes = [(tuple(p.shape), p.dtype) for p in params]  # what attach() must be given again
+        self.state: list[dict[str, Tensor]] = []  # per parameter, in params order
+        for index, p in enumerate(params):
+            _check_param(p, index)
+            self.state.append({
+                key: (torch.zeros((), dtype=_step_dtype(self.hyper)) if kind == "scalar"
+                      else torch.full_like(p, fill, memory_format=torch.preserve_format)).share_memory_()
+                for key, kind in layout.items()})
+        self.attach(params)
+
+    @staticmethod
+    def state_nbytes(params: Sequence[Tensor], name: str, **hyper: Any) -> int:
+        """Bytes of shared state SharedOptimizer(params, name, **hyper) allocates (without the parameters)."""
+        layout = _state_layout(name, _hyperparameters(name, hyper))
+        step_size = torch.zeros((), dtype=_step_dtype(hyper)).element_size()
+        per_param = sum(1 for kind in layout.values() if kind == "param")
+        return sum(per_param * p.numel() * p.element_size() + step_size for p in params)
+
+    # --- binding to one process's parameter objects -------------------------------------------------
+    def attach(self, params: Sequence[Tensor]) -> None:
+        """Bind to this process's parameter objects (the same shared storages, in the same order)."""
+        params = list(params)
+        if len(params) != len(self.state):
+            raise ValueError(f"attach: got {len(params)} parameters, the optimizer was built for {len(self.state)}")
+        for index, (p, (shape, dtype)) in enumerate(zip(params, self.shapes)):
+            _check_param(p, index)
+            if (tuple(p.shape), p.dtype) != (shape, dtype):
+                raise ValueError(f"attach: parameter {index} is {tuple(p.shape)} {p.dtype}, "
+                                 f"the optimizer was built for {shape} {dtype}")
+        self._params = params
+        self._optimizer = _CLASSES[self.name](params, lr=self.lr, **self.hyper)
+        self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
+        self._is_sgd = self.name in ("sgd", "msgd", "nesterov")
+        for p, state in zip(params, self.state):
+            self._optimizer.state[p] = {k: t for k, t in state.items() if not (self._is_sgd and k == "step")}
+        # torch.optim.SGD creates the momentum buffer as a copy of the first gradient; a zero buffer gives the
+        # same result unless dampening != 0, so only then the first step goes through torch's own path.
+        self._first_step_copies = self._is_sgd and bool(self.hyper.get("momentum", 0)) \
+            and self.hyper.get("dampening", 0) != 0
+        self._native_sparse = self._is_sgd and not self.hyper.get("momentum", 0) \
+            and not self.hyper.get("weight_decay", 0) and not self.hyper.get("fused")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Shared tensors pickle as shared-memory handles through torch.multiprocessing; the parameter
+        # objects and the torch.optim instance belong to one process and are rebuilt by attach().
+        return {"name": self.name, "lr": self.lr, "hyper": self.hyper, "shapes": self.shapes, "state": self.state}
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        self.name, self.lr, self.hyper = saved["name"], saved["lr"], saved["hyper"]
+        self.shapes, self.state = saved["shapes"], saved["state"]
+        for state in self.state:  # a plain pickle gives private copies: keep the shared-memory invariant
+            for tensor in state.values():
+                tensor.share_memory_()
+        self._params = None
+
+    # --- the update -----------------------------------------------------------------------------------
+    def step(self, lr: float | None = None) -> None:
+        """Apply one update from the attached parameters' .grad, in place on the shared tensors."""
+        if self._params is None:
+            raise RuntimeError("SharedOptimizer.step() before attach(): call opt.attach(list(model.parameters())) "
+                               "in this process first")
+        group_lr = self.lr if lr is None else _check_lr(lr)
+        for group in self._optimizer.param_groups:
+            group["lr"] = group_lr
+        with torch.no_grad():
+            lazy = [] if self._native_sparse else \
+                [i for i, p in enumerate(self._params) if p.grad is not None and p.grad.is_sparse]
+            hidden = {i: self._params[i].grad for i in lazy}  # kept from the dense step, updated row-wise below
+            for i in lazy:
+                self._params[i].grad = None
+            try:
+                first = self._detach_first_momentum() if self._first_step_copies else []
+                self._optimizer.step()
+                for i in first:
+                    self.state[i]["momentum_buffer"].copy_(self._optimizer.state[self._params[i]]["momentum_buffer"])
+                    self._optimizer.state[self._params[i]]["momentum_buffer"] = self.state[i]["momentum_buffer"]
+                if self._is_sgd:
+                    steps = [s["step"] for p, s in zip(self._params, self.state) if p.grad is not None]
+                    if steps:
+                        torch._foreach_add_(steps, 1.0)
+            finally:
+                for i in lazy:
+                    self._params[i].grad = hidden[i]
+            for i in lazy:
+                self._sparse_step(i, group_lr)
+
+    def _detach_first_momentum(self) -> list[int]:
+        first = [i for i, (p, s) in enumerate(zip(self._params, self.state))
+                 if p.grad is not None and s["step"].item() == 0]
+        for i in first:
+            del self._optimizer.state[self._params[i]]["momentum_buffer"]
+        return first
+
+    def _sparse_step(self, index: int, lr: float) -> None:
+        """Lazy update of parameter `index` from its sparse gradient: only the rows present move."""
+        param, state = self._params[index], self.state[index]
+        grad = param.grad.coalesce()  # sums duplicate rows
+        rows = grad.indices()[0]  # (R,)
+        if rows.numel() == 0:
+            return
+        before = param.index_select(0, rows)  # (R, *row_shape)
+        work = before.clone()
+        work.grad = grad.values()  # (R, *row_shape)
+        hyper = {k: v for k, v in self.hyper.items() if k not in ("foreach", "fused")}
+        optimizer = _CLASSES[self.name]([work], lr=lr, **hyper)
+        row_state: dict[str, Tensor] = {k: (t if k == "step" else t.index_select(0, rows)) for k, t in state.items()}
+        if self._is_sgd:
+            row_state = {k: t for k, t in row_state.items() if k != "step"}
+            if self._first_step_copies and state["step"].item() == 0:
+                row_state.pop("momentum_buffer")
+        optimizer.state.clear()
+        optimizer.state[work] = row_state
+        optimizer.step()
+        param.index_add_(0, rows, work.sub_(before))  # add the delta: concurrent writers accumulate
+        for key, tensor in optimizer.state[work].items():
+            if key != "step":
+                state[key].index_copy_(0, rows, tensor)
+        if self._is_sgd:
+            state["step"].add_(1.0)
+
+    # --- checkpoints --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """A snapshot (copies) of the shared state, plus name, lr and hyperparameters."""
+        return {"name": self.name, "lr": self.lr, "hyper": dict(self.hyper),
+                "state": [{k: t.clone() for k, t in s.items()} for s in self.state]}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Copy a state_dict() into the existing shared tensors (never replaces them)."""
+        if saved.get("name") != self.name:
+            raise ValueError(f"load_state_dict: checkpoint holds optimizer {saved.get('name')!r}, "
+                             f"this one is {self.name!r}")
+        states = saved.get("state", [])
+        if len(states) != len(self.state):
+            raise ValueError(f"load_state_dict: checkpoint has state for {len(states)} parameters, "
+                             f"this optimizer has {len(self.state)}")
+        for index, (mine, theirs) in enumerate(zip(self.state, states)):
+            if set(mine) != set(theirs):
+                raise ValueError(f"load_state_dict: parameter {index} has state {sorted(theirs)} in the checkpoint, "
+                                 f"expected {sorted(mine)} (different hyperparameters?)")
+            for key, tensor in mine.items():
+                if tuple(theirs[key].shape) != tuple(tensor.shape):
+                    raise ValueError(f"load_state_dict: parameter {index} state {key!r} has shape "
+                                     f"{tuple(theirs[key].shape)} in the checkpoint, expected {tuple(tensor.shape)}")
+        for mine, theirs in zip(self.state, states):
+            for key, tensor in mine.items():
+                tensor.copy_(theirs[key])
+
+
+def _check_param(p: Tensor, index: int) -> None:
+    if not isinstance(p, Tensor):
+        raise ValueError(f"parameter {index} is a {type(p).__name__}, not a tensor")
+    if p.device.type != "cpu":
+        raise ValueError(f"parameter {index} lives on {p.device}; shared parameters must be CPU tensors")
+    if not p.is_shared():
+        raise ValueError(f"parameter {index} {tuple(p.shape)} is not in shared memory; "
+                         "call model.share_memory() before building the SharedOptimizer")
