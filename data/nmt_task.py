@@ -1,0 +1,234 @@
+"""NMT data, end to end: parallel files -> Moses tokens or subwords -> vocabularies -> cached arrays -> batchers.
+
+Usage: ``task = load_nmt_task(NmtDataConfig(train=".../europarl-fr-en/train", dev=".../europarl-fr-en/dev"))``;
+``for batch in task.train.epoch(0): ...``; to score BLEU: ``hyps = [task.decode(ids) for ids in outputs]`` and
+``sacrebleu.corpus_bleu(hyps, [task.dev_references])``; ``synthetic_nmt_task()`` for the fast default.
+
+Training pairs longer than ``max_len`` units (Moses tokens, or pieces with subwords) on either side are dropped (paper:
+50). Dev pairs are kept whatever their length (only empty ones are dropped), in file order, so that dev batch i holds
+references ``i*B .. i*B+B-1``. References are the raw dev target lines (lowercased when ``lowercase``): BLEU is
+scored on detokenized output against them. The second load of the same corpus and settings comes from the cache.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+from data.batching import NmtBatcher, ParallelData
+from data.cache import ArrayCache
+from data.parallel import ParallelCorpus, parallel_files, read_parallel
+from data.subwords import MODEL_TYPES, SubwordModel
+from data.synthetic import synthetic_parallel
+from data.text import MosesText, default_processes, tokenize_lines
+from data.textio import read_lines
+from data.vocab import Vocabulary
+
+
+@dataclass
+class NmtDataConfig:
+    train: str = ""                  # prefix: "<dir>/train" finds train.fr[.xz] and train.en[.xz]
+    dev: str | None = None           # dev prefix; None -> hold out dev_size training pairs (seeded)
+    src_lang: str = "fr"
+    tgt_lang: str = "en"
+    max_len: int | None = 50         # drop training pairs longer than this on either side (paper: 50)
+    vocab_size: int = 15000          # most frequent units kept per side, others unk (paper: 15,000)
+    min_freq: int = 1
+    lowercase: bool = False
+    subwords: str | None = None      # None (Moses words) | "bpe" | "unigram" (sentencepiece on raw text)
+    subword_vocab_size: int = 8000
+    train_limit: int | None = None   # read only the first N training lines (quick runs)
+    dev_limit: int | None = None     # keep only the first N dev pairs
+    dev_size: int = 3000             # held-out pairs when dev is None
+    batch_size: int = 64
+    eval_batch_size: int = 64
+    seed: int = 0
+    processes: int = 0               # tokenization processes; 0 -> all available CPUs
+    cache: bool = True
+    encoding: str = "utf-8"
+
+    def __post_init__(self):
+        if self.subwords is not None and self.subwords not in MODEL_TYPES:
+            raise ValueError(f"subwords must be None or one of {MODEL_TYPES}, got {self.subwords!r}")
+        if self.max_len is not None and self.max_len < 1:
+            raise ValueError(f"max_len must be >= 1 or None, got {self.max_len}")
+        for name in ("vocab_size", "min_freq", "subword_vocab_size", "dev_size", "batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("train_limit", "dev_limit"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
+        if self.processes < 0:
+            raise ValueError(f"processes must be >= 0, got {self.processes}")
+        if self.src_lang == self.tgt_lang:
+            raise ValueError(f"src_lang and tgt_lang must differ, both are {self.src_lang!r}")
+
+
+class TextDecoder:
+    """Target units -> text: sentencepiece decode, Moses detokenize, or a plain join (synthetic data)."""
+
+    def __init__(self, kind: str, lang: str = "", subword_model: str | None = None):
+        if kind not in ("moses", "subwords", "join"):
+            raise ValueError(f"kind must be 'moses', 'subwords' or 'join', got {kind!r}")
+        self.kind, self.lang, self.subword_model = kind, lang, subword_model
+        self._impl = (MosesText(lang) if kind == "moses" else SubwordModel(subword_model) if kind == "subwords"
+                      else None)
+
+    def __call__(self, tokens: list[str]) -> str:
+        return " ".join(tokens) if self._impl is None else self._impl.detokenize(tokens) if self.kind == "moses" \
+            else self._impl.decode(tokens)
+
+
+@dataclass
+class NmtTask:
+    """What an NMT run needs: batchers, vocabularies, dev texts for BLEU and a decoder to text."""
+    train: NmtBatcher
+    dev: NmtBatcher
+    src_vocab: Vocabulary
+    tgt_vocab: Vocabulary
+    dev_sources: list[str]
+    dev_references: list[str]
+    decoder: TextDecoder
+    info: dict = field(default_factory=dict)
+    subword_models: dict[str, str] = field(default_factory=dict)   # side -> .model path
+
+    def decode(self, ids) -> str:
+        """Target ids (a model's output; stops at eos, drops pad/bos) -> detokenized text."""
+        return self.decoder(self.tgt_vocab.decode(ids))
+
+    def save(self, run_dir: str | os.PathLike) -> None:
+        """Write ``vocab.src.json``, ``vocab.tgt.json``, ``data.json`` and the sentencepiece models into a run."""
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.src_vocab.save(run_dir / "vocab.src.json")
+        self.tgt_vocab.save(run_dir / "vocab.tgt.json")
+        for side, model in self.subword_models.items():
+            shutil.copyfile(model, run_dir / f"spm.{side}.model")
+        (run_dir / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def build_nmt_task(train: ParallelCorpus, dev: ParallelCorpus, config: NmtDataConfig, decoder: TextDecoder,
+                   info: dict | None = None, subword_models: dict[str, str] | None = None) -> NmtTask:
+    """Vocabularies from the training side, tensorized sets and batchers (no cache, no file access)."""
+    src_vocab = Vocabulary.build(train.src, config.vocab_size, config.min_freq)
+    tgt_vocab = Vocabulary.build(train.tgt, config.vocab_size, config.min_freq)
+    train_data = ParallelData.tensorize(list(zip(train.src, train.tgt)), src_vocab, tgt_vocab)
+    dev_data = ParallelData.tensorize(list(zip(dev.src, dev.tgt)), src_vocab, tgt_vocab)
+    refs = [line.lower() for line in dev.tgt_lines] if config.lowercase else list(dev.tgt_lines)
+    info = dict(info or {}, train=train.counts(), dev=dev.counts())
+    return _assemble(train_data, dev_data, src_vocab, tgt_vocab, list(dev.src_lines), refs, decoder, config, info,
+                     subword_models or {})
+
+
+def _assemble(train_data, dev_data, src_vocab, tgt_vocab, sources, refs, decoder, config, info, models) -> NmtTask:
+    info = dict(info, src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), train_pairs=len(train_data),
+                dev_pairs=len(dev_data), train_src_tokens=int(train_data.src_offsets[-1]),
+                train_tgt_tokens=int(train_data.tgt_offsets[-1]))
+    return NmtTask(NmtBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
+                   NmtBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
+                   src_vocab, tgt_vocab, sources, refs, decoder, info, models)
+
+
+def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorpus, ParallelCorpus]:
+    from data.pos_task import split_sentences  # same seeded split as POS, over pair indices
+    size = min(size, len(corpus) - 1)
+    train_idx, dev_idx = split_sentences(range(len(corpus)), size / len(corpus), seed)
+
+    def subset(indices):
+        return ParallelCorpus([corpus.src[i] for i in indices], [corpus.tgt[i] for i in indices],
+                              [corpus.src_lines[i] for i in indices], [corpus.tgt_lines[i] for i in indices],
+                              [corpus.line_numbers[i] for i in indices], total=len(indices))
+    train, dev = subset(train_idx), subset(dev_idx)
+    train.dropped_empty, train.dropped_long = corpus.dropped_empty, corpus.dropped_long
+    return train, dev
+
+
+def load_nmt_task(config: NmtDataConfig, cache: ArrayCache | None = None) -> NmtTask:
+    """Read, tokenize, filter, build and cache an NMT task from parallel files. Raises CorpusError for bad input."""
+    if not config.train:
+        raise ValueError("NmtDataConfig.train: give a parallel corpus prefix such as <dir>/train")
+    files = list(parallel_files(config.train, config.src_lang, config.tgt_lang))
+    if config.dev:
+        files += parallel_files(config.dev, config.src_lang, config.tgt_lang)
+    cache = cache or ArrayCache(enabled=config.cache)
+    settings = {k: v for k, v in asdict(config).items()
+                if k not in ("batch_size", "eval_batch_size", "cache", "processes")}
+    key = cache.key("nmt", files, settings)
+    hit = cache.load(key)
+    if hit is not None:
+        arrays, meta, folder = hit
+        data = [ParallelData(*(arrays[f"{part}.{name}"] for name in ("src", "src_offsets", "tgt", "tgt_offsets")))
+                for part in ("train", "dev")]
+        models = {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]}
+        decoder = _decoder(config, models)
+        return _assemble(*data, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]),
+                         meta["dev_sources"], meta["dev_references"], decoder, config,
+                         dict(meta["info"], cached=True), models)
+    processes = config.processes or default_processes()
+    models: dict[str, str] = {}
+    if config.subwords:
+        tokenize, work = _train_subwords(config, cache.root / f".{key}.spm"), cache.root / f".{key}.spm"
+        models = {side: str(work / f"spm.{side}.model") for side in ("src", "tgt")}
+    else:
+        tokenize = partial(_moses_tokenize, lowercase=config.lowercase, processes=processes)
+    train = read_parallel(config.train, config.src_lang, config.tgt_lang, config.max_len, tokenize,
+                          config.encoding, config.train_limit)
+    if config.dev:
+        dev = read_parallel(config.dev, config.src_lang, config.tgt_lang, None, tokenize, config.encoding,
+                            config.dev_limit)
+    else:
+        train, dev = _holdout(train, config.dev_size, config.seed)
+    task = build_nmt_task(train, dev, config, _decoder(config, models),
+                          {"train_path": str(config.train), "dev_path": config.dev}, models)
+    arrays = {f"{part}.{name}": array for part, batcher in (("train", task.train), ("dev", task.dev))
+              for name, array in batcher.data.arrays().items()}
+    meta = {"info": task.info, "src_vocab": task.src_vocab.to_dict(), "tgt_vocab": task.tgt_vocab.to_dict(),
+            "dev_sources": task.dev_sources, "dev_references": task.dev_references, "subword_sides": sorted(models)}
+    folder = cache.store(key, arrays, meta, {f"spm.{side}.model": path for side, path in models.items()})
+    if folder is not None and models:
+        shutil.rmtree(cache.root / f".{key}.spm", ignore_errors=True)
+        task.subword_models = {side: str(folder / f"spm.{side}.model") for side in models}
+        task.decoder = _decoder(config, task.subword_models)
+    task.info["cached"] = False
+    return task
+
+
+def _moses_tokenize(lines, lang, lowercase, processes):
+    return tokenize_lines(lines, lang, lowercase, processes if len(lines) > 20_000 else 1)
+
+
+def _decoder(config: NmtDataConfig, models: dict[str, str]) -> TextDecoder:
+    if config.subwords:
+        return TextDecoder("subwords", config.tgt_lang, models["tgt"])
+    return TextDecoder("moses", config.tgt_lang)
+
+
+def _train_subwords(config: NmtDataConfig, work: Path):
+    """Train one sentencepiece model per side on the (raw, optionally lowercased) training text."""
+    models = {}
+    for side, lang in (("src", config.src_lang), ("tgt", config.tgt_lang)):
+        path = parallel_files(config.train, config.src_lang, config.tgt_lang)[0 if side == "src" else 1]
+        lines = read_lines(path, config.encoding)[:config.train_limit]
+        lines = [line.lower() for line in lines] if config.lowercase else lines
+        models[lang] = SubwordModel.train(lines, work / f"spm.{side}", config.subword_vocab_size, config.subwords)
+
+    def tokenize(lines, lang):
+        return models[lang].encode_lines([line.lower() for line in lines] if config.lowercase else lines)
+    return tokenize
+
+
+def synthetic_nmt_task(num_train: int = 5000, num_dev: int = 200, seed: int = 0, batch_size: int = 32,
+                       eval_batch_size: int = 64) -> NmtTask:
+    """The synthetic translation task (data.synthetic) as an NmtTask; references are space-joined target words."""
+    def corpus(pairs):
+        src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
+        return ParallelCorpus(src, tgt, [" ".join(s) for s in src], [" ".join(t) for t in tgt],
+                              list(range(1, len(pairs) + 1)), total=len(pairs))
+    config = NmtDataConfig(train="<synthetic>", src_lang="src", tgt_lang="tgt", max_len=None,
+                           batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed)
+    return build_nmt_task(corpus(synthetic_parallel(num_train, seed=seed)),
+                          corpus(synthetic_parallel(num_dev, seed=seed + 1_000_003)), config, TextDecoder("join"),
+                          {"train_path": "<synthetic>", "dev_path": "<synthetic>"})
