@@ -1,0 +1,187 @@
+"""Engine throughput benchmark: one interleaved run comparing Hogwild engine workers with the usual alternatives.
+
+Usage: `flock /tmp/hogwild-heavy.lock python bench/bench_engine.py --updates 400 --rounds 3`
+
+Variants (same model, same synthetic batches, same number of total updates, SGD, 1 torch thread per process):
+  plain      a plain PyTorch training loop in this process (torch.optim.SGD)
+  engine1/2  hogwild.train with 1 / 2 CPU workers (SharedOptimizer, feed queue, counters, ...)
+  mnist1/2   the pytorch/examples mnist_hogwild pattern: model.share_memory() plus torch.multiprocessing
+             Processes, each with its own torch.optim.SGD, each training on its own 1/P share of the batches
+They run in rounds (the order rotates each round) and each variant's median is printed, with the target ratios.
+
+Throughput is measured the same way for every variant, inside the loss function: every batch carries its index
+and the loss function stamps time.perf_counter() (a system-wide monotonic clock) into a shared tensor slot of its
+own. updates/s = updates in the middle 80% of stamps / the time they span: start-up (spawning, importing torch,
+mapping batches) and the last stragglers are excluded alike, so the ratios compare steady-state training speed.
+The end-to-end wall time of each run is printed too.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_engine.py` from anywhere
+
+VARIANTS = ("plain", "engine1", "engine2", "mnist1", "mnist2")
+TARGETS = (("engine2", "engine1", 1.9), ("engine1", "plain", 0.97), ("engine2", "mnist2", 1.0))
+
+
+class Tagger(nn.Module):
+    """A small RNN sequence tagger: embedding -> 1-layer LSTM -> linear. (B, T) word ids -> (B, T, n_tags)."""
+
+    def __init__(self, n_words: int, n_tags: int, emb: int, hidden: int):
+        super().__init__()
+        self.embedding = nn.Embedding(n_words, emb)
+        self.lstm = nn.LSTM(emb, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, n_tags)
+
+    def forward(self, words: Tensor) -> Tensor:
+        hidden, _ = self.lstm(self.embedding(words))  # (B, T, H)
+        return self.out(hidden)  # (B, T, n_tags)
+
+
+def synthetic_batches(count: int, batch_size: int, length: int, n_words: int, n_tags: int, seed: int) -> list[dict]:
+    """Random sentences whose tag is a fixed function of the current and previous word (learnable by the LSTM)."""
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for index in range(count):
+        words = torch.randint(4, n_words, (batch_size, length), generator=generator)  # (B, T)
+        tags = (words + torch.roll(words, 1, dims=1)) % n_tags  # (B, T)
+        batches.append({"words": words, "tags": tags, "index": torch.tensor(index)})
+    return batches
+
+
+class StampedLoss:
+    """loss_fn(model, batch) -> (mean token cross-entropy, tokens), stamping the time of each batch's forward."""
+
+    def __init__(self, stamps: Tensor):
+        self.stamps = stamps  # (N,) float64 in shared memory, one slot per batch
+
+    def __call__(self, model: nn.Module, batch: dict) -> tuple[Tensor, int]:
+        self.stamps[int(batch["index"])] = time.perf_counter()
+        logits = model(batch["words"])  # (B, T, n_tags)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch["tags"].flatten())
+        return loss, batch["tags"].numel()
+
+
+def steady_rate(stamps: Tensor) -> float:
+    """Updates/s over the middle 80% of the stamped updates."""
+    times = stamps.sort().values  # (N,)
+    assert bool((times > 0).all()), "some batches were never trained"
+    first, last = int(0.1 * len(times)), int(0.9 * len(times)) - 1
+    return (last - first) / float(times[last] - times[first])
+
+
+def run_plain(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for batch in batches:
+        optimizer.zero_grad()
+        loss, _ = loss_fn(model, batch)
+        loss.backward()
+        optimizer.step()
+
+
+def mnist_hogwild_train(rank: int, model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float) -> None:
+    """pytorch/examples mnist_hogwild/train.py's worker: its own optimizer over the shared parameters."""
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    model.train()
+    for batch in batches:
+        optimizer.zero_grad()
+        loss, _ = loss_fn(model, batch)
+        loss.backward()
+        optimizer.step()
+
+
+def run_mnist_hogwild(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float, processes: int) -> None:
+    model.share_memory()
+    context = mp.get_context("spawn")
+    workers = [context.Process(target=mnist_hogwild_train, args=(rank, model, batches[rank::processes], loss_fn, lr))
+               for rank in range(processes)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+        if worker.exitcode != 0:
+            raise RuntimeError(f"mnist_hogwild worker exited with {worker.exitcode}")
+
+
+def run_engine(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float, workers: int) -> None:
+    import hogwild
+
+    config = hogwild.Config(workers=workers, optimizer="sgd", lr=lr, epochs=1, threads_per_worker=1,
+                            progress=False, tensorboard=False, log_every=10 ** 9)
+    hogwild.train(model, loss_fn, batches, config)
+
+
+def run_variant(variant: str, args: argparse.Namespace, batches: list[dict]) -> tuple[float, float]:
+    """Train a fresh, identically initialised model; return (steady updates/s, end-to-end seconds)."""
+    torch.manual_seed(args.seed)
+    model = Tagger(args.words, args.tags, args.emb, args.hidden)
+    stamps = torch.zeros(len(batches), dtype=torch.float64).share_memory_()
+    loss_fn = StampedLoss(stamps)
+    start = time.perf_counter()
+    if variant == "plain":
+        run_plain(model, batches, loss_fn, args.lr)
+    elif variant.startswith("engine"):
+        run_engine(model, batches, loss_fn, args.lr, int(variant[-1]))
+    else:
+        run_mnist_hogwild(model, batches, loss_fn, args.lr, int(variant[-1]))
+    return steady_rate(stamps), time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--updates", type=int, default=400, help="total updates per run (every variant)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--length", type=int, default=20, help="tokens per sentence")
+    parser.add_argument("--words", type=int, default=2000, help="vocabulary size")
+    parser.add_argument("--tags", type=int, default=20)
+    parser.add_argument("--emb", type=int, default=64)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or args.updates < 20 or args.rounds < 1:
+        parser.error(f"--variants: unknown {unknown}" if unknown else "--updates must be >= 20, --rounds >= 1")
+    torch.set_num_threads(1)
+    batches = synthetic_batches(args.updates, args.batch_size, args.length, args.words, args.tags, args.seed)
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    walls: dict[str, list[float]] = {v: [] for v in variants}
+    for round_ in range(args.rounds):
+        order = variants[round_ % len(variants):] + variants[:round_ % len(variants)]
+        for variant in order:
+            rate, wall = run_variant(variant, args, batches)
+            rates[variant].append(rate)
+            walls[variant].append(wall)
+            print(f"round {round_ + 1} {variant:8s} {rate:8.1f} updates/s  {wall:6.2f} s end-to-end", flush=True)
+    medians = {v: statistics.median(r) for v, r in rates.items()}
+    print(f"\nmedians over {args.rounds} rounds, {args.updates} updates each, torch {torch.__version__}, "
+          f"1 thread per process:")
+    for variant in variants:
+        print(f"  {variant:8s} {medians[variant]:8.1f} updates/s   (end-to-end {statistics.median(walls[variant]):.2f} s)")
+    for top, bottom, target in TARGETS:
+        if top in medians and bottom in medians:
+            ratio = medians[top] / medians[bottom]
+            print(f"  {top}/{bottom} = {ratio:.3f}   target >= {target}   {'met' if ratio >= target else 'MISSED'}")
+    print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
+    return medians
+
+
+if __name__ == "__main__":
+    main()
