@@ -122,8 +122,8 @@ class AttentionNMT(nn.Module):
         embedded = self.dropout(self.tgt_embedding(tgt_in))  # (B, T, E)
         state = encoded.initial_state
         states, contexts = [], []
-        for i in range(tgt_in.shape[1]):
-            state, context = self.step(embedded[:, i], state, encoded)
+        for previous in embedded.unbind(1):  # unbind, not embedded[:, i]: one backward op instead of T slices
+            state, context = self.step(previous, state, encoded)
             states.append(state)
             contexts.append(context)
         return self.logits(torch.stack(states, 1), embedded, torch.stack(contexts, 1))  # (B, T, V)

@@ -1,0 +1,130 @@
+"""Forward+backward time per update of the POS tagger and the NMT model, `small` and `paper` presets, on CPU (and on
+a GPU when one is available and asked for). Batches are seeded random ids with realistic shapes (POS: the paper's one
+sentence of 25 tokens, and 16 sentences; NMT: 64 pairs of 25-30 words), so no corpus is needed. The configurations are
+timed interleaved, round after round, and the median per configuration is reported with its ratio to the first one.
+For NMT, the decoder's step loop share is shown by also timing the encoder alone (forward+backward of a loss on it).
+
+Usage:
+    flock /tmp/hogwild-heavy.lock .venv/bin/python bench/bench_models.py --rounds 5 --paper-rounds 2
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
+
+AFFIX = 10
+POS_VOCAB = dict(n_words=10_000, n_chars=100, n_tags=470)  # about Brown's sizes (8,296 words, 86 chars, 469 tags)
+
+
+def pos_batch(sentences: int, length: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """`sentences` sentences of `length` tokens, words of 2..10 chars, affixes padded as in CONTRACTS.md."""
+    words = torch.randint(1, POS_VOCAB["n_words"], (sentences, length), generator=g)
+    word_lengths = torch.randint(2, AFFIX + 1, (sentences, length), generator=g)
+    chars = torch.randint(4, POS_VOCAB["n_chars"], (sentences, length, AFFIX), generator=g)
+    positions = torch.arange(AFFIX)
+    prefixes = chars.masked_fill(positions >= word_lengths[..., None], 0)  # right-padded
+    suffixes = chars.masked_fill(positions < AFFIX - word_lengths[..., None], 0)  # left-padded
+    tags = torch.randint(0, POS_VOCAB["n_tags"], (sentences, length), generator=g)
+    return {"words": words, "prefixes": prefixes, "suffixes": suffixes, "tags": tags,
+            "lengths": torch.full((sentences,), length)}
+
+
+def nmt_batch(pairs: int, vocab: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """`pairs` pairs with 25..30 source and target words (+ eos, + bos), padded."""
+    src_len = torch.randint(25, 31, (pairs,), generator=g)
+    tgt_len = torch.randint(25, 31, (pairs,), generator=g)
+    src = torch.randint(4, vocab, (pairs, 31), generator=g)
+    tgt = torch.randint(4, vocab, (pairs, 32), generator=g)
+    src = src.masked_fill(torch.arange(31) > src_len[:, None], 0)
+    src[torch.arange(pairs), src_len] = 3
+    tgt = tgt.masked_fill(torch.arange(32) > tgt_len[:, None] + 1, 0)
+    tgt[:, 0] = 2
+    tgt[torch.arange(pairs), tgt_len + 1] = 3
+    return {"src": src, "src_mask": src != 0, "tgt": tgt, "tgt_mask": tgt != 0}
+
+
+def encoder_only_loss(model: AttentionNMT, batch: dict) -> tuple[torch.Tensor, int]:
+    """A loss that touches only the encoder: the cost of everything but the decoder."""
+    encoded = model.encode(batch["src"], batch["src_mask"])
+    return encoded.keys.sum() + encoded.initial_state.sum(), 1
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def time_update(model, loss_fn, batch, device) -> float:
+    """Seconds of one zero_grad + forward + backward."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    model.zero_grad(set_to_none=True)
+    loss, _ = loss_fn(model, batch)
+    loss.backward()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda when a GPU is available")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds for the small presets")
+    p.add_argument("--paper-rounds", type=int, default=2, help="timed rounds for the paper presets (0: skip them)")
+    p.add_argument("--vocab", type=int, default=15_000, help="NMT words per side")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench_models: --device cuda asked for, but torch sees no GPU")
+    g = torch.Generator().manual_seed(0)
+    pos_one, pos_16 = to_device(pos_batch(1, 25, g), device), to_device(pos_batch(16, 25, g), device)
+    nmt_64 = to_device(nmt_batch(64, args.vocab, g), device)
+    cases = []  # (name, model, loss_fn, batch, rounds, tokens per update)
+    for preset in ("small", "paper"):
+        rounds = args.rounds if preset == "small" else args.paper_rounds
+        if rounds == 0:
+            continue
+        torch.manual_seed(0)
+        tagger = POSTagger(pos_preset(preset, **POS_VOCAB)).to(device)
+        nmt = AttentionNMT(nmt_preset(preset, src_words=args.vocab, tgt_words=args.vocab)).to(device)
+        cases += [(f"pos/{preset} B=1x25", tagger, pos_loss, pos_one, rounds),
+                  (f"pos/{preset} B=16x25", tagger, pos_loss, pos_16, rounds),
+                  (f"nmt/{preset} B=64 full", nmt, nmt_loss, nmt_64, rounds),
+                  (f"nmt/{preset} B=64 encoder only", nmt, encoder_only_loss, nmt_64, rounds)]
+    for _, model, loss_fn, batch, _ in cases:  # warm-up (allocator, first-call overheads)
+        time_update(model, loss_fn, batch, device)
+    times: dict[str, list[float]] = {name: [] for name, *_ in cases}
+    for r in range(max(c[4] for c in cases)):
+        for name, model, loss_fn, batch, rounds in cases:
+            if r < rounds:
+                times[name].append(time_update(model, loss_fn, batch, device))
+    print(f"# bench_models: {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, device {device}, "
+          f"threads {torch.get_num_threads()}")
+    print("# command: " + shlex.join(["python", *sys.argv]))
+    base = statistics.median(times[cases[0][0]])
+    print(f"{'configuration':34s} {'ms/update':>10s} {'x first':>8s} {'rounds':>6s}")
+    for name, *_ in cases:
+        median = statistics.median(times[name])
+        print(f"{name:34s} {median * 1e3:10.1f} {median / base:8.2f} {len(times[name]):6d}")
+    for preset in ("small", "paper"):
+        full, enc = times.get(f"nmt/{preset} B=64 full"), times.get(f"nmt/{preset} B=64 encoder only")
+        if full and enc:
+            share = 1 - statistics.median(enc) / statistics.median(full)
+            print(f"# nmt/{preset}: decoder (step loop + readout + softmax) = {share:.0%} of the update")
+
+
+if __name__ == "__main__":
+    main()
