@@ -81,8 +81,9 @@ def detect_format(path: str | os.PathLike, separator: str = "/", encoding: str =
     tokens = [line for line in lines if not line.startswith("#")]
     tabbed = [line.split("\t") for line in tokens if "\t" in line]
     if tabbed and all(len(fields) == 10 for fields in tabbed):
-        if len(tokens) < len(lines) or all(fields[3] in UPOS for fields in tabbed):
-            return "conllu"
+        words = [fields for fields in tabbed if fields[0].isdigit()]
+        if len(tokens) < len(lines) or len(words) < len(tabbed) or all(fields[3] in UPOS for fields in words):
+            return "conllu"  # comments, multiword ranges / empty nodes, or UD tags in column 4
         return "conll"
     if all(separator in tok for line in tokens for tok in line.split()):
         return "slash"
@@ -206,7 +207,7 @@ def _read_columns(path: Path, tag, word_column, tag_column, feats_column, encodi
     for block in _blocks(path, encoding):
         sentence = []
         for number, text in block:
-            if text.startswith("-DOCSTART-") or text.startswith("#"):
+            if text.startswith("-DOCSTART-"):  # CoNLL-2003 document marker ("#" is a word here, not a comment)
                 continue
             fields = text.split("\t") if "\t" in text else text.split()
             if columns is None:

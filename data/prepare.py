@@ -1,0 +1,230 @@
+"""Get corpora into a folder the tasks read: download from official URLs with sha256 checks, or take local files.
+
+Usage:
+    python -m data.prepare europarl --src fr --tgt en --out corpora/europarl-fr-en [--source PATH|URL] [--sha256 HEX]
+    python -m data.prepare ud --treebank UD_German-GSD --out corpora/ud-german-gsd [--source DIR|URL] [--code de_gsd]
+
+Without ``--source`` the official location is used (statmt.org Europarl v7; the UD GitHub repositories); offline, pass
+``--source`` a local folder (e.g. ../shared/corpora/europarl-fr-en) or a ``file://`` URL. Europarl archives are
+unpacked, empty pairs dropped, and the last ``2 * --held-out`` pairs become dev and test. Every output is checked with
+the project's readers; ``manifest.json`` records each file's sha256 and line/sentence count. Bad input prints one
+``error: file:line: ...`` line and exits with status 1, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from tqdm import tqdm
+
+from data.errors import CorpusError
+from data.parallel import read_parallel_lines
+from data.readers import read_tagged
+from data.textio import COMPRESSED_SUFFIXES, strip_compression
+
+EUROPARL_URL = "https://www.statmt.org/europarl/v7/{pair}.tgz"
+UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/{treebank}/master/{code}-ud-{split}.conllu"
+UD_CODES = {"UD_German-GSD": "de_gsd", "UD_German-HDT": "de_hdt", "UD_German-LIT": "de_lit", "UD_German-PUD": "de_pud",
+            "UD_French-GSD": "fr_gsd", "UD_English-EWT": "en_ewt", "UD_English-PUD": "en_pud", "UD_French-PUD": "fr_pud"}
+# sha256 of official files, checked when downloaded. Could not be filled in from this offline machine: pass --sha256,
+# or read the value printed and stored in manifest.json by a first trusted download and add it here.
+KNOWN_SHA256: dict[str, str] = {}
+
+
+class DownloadError(CorpusError):
+    """A download that failed; ``http_status`` is the server's answer (404: no such file), None when unreachable."""
+
+    def __init__(self, message: str, url: str, http_status: int | None = None):
+        super().__init__(message, path=url)
+        self.http_status = http_status
+
+
+def sha256_of(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(url: str, dest: str | Path, sha256: str | None = None, timeout: float = 60.0) -> Path:
+    """Fetch ``url`` (http, https or file) to ``dest`` through ``dest.part``; check ``sha256`` when given (else the
+    known checksum of the URL, if any). A failed download or checksum mismatch raises CorpusError and leaves no file."""
+    dest, expected = Path(dest), sha256 or KNOWN_SHA256.get(url)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(part, "wb") as out:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, disable=None, file=sys.stderr) as bar:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+                    digest.update(block)
+                    bar.update(len(block))
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        part.unlink(missing_ok=True)
+        status = error.code if isinstance(error, urllib.error.HTTPError) else None
+        raise DownloadError(f"download failed ({getattr(error, 'reason', error)}); offline? pass --source with a "
+                            "local path", url, status) from None
+    if expected and digest.hexdigest() != expected.lower():
+        part.unlink(missing_ok=True)
+        raise CorpusError(f"sha256 mismatch: expected {expected.lower()}, got {digest.hexdigest()}", path=url)
+    part.replace(dest)
+    return dest
+
+
+def _is_url(source: str) -> bool:
+    return urllib.parse.urlparse(source).scheme in ("http", "https", "file", "ftp")
+
+
+def _write_manifest(out: Path, corpus: str, source: str, counts: dict[str, int], extra: dict | None = None) -> dict:
+    files = {name: {"sha256": sha256_of(out / name), "count": count} for name, count in sorted(counts.items())}
+    manifest = {"corpus": corpus, "source": source, "files": files, **(extra or {})}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return manifest
+
+
+def prepare_europarl(src: str, tgt: str, out: str | Path, source: str | None = None, sha256: str | None = None,
+                     held_out: int = 3000) -> dict:
+    """Make ``out/{train,dev,test}.{src,tgt}`` (local folder: copied as they are, compressed or not)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    pair = "-".join(sorted((src, tgt), key=lambda lang: lang == "en"))  # statmt names pairs "<xx>-en"
+    source = source or EUROPARL_URL.format(pair=pair)
+    if not _is_url(source) and Path(source).is_dir():
+        counts = {}
+        for split in ("train", "dev", "test"):
+            try:
+                src_lines, _, src_path, tgt_path = read_parallel_lines(Path(source) / split, src, tgt)
+            except CorpusError:
+                if split == "train":
+                    raise
+                continue
+            for path in (src_path, tgt_path):
+                shutil.copyfile(path, out / path.name)
+                counts[path.name] = len(src_lines)
+        return _write_manifest(out, f"europarl-{src}-{tgt}", str(source), counts)
+    archive = Path(source) if not _is_url(source) else download(source, out / "downloads" / Path(
+        urllib.parse.urlparse(source).path).name, sha256)
+    if not _is_url(source) and sha256 and sha256_of(archive) != sha256.lower():
+        raise CorpusError(f"sha256 mismatch: expected {sha256.lower()}, got {sha256_of(archive)}", path=archive)
+    lines = _europarl_from_archive(archive, pair, (src, tgt))
+    pairs = [(s, t) for s, t in zip(lines[src], lines[tgt]) if s.strip() and t.strip()]
+    if len(pairs) <= 2 * held_out:
+        raise CorpusError(f"only {len(pairs)} non-empty pairs: too few for --held-out {held_out} dev + test",
+                          path=archive)
+    cut = len(pairs) - 2 * held_out
+    splits = {"train": pairs[:cut], "dev": pairs[cut:cut + held_out], "test": pairs[cut + held_out:]}
+    counts = {}
+    for split, rows in splits.items():
+        for side, lang in enumerate((src, tgt)):
+            (out / f"{split}.{lang}").write_text("".join(row[side] + "\n" for row in rows), encoding="utf-8")
+            counts[f"{split}.{lang}"] = len(rows)
+    return _write_manifest(out, f"europarl-{src}-{tgt}", source, counts,
+                           {"archive_sha256": sha256_of(archive), "dropped_empty": len(lines[src]) - len(pairs)})
+
+
+def _europarl_from_archive(archive: Path, pair: str, langs: tuple[str, str]) -> dict[str, list[str]]:
+    try:
+        with tarfile.open(archive) as tar:
+            members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+            lines = {}
+            for lang in langs:
+                name = f"europarl-v7.{pair}.{lang}"
+                if name not in members:
+                    raise CorpusError(f"archive has no {name} (members: {sorted(members)[:6]})", path=archive)
+                text = tar.extractfile(members[name]).read()
+                try:
+                    lines[lang] = text.decode("utf-8").split("\n")
+                except UnicodeDecodeError as error:
+                    line = text[:error.start].count(b"\n") + 1
+                    raise CorpusError(f"{name}: undecodable bytes as utf-8", path=archive, line=line) from None
+    except (tarfile.TarError, OSError) as error:
+        raise CorpusError(f"cannot read archive ({error})", path=archive) from None
+    for lang in langs:  # a trailing newline leaves one empty last element
+        if lines[lang] and lines[lang][-1] == "":
+            lines[lang].pop()
+    if len(lines[langs[0]]) != len(lines[langs[1]]):
+        raise CorpusError(f"{len(lines[langs[0]])} {langs[0]} lines but {len(lines[langs[1]])} {langs[1]} lines",
+                          path=archive)
+    return lines
+
+
+def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: str | None = None,
+               sha256: str | None = None) -> dict:
+    """Make ``out/<code>-ud-{train,dev,test}.conllu`` from a local folder or the treebank's GitHub repository
+    (splits the repository lacks, e.g. PUD's train, are skipped; at least one must exist)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    code = code or UD_CODES.get(treebank)
+    counts = {}
+    if source and not _is_url(source):
+        files = sorted(p for p in Path(source).glob("*.conllu*") if strip_compression(p.name).endswith(".conllu"))
+        if not files:
+            raise CorpusError("no .conllu files in folder", path=source)
+        for path in files:
+            shutil.copyfile(path, out / path.name)
+            counts[path.name] = len(read_tagged(out / path.name, format="conllu"))
+    else:
+        if code is None:
+            raise ValueError(f"unknown treebank {treebank!r}: pass --code (e.g. de_gsd), known: {sorted(UD_CODES)}")
+        for split in ("train", "dev", "test"):
+            url = (source.rstrip("/") + f"/{code}-ud-{split}.conllu") if source else \
+                UD_URL.format(treebank=treebank, code=code, split=split)
+            try:
+                path = download(url, out / f"{code}-ud-{split}.conllu", sha256 if split == "test" else None)
+            except DownloadError as error:
+                if error.http_status != 404 and not url.startswith("file:"):
+                    raise
+                print(f"note: {split} not in the treebank ({error})", file=sys.stderr)
+                continue
+            counts[path.name] = len(read_tagged(path, format="conllu"))
+        if not counts:
+            raise CorpusError("no split of the treebank could be fetched", path=source or treebank)
+    return _write_manifest(out, treebank, source or UD_URL.format(treebank=treebank, code=code, split="*"), counts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m data.prepare", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    commands = parser.add_subparsers(dest="corpus", required=True)
+    europarl = commands.add_parser("europarl", help="Europarl v7 parallel text",
+                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    europarl.add_argument("--src", default="fr", help="source language code")
+    europarl.add_argument("--tgt", default="en", help="target language code")
+    europarl.add_argument("--held-out", type=int, default=3000, help="dev and test pairs cut from a downloaded archive")
+    ud = commands.add_parser("ud", help="a Universal Dependencies treebank (CoNLL-U)",
+                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ud.add_argument("--treebank", required=True, help=f"repository name, e.g. UD_German-GSD ({', '.join(UD_CODES)})")
+    ud.add_argument("--code", default=None, help="file prefix such as de_gsd (default: from the treebank name)")
+    for sub in (europarl, ud):
+        sub.add_argument("--out", required=True, help="output folder")
+        sub.add_argument("--source", default=None,
+                         help="local folder/archive or URL (default: the official URL)")
+        sub.add_argument("--sha256", default=None, help="expected sha256 of the downloaded archive (UD: test file)")
+    args = parser.parse_args(argv)
+    try:
+        if args.corpus == "europarl":
+            manifest = prepare_europarl(args.src, args.tgt, args.out, args.source, args.sha256, args.held_out)
+        else:
+            manifest = prepare_ud(args.treebank, args.out, args.source, args.code, args.sha256)
+    except (CorpusError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for name, entry in manifest["files"].items():
+        print(f"{name}\t{entry['count']}\tsha256 {entry['sha256']}")
+    print(f"wrote {Path(args.out) / 'manifest.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
