@@ -1,0 +1,290 @@
+"""Multi-host training over MPI: one rank per host, local Hogwild workers inside each, hosts exchanging parameters.
+
+Usage (launched as `mpiexec -n H python script.py`):
+    result = train_distributed(model, loss_fn, batches, Config(workers=1, max_steps=200),
+                               DistConfig(algorithm="easgd", period=4), evaluate=None)
+
+This is the only module that imports mpi4py, lazily, inside functions: single-host use never needs MPI. The
+algorithms live in hogwild.multihost_agents (training hosts) and hogwild.multihost_server (servers, tester); this
+module owns the MPI transport (non-blocking point-to-point and collectives, heartbeats, abort), the rank roles,
+initial/final model synchronisation, distributed checkpoints and the entry point.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sys
+import time
+from typing import Any, Callable, NoReturn, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from hogwild.multihost_agents import CountingLoss, make_agent
+from hogwild.multihost_checkpoint import DistributedCheckpoint
+from hogwild.multihost_config import SERVER_ALGORITHMS, DistConfig, ranks_with
+from hogwild.multihost_math import FlatParams, partition_bounds
+from hogwild.multihost_server import ParameterServer, Tester
+
+MPI_HINT = "multi-host training needs mpi4py and an MPI library: run  pip install '.[mpi]'  (mpi4py + MPICH wheels)"
+_ALIVE, _GONE = 1, 0
+
+
+def import_mpi():
+    """mpi4py's MPI module (initialises MPI on first use), or a RuntimeError saying how to install it."""
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        raise RuntimeError(f"{MPI_HINT} (import failed: {error})") from None
+    return MPI
+
+
+class _Request:
+    """A non-blocking MPI request with the status it completed with (mpi4py forgets it after Test)."""
+
+    def __init__(self, MPI, request, buffer: Any = None) -> None:
+        self.request, self.status, self.buffer, self.done = request, MPI.Status(), buffer, False
+
+
+class MPITransport:
+    """Non-blocking messaging between ranks, plus heartbeats: any wait that outlives `timeout_seconds`, or a peer
+    silent that long, aborts the whole job (MPI Abort) with a message naming the rank, its role, pid and host."""
+
+    def __init__(self, world, roles: list[str], dist: DistConfig) -> None:
+        self.MPI = import_mpi()
+        self.world, self.roles, self.dist = world, roles, dist
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        self.hosts_comm = world.Split(0 if roles[self.rank] == "worker" else 1, self.rank)  # training hosts only
+        self.heart = world.Dup()  # heartbeats never mix with data messages
+        self.where = world.allgather((os.getpid(), socket.gethostname()))
+        self.peers = [q for q in range(self.size) if q != self.rank]
+        self._sends: list[_Request] = []
+        self._beat_out = np.array([_ALIVE], dtype=np.int64)
+        self._beat_in = {q: np.zeros(1, dtype=np.int64) for q in self.peers}
+        self._beat_recv = {q: self._post_beat(q) for q in self.peers}
+        self._beat_send: dict[int, Any] = {}
+        self._last_seen = {q: time.monotonic() for q in self.peers}
+        self._last_beat = 0.0
+        self._gone: set[int] = set()
+
+    # ---- naming and aborting ---------------------------------------------------------------------------------------
+    def describe(self, rank: int) -> str:
+        pid, host = self.where[rank]
+        return f"rank {rank} ({self.roles[rank]}, pid {pid} on {host})"
+
+    def abort(self, reason: str) -> NoReturn:
+        print(f"hogwild.distributed: {self.describe(self.rank)} aborts the job: {reason}", file=sys.stderr, flush=True)
+        self.world.Abort(1)
+        os._exit(1)  # not reached: Abort ends the process
+
+    # ---- point-to-point and collectives -----------------------------------------------------------------------------
+    def isend(self, buffer: np.ndarray, dest: int, tag: int) -> _Request:
+        request = _Request(self.MPI, self.world.Isend(buffer, dest=dest, tag=tag), buffer)  # buffer kept alive
+        self._sends.append(request)
+        return request
+
+    def irecv(self, buffer: np.ndarray, source: int | None, tag: int) -> _Request:
+        source = self.MPI.ANY_SOURCE if source is None else source
+        return _Request(self.MPI, self.world.Irecv(buffer, source=source, tag=tag), buffer)
+
+    def iallreduce(self, send: np.ndarray, total: np.ndarray) -> _Request:
+        """Sum over the training hosts.  # (N,) -> (N,)"""
+        return _Request(self.MPI, self.hosts_comm.Iallreduce(send, total, op=self.MPI.SUM), (send, total))
+
+    def ibcast(self, buffer: np.ndarray, root: int) -> _Request:
+        return _Request(self.MPI, self.world.Ibcast(buffer, root=root), buffer)
+
+    def test(self, request: _Request) -> bool:
+        if not request.done:
+            request.done = bool(request.request.Test(request.status))
+        return request.done
+
+    def source(self, request: _Request) -> int:
+        return request.status.Get_source()
+
+    def wait(self, requests: Sequence[_Request], what: str) -> None:
+        """Wait for all `requests` while servicing heartbeats; abort after timeout_seconds."""
+        start = time.monotonic()
+        while not all(self.test(r) for r in requests):
+            self.service()
+            if time.monotonic() - start > self.dist.timeout_seconds:
+                self.abort(f"{what} did not finish within {self.dist.timeout_seconds} s")
+            time.sleep(0.001)
+
+    # ---- heartbeats ----------------------------------------------------------------------------------------------
+    def _post_beat(self, peer: int):
+        return self.heart.Irecv(self._beat_in[peer], source=peer, tag=0)
+
+    def service(self) -> None:
+        """Send due heartbeats, take in the peers' ones, and abort when a peer has been silent too long."""
+        now = time.monotonic()
+        if now - self._last_beat >= self.dist.heartbeat_seconds:
+            self._last_beat = now
+            for q in self.peers:
+                previous = self._beat_send.get(q)
+                if previous is None or previous.Test():  # never pile up beats to a peer that does not read them
+                    self._beat_send[q] = self.heart.Isend(self._beat_out, dest=q, tag=0)
+        for q in self.peers:
+            while q not in self._gone and self._beat_recv[q].Test():
+                self._last_seen[q] = now
+                if self._beat_in[q][0] == _GONE:
+                    self._gone.add(q)
+                else:
+                    self._beat_recv[q] = self._post_beat(q)
+        silent = [q for q in self.peers if q not in self._gone and now - self._last_seen[q] > self.dist.timeout_seconds]
+        if silent:
+            names = ", ".join(self.describe(q) for q in silent)
+            self.abort(f"no heartbeat from {names} for more than {self.dist.timeout_seconds} s: dead or hung")
+        self._sends = [r for r in self._sends if not self.test(r)]
+
+    def close(self) -> None:
+        """Say goodbye on the heartbeat channel (peers stop watching us) and release pending requests."""
+        self.wait(self._sends, "delivery of the last messages")
+        gone = np.array([_GONE], dtype=np.int64)
+        for q in self.peers:
+            previous = self._beat_send.get(q)
+            if previous is not None:
+                previous.Wait()
+            self.heart.Isend(gone, dest=q, tag=0).Wait()
+        for q in self.peers:
+            if q not in self._gone:
+                self._beat_recv[q].Cancel()
+                self._beat_recv[q].Wait()
+
+
+@dataclasses.dataclass
+class DistributedResult:
+    """What train_distributed returns on every rank."""
+
+    rank: int
+    role: str  # 'worker' (training host), 'server' or 'tester'
+    algorithm: str
+    hosts: int  # number of training hosts
+    local: Any  # the local engine's TrainResult on training hosts, else None
+    exchanges: int  # exchanges this host made / updates this server applied / evaluations of the tester
+    final_metrics: dict | None  # evaluate(final model), on the first training host and on the tester
+    tester_history: list  # the tester's periodic metrics (tester rank only)
+    wall_seconds: float
+
+
+def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, config, dist: DistConfig,
+                      evaluate: Callable[[nn.Module], dict] | None = None, *,
+                      local_train: Callable | None = None) -> DistributedResult:
+    """Train `model` on every training host with its local Hogwild engine (hogwild.train with `config`), while the
+    hosts exchange parameters by `dist.algorithm`. Every rank must call this with the same arguments; every rank
+    returns with `model` holding the final model (the servers' central model, or the hosts' average).
+
+    batches: the whole data set; with dist.shard_data each training host trains on batches[i::hosts].
+    local_train(model, loss_fn, batches, config, evaluate): the single-host engine (default hogwild.train).
+    """
+    start = time.monotonic()
+    MPI = import_mpi()
+    world = MPI.COMM_WORLD
+    roles = dist.roles(world.Get_size())
+    if dist.algorithm == "eamsgd" and config.optimizer not in ("msgd", "nesterov"):
+        raise ValueError(f"Config.optimizer must be 'msgd' or 'nesterov' for EAMSGD (elastic averaging with momentum), "
+                         f"got {config.optimizer!r}; use algorithm='easgd' for plain SGD")
+    if dist.tester and evaluate is None:
+        raise ValueError("DistConfig.tester=True needs an evaluate(model) function")
+    if config.resume and config.checkpoint_dir is None:
+        raise ValueError("Config.resume in distributed mode needs Config.checkpoint_dir")
+    t = MPITransport(world, roles, dist)
+    try:
+        return _run_rank(t, model, loss_fn, batches, config, dist, evaluate, local_train, start)
+    except BaseException as error:  # noqa: BLE001 - one rank failing must end the job, never leave the others waiting
+        import traceback
+        t.abort(f"{error!r}\n{traceback.format_exc()}")
+
+
+def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, local_train,
+              start: float) -> DistributedResult:
+    roles, rank = t.roles, t.rank
+    role = roles[rank]
+    hosts, servers = ranks_with(roles, "worker"), ranks_with(roles, "server")
+    print(f"hogwild.distributed: {t.describe(rank)} of {len(roles)}, algorithm {dist.algorithm}", flush=True)
+    flat = FlatParams(list(model.parameters()))
+    store = DistributedCheckpoint(config.checkpoint_dir, dist.algorithm, flat.numel, len(servers))
+    if role == "worker" and config.resume:
+        store.restore_host(model, _host_dir(config.checkpoint_dir, hosts.index(rank)))
+    sync_model(t, flat, initial_sources(t, flat, roles, store, config.resume))
+
+    local, exchanges, history = None, 0, []
+    if role == "server":
+        index = servers.index(rank)
+        lo, hi = store.bounds[index]
+        center = flat.snapshot()[lo:hi].copy()  # the (restored) partition, after the initial broadcast
+        save = None if config.checkpoint_dir is None else lambda c, n: store.save_partition(index, c, n)
+        exchanges = ParameterServer(t, dist, roles, center, save).run()
+        flat.add_(center - flat.snapshot()[lo:hi], start=lo)
+    elif role == "tester":
+        history = Tester(t, dist, roles, flat, lambda: evaluate(model)).run()
+        exchanges = len(history)
+    else:
+        local, exchanges = _train_host(t, model, flat, loss_fn, batches, config, dist, roles, evaluate, local_train)
+    finals = [(s, lo, hi) for s, (lo, hi) in zip(servers, store.bounds)] if servers else [(hosts[0], 0, flat.numel)]
+    sync_model(t, flat, finals)
+    if role == "worker" and config.checkpoint_dir is not None:
+        store.finish_host(model, _host_dir(config.checkpoint_dir, hosts.index(rank)), write_model=rank == hosts[0])
+    t.close()
+    final = None
+    if evaluate is not None and (role == "tester" or (rank == hosts[0] and not dist.tester)):
+        final = evaluate(model)
+        if role == "tester":
+            history.append({"seconds": round(time.monotonic() - start, 3), "final": 1.0, **final})
+    return DistributedResult(rank, role, dist.algorithm, len(hosts), local, exchanges, final, history,
+                             time.monotonic() - start)
+
+
+def _host_dir(checkpoint_dir: str, index: int) -> str:
+    return os.path.join(checkpoint_dir, f"host{index}")
+
+
+def _train_host(t: MPITransport, model, flat, loss_fn, batches, config, dist, roles, evaluate, local_train):
+    """Run the local engine on this host's shard with the communication agent beside it."""
+    hosts = ranks_with(roles, "worker")
+    index = hosts.index(t.rank)
+    changes: dict[str, Any] = {"seed": config.seed + index, "progress": config.progress and index == 0}
+    if config.checkpoint_dir is not None:
+        changes["checkpoint_dir"] = _host_dir(config.checkpoint_dir, index)
+    host_config = dataclasses.replace(config, **changes)
+    shard = list(batches)[index::len(hosts)] if dist.shard_data else batches
+    if not shard:
+        t.abort(f"training host {index} got no batches: {len(batches)} batches for {len(hosts)} hosts")
+    model.share_memory_()
+    counting = CountingLoss(loss_fn)
+    agent = make_agent(t, flat, dist, roles, steps=counting.count)
+    agent.start()
+    if local_train is None:
+        from hogwild import train as local_train
+    try:
+        local = local_train(model, counting, shard, host_config, evaluate if index == 0 and not dist.tester else None)
+    except BaseException as error:  # noqa: BLE001 - a failed host must end the job, not leave the others waiting
+        import traceback
+        t.abort(f"local training failed: {error!r}\n{traceback.format_exc()}")
+    agent.finish()
+    return local, agent.exchanges
+
+
+def initial_sources(t, flat, roles, store, resume: bool) -> list[tuple[int, int, int]]:
+    """Which rank broadcasts which [lo, hi) slice of the starting model: rank 0 for a fresh run (all ranks then start
+    from identical parameters); on resume the servers (their saved partitions) or the first host (its saved model)."""
+    servers, hosts = ranks_with(roles, "server"), ranks_with(roles, "worker")
+    if not resume:
+        return [(0, 0, flat.numel)]
+    if servers:
+        if t.rank in servers:
+            index = servers.index(t.rank)
+            lo, _ = store.bounds[index]
+            flat.add_(store.load_partition(index) - flat.snapshot()[slice(*store.bounds[index])], start=lo)
+        return [(s, lo, hi) for s, (lo, hi) in zip(servers, store.bounds)]
+    return [(hosts[0], 0, flat.numel)]
+
+
+def sync_model(t: MPITransport, flat: FlatParams, sources: list[tuple[int, int, int]]) -> None:
+    """Every rank ends with params[lo:hi] = those of rank `root`, for every (root, lo, hi) in sources."""
+    values = flat.snapshot()
+    requests = [t.ibcast(values[lo:hi], root) for root, lo, hi in sources]
+    t.wait(requests, f"model broadcast from rank(s) {[s[0] for s in sources]}")
+    flat.assign_(values)

@@ -1,0 +1,334 @@
+"""The per-host communication agent: a thread beside the local Hogwild workers that exchanges parameters with other
+hosts (allreduce, AD-PSGD ring, EASGD/EAMSGD elastic averaging, DOWNPOUR push/fetch) while the workers keep training.
+
+Usage: `agent = make_agent(transport, FlatParams(params), dist, roles, steps=lambda: counter); agent.start(); ...;
+agent.finish()` (hogwild.distributed.train_distributed does this around the local engine).
+
+The agent never blocks: every exchange is a set of non-blocking requests polled in one event loop that also services
+heartbeats (`transport.service()`), so a dead or hung peer is noticed while waiting. All MPI goes through `transport`
+(hogwild.distributed.MPITransport); this module never imports mpi4py.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from typing import Callable
+
+import numpy as np
+import torch
+
+from hogwild.multihost_config import DistConfig, ranks_with
+from hogwild.multihost_math import (DownpourTracker, FlatParams, elastic_difference, pair_average_delta,
+                                    partition_bounds, ring_pairing)
+
+# message tags and kinds (the kind travels in element 0 of a float32 message)
+TAG_SERVER, TAG_REPLY, TAG_MIX, TAG_MIX_REPLY, TAG_TESTER, TAG_TESTER_REPLY, TAG_STOP = range(10, 17)
+PUSH, FETCH, ELASTIC, BYE, MIX = 1.0, 2.0, 3.0, 4.0, 5.0
+POLL_SECONDS = 0.002
+
+
+def message(kind: float, payload: np.ndarray | None = None) -> np.ndarray:
+    """A float32 message [kind, payload...].  # (1 + n,)"""
+    head = np.array([kind], dtype=np.float32)
+    return head if payload is None else np.concatenate([head, payload.astype(np.float32)])
+
+
+class CountingLoss:
+    """Wraps loss_fn to count local updates in shared memory, so the agent knows when an exchange is due.
+
+    Each worker process bumps its own slot (chosen by pid), so no two processes write the same counter; the host's
+    count is the sum. Picklable: the slots travel to spawned workers as a shared-memory handle.
+    """
+
+    SLOTS = 64
+
+    def __init__(self, loss_fn: Callable) -> None:
+        self.loss_fn = loss_fn
+        self.slots = torch.zeros(self.SLOTS, dtype=torch.int64).share_memory_()  # (SLOTS,)
+
+    def __call__(self, model, batch):
+        result = self.loss_fn(model, batch)
+        self.slots[os.getpid() % self.SLOTS] += 1
+        return result
+
+    def count(self) -> int:
+        return int(self.slots.sum())
+
+
+class _Exchange:
+    """One exchange in flight: its requests, what to do when they complete, and a name for error messages."""
+
+    def __init__(self, what: str, requests: list, complete: Callable[[], None] | None = None) -> None:
+        self.what, self.requests, self.complete, self.started = what, requests, complete, time.monotonic()
+
+
+class HostAgent:
+    """Base agent: the event loop, tester service and bookkeeping shared by all algorithms."""
+
+    def __init__(self, transport, flat: FlatParams, dist: DistConfig, roles: list[str],
+                 steps: Callable[[], int]) -> None:
+        self.t, self.flat, self.dist, self.roles, self.steps = transport, flat, dist, roles, steps
+        self.hosts = ranks_with(roles, "worker")
+        self.servers = ranks_with(roles, "server")
+        self.tester = (ranks_with(roles, "tester") or [None])[0]
+        self.index = self.hosts.index(transport.rank)
+        self.local_done = threading.Event()  # set by the caller when the local engine has returned
+        self.exchanges = 0
+        self.next_step = dist.period
+        self._pending: _Exchange | None = None
+        self._thread = threading.Thread(target=self._main, name=f"hogwild-agent-{transport.rank}", daemon=True)
+        # the first host answers the tester's requests for the latest averaged model (no servers to ask)
+        self._serve_tester = self.tester is not None and not self.servers and self.index == 0
+        self._tester_buf = np.zeros(1, dtype=np.float32)
+        self._tester_req = None
+        self._tester_gone = self.tester is None or bool(self.servers) or self.index != 0
+
+    # ---- lifecycle -----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def finish(self) -> None:
+        """Mark local training done and wait for the agent's closing protocol (bounded by the transport timeout)."""
+        self.local_done.set()
+        while self._thread.is_alive():
+            self._thread.join(0.1)
+
+    def _main(self) -> None:
+        try:
+            if self._serve_tester:
+                self._tester_req = self.t.irecv(self._tester_buf, self.tester, TAG_TESTER)
+            while True:
+                self.t.service()
+                self._service_tester()
+                if self._pending is not None:
+                    if all(self.t.test(r) for r in self._pending.requests):
+                        pending, self._pending = self._pending, None
+                        if pending.complete is not None:
+                            pending.complete()
+                    elif time.monotonic() - self._pending.started > self.dist.timeout_seconds:
+                        self.t.abort(f"{self._pending.what} did not finish within {self.dist.timeout_seconds} s")
+                elif self.tick(self.local_done.is_set()) and self._tester_gone:
+                    return
+                time.sleep(POLL_SECONDS)
+        except BaseException:  # noqa: BLE001 - any failure in the agent must end the whole job, not hang it
+            self.t.abort(f"communication agent failed:\n{traceback.format_exc()}")
+
+    def _service_tester(self) -> None:
+        if self._tester_req is None or not self.t.test(self._tester_req):
+            return
+        if self._tester_buf[0] == BYE:
+            self._tester_req, self._tester_gone = None, True
+            return
+        self.t.isend(self.flat.snapshot(), self.tester, TAG_TESTER_REPLY)
+        self._tester_req = self.t.irecv(self._tester_buf, self.tester, TAG_TESTER)
+
+    def stop_tester(self) -> None:
+        """Tell the tester that training is over (sent once, by the rank that serves it or by the first server)."""
+        if self.tester is not None and self.index == 0 and not self.servers:
+            self.t.isend(message(BYE), self.tester, TAG_STOP)
+
+    def tick(self, local_done: bool) -> bool:
+        """Start the next exchange when due (set self._pending); return True once the closing protocol is over."""
+        raise NotImplementedError
+
+    def due(self) -> bool:
+        if self.steps() < self.next_step:
+            return False
+        self.next_step = (self.steps() // self.dist.period + 1) * self.dist.period
+        return True
+
+
+class AllreduceAgent(HostAgent):
+    """Synchronous averaging of all hosts every `period` local updates (hierarchical: Hogwild inside each host).
+
+    Each round carries a "finished" flag; a host whose engine has returned joins every round at once, and the round in
+    which every host is finished is the last one: its average, taken over frozen parameters, is the final model.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._over = False
+
+    def tick(self, local_done: bool) -> bool:
+        if self._over:
+            return True
+        if not (local_done or self.due()):
+            return False
+        snap = self.flat.snapshot()
+        send = np.concatenate([snap, np.array([1.0 if local_done else 0.0], dtype=np.float32)])
+        total = np.empty_like(send)
+        request = self.t.iallreduce(send, total)
+
+        def complete() -> None:
+            n = len(self.hosts)
+            self.flat.add_(total[:-1] / np.float32(n) - snap)
+            self.exchanges += 1
+            if int(round(float(total[-1]))) == n:
+                self._over = True
+                self.stop_tester()
+
+        self._pending = _Exchange(f"allreduce round {self.exchanges + 1}", [request], complete)
+        return False
+
+
+class RingAgent(HostAgent):
+    """AD-PSGD: active hosts average (0.5/0.5) with one passive ring neighbour at a time, alternating neighbours."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.active, self.neighbours = ring_pairing(self.index, len(self.hosts))
+        self.neighbours = [self.hosts[i] for i in self.neighbours]
+        self._turn = 0
+        self._inbox = np.zeros(self.flat.numel + 1, dtype=np.float32)
+        self._inbox_req = None if self.active or not self.neighbours else self.t.irecv(self._inbox, None, TAG_MIX)
+        self._byes: set[int] = set()
+        self._phase = "train"  # train -> average (final allreduce over hosts) -> over
+
+    def tick(self, local_done: bool) -> bool:
+        if self._phase == "over":
+            return True
+        if self._inbox_req is not None and self.t.test(self._inbox_req):
+            self._answer(self.t.source(self._inbox_req))
+        if self._phase == "train":
+            if not local_done:
+                if self.active and self.neighbours and self.due():
+                    self._mix(self.neighbours[self._turn % len(self.neighbours)])
+                return False
+            if self.active:
+                for q in self.neighbours:
+                    self.t.isend(message(BYE), q, TAG_MIX)
+            elif len(self._byes) < len(self.neighbours):
+                return False  # keep answering until every active neighbour has finished
+            self._phase = "average"
+            self._final_average()
+        return False
+
+    def _mix(self, peer: int) -> None:
+        snap = self.flat.snapshot()
+        reply = np.empty(self.flat.numel, dtype=np.float32)
+        requests = [self.t.isend(message(MIX, snap), peer, TAG_MIX), self.t.irecv(reply, peer, TAG_MIX_REPLY)]
+
+        def complete() -> None:
+            self.flat.add_(pair_average_delta(snap, reply))
+            self.exchanges += 1
+            self._turn += 1
+
+        self._pending = _Exchange(f"AD-PSGD mixing with rank {peer}", requests, complete)
+
+    def _answer(self, source: int) -> None:
+        if self._inbox[0] == BYE:
+            self._byes.add(source)
+        else:
+            own = self.flat.snapshot()
+            self.t.isend(own, source, TAG_MIX_REPLY)
+            self.flat.add_(pair_average_delta(own, self._inbox[1:]))
+            self.exchanges += 1
+        done = len(self._byes) == len(self.neighbours)
+        self._inbox_req = None if done else self.t.irecv(self._inbox, None, TAG_MIX)
+
+    def _final_average(self) -> None:
+        snap = self.flat.snapshot()
+        total = np.empty_like(snap)
+
+        def complete() -> None:
+            self.flat.add_(total / np.float32(len(self.hosts)) - snap)
+            self._phase = "over"
+            self.stop_tester()
+
+        self._pending = _Exchange("final AD-PSGD averaging", [self.t.iallreduce(snap, total)], complete)
+
+
+class ServerClientAgent(HostAgent):
+    """Shared part of the algorithms with a central model partitioned over parameter servers."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.bounds = partition_bounds(self.flat.numel, len(self.servers))
+        self._closed = False
+
+    def _to_servers(self, kind: float, values: np.ndarray | None, reply: bool) -> tuple[list, np.ndarray]:
+        """Send [kind, values[part]] to every server; with reply=True also receive every server's partition."""
+        received = np.empty(self.flat.numel, dtype=np.float32)
+        requests = []
+        for server, (lo, hi) in zip(self.servers, self.bounds):
+            requests.append(self.t.isend(message(kind, None if values is None else values[lo:hi]), server, TAG_SERVER))
+            if reply:
+                requests.append(self.t.irecv(received[lo:hi], server, TAG_REPLY))
+        return requests, received
+
+    def _close(self) -> bool:
+        if not self._closed:
+            self._closed = True
+            self._pending = _Exchange("goodbye to the servers", self._to_servers(BYE, None, reply=False)[0])
+            return False
+        return True
+
+
+class ElasticAgent(ServerClientAgent):
+    """EASGD / EAMSGD (asynchronous, Zhang et al. 2015): every tau local updates, x -= alpha (x - center) on the host
+    and center += alpha (x - center) on the servers (EAMSGD: the same exchange; the local optimizer uses momentum)."""
+
+    def tick(self, local_done: bool) -> bool:
+        if local_done:
+            return self._close()
+        if self.due():
+            snap = self.flat.snapshot()
+            requests, center = self._to_servers(ELASTIC, snap, reply=True)
+
+            def complete() -> None:
+                self.flat.add_(-elastic_difference(snap, center, self.dist.alpha))
+                self.exchanges += 1
+
+            self._pending = _Exchange("elastic exchange with the servers", requests, complete)
+        return False
+
+
+class DownpourAgent(ServerClientAgent):
+    """DOWNPOUR: push the accumulated local update every n_push local updates, fetch the central model every n_fetch."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.tracker = DownpourTracker(self.flat.snapshot())
+        self.next_push, self.next_fetch = self.dist.n_push, self.dist.n_fetch
+        self._pushed_final = False
+
+    def tick(self, local_done: bool) -> bool:
+        step = self.steps()
+        if local_done and not self._pushed_final:
+            self._pushed_final = True
+            self._push()
+            return False
+        if local_done:
+            return self._close()
+        push, fetch = step >= self.next_push, step >= self.next_fetch
+        if push:
+            self.next_push = (step // self.dist.n_push + 1) * self.dist.n_push
+            self._push()
+        elif fetch:  # a due fetch waits for the push of the same step to be on its way (same-pair order is kept)
+            self.next_fetch = (step // self.dist.n_fetch + 1) * self.dist.n_fetch
+            requests, central = self._to_servers(FETCH, None, reply=True)
+
+            def complete() -> None:
+                self.flat.add_(self.tracker.fetch(central, self.flat.snapshot()))
+                self.exchanges += 1
+
+            self._pending = _Exchange("DOWNPOUR fetch from the servers", requests, complete)
+        return False
+
+    def _push(self) -> None:
+        requests, _ = self._to_servers(PUSH, self.tracker.push(self.flat.snapshot()), reply=False)
+        self._pending = _Exchange("DOWNPOUR push to the servers", requests, self._count)
+
+    def _count(self) -> None:
+        self.exchanges += 1
+
+
+AGENTS = {"allreduce": AllreduceAgent, "adpsgd": RingAgent, "easgd": ElasticAgent, "eamsgd": ElasticAgent,
+          "downpour": DownpourAgent}
+
+
+def make_agent(transport, flat: FlatParams, dist: DistConfig, roles: list[str], steps: Callable[[], int]) -> HostAgent:
+    """The communication agent for `dist.algorithm` on this training host."""
+    return AGENTS[dist.algorithm](transport, flat, dist, roles, steps)

@@ -1,0 +1,139 @@
+"""The ranks that do not train: DOWNPOUR/EASGD parameter servers (each holds one partition of the central model) and
+the optional tester (periodically evaluates the latest central or averaged model).
+
+Usage: `ParameterServer(transport, dist, roles, center_part, save).run()`; `Tester(transport, dist, roles, flat,
+evaluate).run()` -> history (hogwild.distributed.train_distributed picks the role from the rank).
+
+Like the agents, both are non-blocking event loops over `transport` that keep servicing heartbeats; no mpi4py here.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+
+from hogwild.multihost_agents import (BYE, ELASTIC, FETCH, POLL_SECONDS, PUSH, TAG_REPLY, TAG_SERVER, TAG_STOP,
+                                      TAG_TESTER, TAG_TESTER_REPLY, message)
+from hogwild.multihost_config import DistConfig, ranks_with
+from hogwild.multihost_math import FlatParams, elastic_difference, partition_bounds
+
+
+class ParameterServer:
+    """Holds `center` (this server's partition of the central model) and applies what the hosts send.
+
+    PUSH [delta] -> center += delta (DOWNPOUR); FETCH -> reply center; ELASTIC [x] -> reply the old center, then
+    center += alpha (x - center) (EASGD/EAMSGD); BYE -> that rank is finished. The loop ends when every training host
+    (and the tester) said goodbye.
+    """
+
+    def __init__(self, transport, dist: DistConfig, roles: list[str], center: np.ndarray,
+                 save: Callable[[np.ndarray, int], None] | None = None) -> None:
+        self.t, self.dist, self.center, self.save = transport, dist, center, save
+        self.hosts = ranks_with(roles, "worker")
+        self.tester = (ranks_with(roles, "tester") or [None])[0]
+        self.first_server = ranks_with(roles, "server")[0] == transport.rank
+        self.updates = 0  # PUSH and ELASTIC messages applied
+
+    def run(self) -> int:
+        inbox = np.zeros(self.center.size + 1, dtype=np.float32)
+        open_hosts = set(self.hosts)
+        tester_open = self.tester is not None
+        request = self.t.irecv(inbox, None, TAG_SERVER)
+        while open_hosts or tester_open:
+            self.t.service()
+            if not self.t.test(request):
+                time.sleep(POLL_SECONDS)
+                continue
+            source, kind = self.t.source(request), float(inbox[0])
+            if kind == PUSH:
+                self.center += inbox[1:]
+                self._updated()
+            elif kind == FETCH:
+                self.t.isend(self.center.copy(), source, TAG_REPLY)
+            elif kind == ELASTIC:
+                old = self.center.copy()
+                self.t.isend(old, source, TAG_REPLY)
+                self.center += elastic_difference(inbox[1:], old, self.dist.alpha)
+                self._updated()
+            elif kind == BYE:
+                if source == self.tester:
+                    tester_open = False
+                else:
+                    open_hosts.discard(source)
+                    if not open_hosts and tester_open and self.first_server:
+                        self.t.isend(message(BYE), self.tester, TAG_STOP)
+            else:
+                self.t.abort(f"parameter server got an unknown message kind {kind} from rank {source}")
+            if open_hosts or tester_open:
+                request = self.t.irecv(inbox, None, TAG_SERVER)
+        if self.save is not None:
+            self.save(self.center, self.updates)
+        return self.updates
+
+    def _updated(self) -> None:
+        self.updates += 1
+        every = self.dist.checkpoint_every
+        if self.save is not None and every and self.updates % every == 0:
+            self.save(self.center, self.updates)
+
+
+class Tester:
+    """Every tester_every_seconds: fetch the latest central model (from the servers) or averaged model (from the first
+    training host), evaluate it in a helper thread while heartbeats keep flowing, and record the metrics."""
+
+    def __init__(self, transport, dist: DistConfig, roles: list[str], flat: FlatParams,
+                 evaluate: Callable[[], dict]) -> None:
+        self.t, self.dist, self.flat, self.evaluate = transport, dist, flat, evaluate
+        self.servers = ranks_with(roles, "server")
+        self.first_host = ranks_with(roles, "worker")[0]
+        self.sources = self.servers or [self.first_host]
+        self.history: list[dict] = []
+        self._start = time.monotonic()
+
+    def run(self) -> list[dict]:
+        stop = self.t.irecv(np.zeros(1, dtype=np.float32), self.sources[0], TAG_STOP)
+        next_test = time.monotonic() + self.dist.tester_every_seconds
+        while not self.t.test(stop):
+            self.t.service()
+            if time.monotonic() >= next_test:
+                self.flat.assign_(self.fetch())
+                self.record(self.run_evaluation())
+                next_test = time.monotonic() + self.dist.tester_every_seconds
+            time.sleep(POLL_SECONDS * 5)
+        for rank in self.sources:
+            tag = TAG_SERVER if self.servers else TAG_TESTER
+            self.t.wait([self.t.isend(message(BYE), rank, tag)], f"goodbye from the tester to rank {rank}")
+        return self.history
+
+    def fetch(self) -> np.ndarray:
+        """The latest model, assembled from every server's partition or taken from the first host.  # (N,)"""
+        model = np.empty(self.flat.numel, dtype=np.float32)
+        requests = []
+        if self.servers:
+            for server, (lo, hi) in zip(self.servers, partition_bounds(self.flat.numel, len(self.servers))):
+                requests += [self.t.isend(message(FETCH), server, TAG_SERVER),
+                             self.t.irecv(model[lo:hi], server, TAG_REPLY)]
+        else:
+            requests += [self.t.isend(message(FETCH), self.first_host, TAG_TESTER),
+                         self.t.irecv(model, self.first_host, TAG_TESTER_REPLY)]
+        self.t.wait(requests, f"tester fetch from rank(s) {self.sources}")
+        return model
+
+    def run_evaluation(self) -> dict:
+        """evaluate() in a helper thread so that this rank keeps answering heartbeats during a long evaluation."""
+        box: dict = {}
+        thread = threading.Thread(target=lambda: box.update(metrics=self.evaluate()), daemon=True)
+        thread.start()
+        while thread.is_alive():
+            self.t.service()
+            thread.join(0.05)
+        if "metrics" not in box:
+            self.t.abort("the tester's evaluate() raised (its traceback is printed above)")
+        return box["metrics"]
+
+    def record(self, metrics: dict) -> None:
+        entry = {"seconds": round(time.monotonic() - self._start, 3), **{k: float(v) for k, v in metrics.items()}}
+        self.history.append(entry)
+        print(f"hogwild.distributed tester: {entry}", flush=True)
