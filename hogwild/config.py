@@ -1,0 +1,174 @@
+"""Training configuration: one typed, validated dataclass shared by every part of the engine.
+
+Usage: `config = Config(workers=2, optimizer="sgd", lr=0.1, epochs=2, checkpoint_dir="runs/pos")`
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("hogwild", "sync", "single")
+DATA_ASSIGNMENTS = ("queue", "partition")
+BEST_MODES = ("max", "min")
+LR_SCHEDULES = ("constant", "linear_decay", "warmup_scaled")
+OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adadelta", "rmsprop", "adam", "adamax")
+# 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
+_DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
+
+
+def _fail(name: str, message: str) -> None:
+    raise ValueError(f"Config.{name}: {message}")
+
+
+def _positive(name: str, value: float | int | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(name, f"must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        _fail(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def _integer(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        _fail(name, f"must be an integer, got {value!r}")
+
+
+@dataclass
+class Config:
+    """How to train. Every field has a default; invalid values raise ValueError naming the field."""
+
+    # --- workers ---
+    devices: list[str] | None = None  # one entry per worker: 'cpu', 'cpu-replica', 'cuda:0', ...; None -> workers x 'cpu'
+    workers: int = 1  # shorthand for devices=['cpu'] * workers (ignored when devices is given)
+    mode: str = "hogwild"  # 'hogwild' (lock-free async), 'sync' (averaged gradients every step), 'single' (1 worker)
+    threads_per_worker: int = 1  # torch intra-op threads in every worker process
+
+    # --- optimizer and learning rate ---
+    optimizer: str = "sgd"  # one of OPTIMIZERS (shared optimizer state, updated lock-free)
+    lr: float = 0.01
+    optimizer_args: dict[str, Any] = field(default_factory=dict)  # torch.optim kwargs: momentum, betas, eps, ...
+    lr_schedule: str = "constant"  # 'constant' | 'linear_decay' | 'warmup_scaled'
+    decay_per_epoch: float = 0.0  # linear_decay: lr - decay_per_epoch * epoch
+    warmup_steps: int = 0  # warmup_scaled: linear warm-up from lr to lr * workers over these updates
+    min_lr: float = 0.0  # floor of every schedule
+    clip_norm: float | None = None  # clip each update's gradient to this global L2 norm
+
+    # --- when to stop (the first one reached wins; none given -> 1 epoch) ---
+    max_steps: int | None = None  # total shared updates across all workers
+    epochs: int | None = None  # passes over the batches
+    time_limit: float | None = None  # wall-clock seconds of training
+
+    # --- evaluation, best model, early stopping ---
+    eval_every: int | None = None  # evaluate a snapshot every this many shared updates
+    eval_every_seconds: float | None = None  # ... and/or every this many seconds
+    eval_device: str = "cpu"  # where the evaluation snapshot lives (parent process)
+    best_metric: str | None = None  # key of evaluate()'s dict deciding the best checkpoint; None -> first key
+    best_mode: str = "max"  # 'max' (accuracy, BLEU) or 'min' (loss, perplexity)
+    patience: int | None = None  # stop after this many evaluations without improvement
+
+    # --- run directory, checkpoints, logging ---
+    checkpoint_dir: str | None = None  # the run directory: config.json, metrics.jsonl, last.pt, best.pt
+    checkpoint_every: int | None = None  # write last.pt every this many shared updates (also always at the end)
+    resume: bool = False  # continue from checkpoint_dir/last.pt when it exists
+    log_every: int = 100  # write a metrics record every this many shared updates
+    progress: bool = True  # tqdm progress bar in the parent
+    tensorboard: bool = True  # TensorBoard events in the run directory when tensorboard is installed
+
+    # --- data ---
+    seed: int = 0  # batch order, per-batch RNG (dropout) and initial RNG states derive from it
+    shuffle: bool = True  # seeded shuffle of the batch order every epoch
+    queue_depth: int = 16  # bounded queue between the batch producer and the workers
+    data_assignment: str = "queue"  # 'queue': workers share one queue; 'partition': each worker has a fixed shard
+
+    # --- failure handling ---
+    check_shm: bool = True  # before spawning, check /dev/shm can hold parameters and optimizer state
+    join_timeout: float = 10.0  # seconds to wait for workers to finish their step when stopping
+
+    def __post_init__(self) -> None:
+        _integer("workers", self.workers)
+        if self.workers < 1:
+            _fail("workers", f"must be >= 1, got {self.workers}")
+        if self.devices is not None:
+            if isinstance(self.devices, str) or not isinstance(self.devices, (list, tuple)) or not self.devices:
+                _fail("devices", f"must be a non-empty list like ['cpu', 'cpu'], got {self.devices!r}")
+            for device in self.devices:
+                if not isinstance(device, str) or not _DEVICE.match(device):
+                    _fail("devices", f"unknown device {device!r} (use 'cpu', 'cpu-replica' or 'cuda:N')")
+            if self.workers not in (1, len(self.devices)):
+                _fail("workers", f"is {self.workers} but devices lists {len(self.devices)} workers; give one of them")
+            self.devices = list(self.devices)
+            self.workers = len(self.devices)
+        else:
+            self.devices = ["cpu"] * self.workers
+        if self.mode not in MODES:
+            _fail("mode", f"must be one of {MODES}, got {self.mode!r}")
+        if self.mode == "single":
+            self.devices, self.workers = self.devices[:1], 1
+        _integer("threads_per_worker", self.threads_per_worker)
+        _positive("threads_per_worker", self.threads_per_worker)
+        if self.optimizer not in OPTIMIZERS:
+            _fail("optimizer", f"must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        _positive("lr", self.lr)
+        if not isinstance(self.optimizer_args, dict) or not all(isinstance(k, str) for k in self.optimizer_args):
+            _fail("optimizer_args", f"must be a dict of torch.optim keyword arguments, got {self.optimizer_args!r}")
+        if "lr" in self.optimizer_args:
+            _fail("optimizer_args", "must not contain 'lr' (use Config.lr)")
+        from .shared_optim import SharedOptimizer  # its own checks of names and values (betas, momentum, ...)
+
+        try:
+            SharedOptimizer.state_nbytes([], self.optimizer, **self.optimizer_args)
+        except (ValueError, TypeError) as error:
+            _fail("optimizer_args", str(error))
+        if self.lr_schedule not in LR_SCHEDULES:
+            _fail("lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        _positive("decay_per_epoch", self.decay_per_epoch, allow_zero=True)
+        _integer("warmup_steps", self.warmup_steps)
+        _positive("warmup_steps", self.warmup_steps, allow_zero=True)
+        _positive("min_lr", self.min_lr, allow_zero=True)
+        _positive("clip_norm", self.clip_norm)
+        for name in ("max_steps", "epochs", "eval_every", "checkpoint_every", "log_every", "patience", "queue_depth"):
+            _integer(name, getattr(self, name))
+            _positive(name, getattr(self, name))
+        _integer("seed", self.seed)
+        _positive("time_limit", self.time_limit)
+        _positive("eval_every_seconds", self.eval_every_seconds)
+        _positive("join_timeout", self.join_timeout)
+        if self.max_steps is None and self.epochs is None and self.time_limit is None:
+            self.epochs = 1
+        if not isinstance(self.eval_device, str) or not _DEVICE.match(self.eval_device):
+            _fail("eval_device", f"unknown device {self.eval_device!r}")
+        if self.best_mode not in BEST_MODES:
+            _fail("best_mode", f"must be 'max' or 'min', got {self.best_mode!r}")
+        if self.best_metric is not None and not isinstance(self.best_metric, str):
+            _fail("best_metric", f"must be a metric name, got {self.best_metric!r}")
+        if self.data_assignment not in DATA_ASSIGNMENTS:
+            _fail("data_assignment", f"must be one of {DATA_ASSIGNMENTS}, got {self.data_assignment!r}")
+        if self.mode == "sync" and self.data_assignment != "queue":
+            _fail("data_assignment", "mode='sync' deals batches in lockstep; use data_assignment='queue'")
+        if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, str):
+            self.checkpoint_dir = str(self.checkpoint_dir)  # accept pathlib.Path
+        for name in ("checkpoint_every", "resume"):
+            if getattr(self, name) and self.checkpoint_dir is None:
+                _fail(name, "needs checkpoint_dir (the run directory)")
+        for name in ("resume", "progress", "tensorboard", "shuffle", "check_shm"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, f"must be True or False, got {getattr(self, name)!r}")
+        if "cuda" in " ".join(self.devices) and self.mode == "sync" and "cpu" in " ".join(self.devices):
+            _fail("devices", "mode='sync' needs all-CPU or all-GPU devices (one torch.distributed backend)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (for config.json and checkpoints)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Config":
+        """Inverse of to_dict; unknown keys are rejected naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"Config: unknown field(s) {unknown}")
+        return cls(**values)

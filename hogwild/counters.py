@@ -1,0 +1,107 @@
+"""Lock-free progress counters in shared memory: one row per worker, written only by that worker.
+
+The global update count is the sum of the per-worker counts, so no two processes ever write the same
+slot and no lock is needed. The parent (and a communication agent) only read.
+
+Usage: `counters = SharedCounters(workers=2); view = counters.worker_view(0); view.updates += 1`
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+STALENESS_BINS = 65  # bins 0..63 count exactly; the last bin counts staleness >= 64
+
+# Columns of SharedCounters.ints.
+UPDATES = 0  # shared updates this worker applied
+SKIPPED = 1  # updates skipped because the gradient was not finite
+EXAMPLES = 2  # examples (or tokens, when loss_fn returns a count) trained on
+STALENESS_SUM = 3  # sum of the staleness of every applied update
+TAKEN = 4  # batches (tickets) this worker took from the feed
+IN_PROGRESS = 5  # sequence number of the batch being trained, -1 when idle
+LAST_SEQ = 6  # sequence number of the last batch this worker took, -1 before the first
+EPOCH = 7  # partition mode: the worker's current epoch
+POSITION = 8  # partition mode: batches of its shard finished in that epoch
+READY = 9  # 1 once the worker has mapped the batches and is about to train
+_INT_COLUMNS = 10
+# Columns of SharedCounters.floats.
+LOSS_SUM = 0
+LOSS_COUNT = 1
+LAST_LR = 2
+
+
+class SharedCounters:
+    """ints (W, 10) int64, floats (W, 3) float64, staleness histogram (W, STALENESS_BINS) int64 - all shared."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.ints = torch.zeros(workers, _INT_COLUMNS, dtype=torch.int64)  # (W, 10)
+        self.ints[:, IN_PROGRESS] = -1
+        self.ints[:, LAST_SEQ] = -1
+        self.floats = torch.zeros(workers, 3, dtype=torch.float64)  # (W, 3)
+        self.staleness = torch.zeros(workers, STALENESS_BINS, dtype=torch.int64)  # (W, BINS)
+        for tensor in (self.ints, self.floats, self.staleness):
+            tensor.share_memory_()
+
+    def global_updates(self) -> int:
+        return int(self.ints[:, UPDATES].sum())
+
+    def worker_view(self, worker: int) -> "WorkerView":
+        return WorkerView(self, worker)
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """A private copy of every counter (for the parent's metrics)."""
+        return {"ints": self.ints.numpy().copy(), "floats": self.floats.numpy().copy(),
+                "staleness": self.staleness.numpy().copy()}
+
+    def load(self, ints: torch.Tensor, floats: torch.Tensor, staleness: torch.Tensor) -> None:
+        """Restore counters from a checkpoint (same number of workers) before the workers start."""
+        self.ints.copy_(ints)
+        self.floats.copy_(floats)
+        self.staleness.copy_(staleness)
+        self.ints[:, IN_PROGRESS] = -1
+
+
+class WorkerView:
+    """A worker's own row through numpy views: a counter bump costs ~100 ns, no tensor dispatch."""
+
+    def __init__(self, counters: SharedCounters, worker: int):
+        self._all_ints = counters.ints.numpy()  # (W, 10) view of shared memory
+        self._ints = self._all_ints[worker]  # (10,)
+        self._floats = counters.floats.numpy()[worker]  # (3,)
+        self._hist = counters.staleness.numpy()[worker]  # (BINS,)
+
+    def global_updates(self) -> int:
+        return int(self._all_ints[:, UPDATES].sum())
+
+    def take(self, seq: int) -> None:
+        self._ints[LAST_SEQ] = seq
+        self._ints[IN_PROGRESS] = seq
+        self._ints[TAKEN] += 1
+
+    def applied(self, staleness: int, examples: int, loss: float, lr: float) -> None:
+        self._ints[STALENESS_SUM] += staleness
+        self._hist[min(staleness, STALENESS_BINS - 1)] += 1
+        self._ints[EXAMPLES] += examples
+        self._floats[LOSS_SUM] += loss
+        self._floats[LOSS_COUNT] += 1
+        self._floats[LAST_LR] = lr
+        self._ints[UPDATES] += 1  # last: the update is "landed" once everything about it is recorded
+
+    def contributed(self, examples: int, loss: float) -> None:
+        """sync mode, ranks > 0: trained a batch whose gradient rank 0 applies."""
+        self._ints[EXAMPLES] += examples
+        self._floats[LOSS_SUM] += loss
+        self._floats[LOSS_COUNT] += 1
+
+    def skipped(self) -> None:
+        self._ints[SKIPPED] += 1
+
+    def ready(self) -> None:
+        self._ints[READY] = 1
+
+    def finished(self, epoch: int | None = None, position: int | None = None) -> None:
+        if epoch is not None:
+            self._ints[EPOCH] = epoch
+            self._ints[POSITION] = position
+        self._ints[IN_PROGRESS] = -1

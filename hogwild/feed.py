@@ -1,0 +1,187 @@
+"""Batch feed: which batch each worker trains on next, exactly once per epoch, in a seeded order.
+
+Batches never travel through the queue: every worker maps the same batch store (see `BatchStore`), and the
+parent's producer thread only sends tickets `(seq, epoch, index)` through a bounded queue, so a step costs one
+small pickle instead of shared-memory handles for every tensor. `seq = epoch * n + position` numbers tickets in
+feed order; a checkpoint stores the first sequence number not yet trained (`resume_seq`) and a resumed run
+continues from exactly there with the same order. In 'partition' mode each worker walks its own fixed shard
+(`indices[w::W]`, reshuffled within the shard every epoch) and no queue is used.
+
+Usage: `feed = BatchFeed(ctx, n_batches=100, workers=2, epochs=3, seed=0, shuffle=True, depth=16); feed.start(stop)`
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .counters import EPOCH, IN_PROGRESS, LAST_SEQ, POSITION, TAKEN
+
+Ticket = tuple[int, int, int]  # (seq, epoch, batch index)
+_POLL = 0.2  # seconds between stop checks while waiting on the queue
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """Batch indices of one epoch: the same for every process and every resume. (n,) int64"""
+    if not shuffle:
+        return np.arange(n, dtype=np.int64)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=generator).numpy()
+
+
+def partition_order(n: int, workers: int, worker: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """Worker `worker`'s fixed shard `range(worker, n, workers)`, in this epoch's seeded order."""
+    shard = np.arange(worker, n, workers, dtype=np.int64)
+    if not shuffle:
+        return shard
+    generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 1_009 + worker)
+    return shard[torch.randperm(len(shard), generator=generator).numpy()]
+
+
+def as_sequence(batches: Sequence | Iterable) -> Sequence:
+    """Indexable batches: a Sequence as is; any other re-iterable is read once into a list."""
+    if isinstance(batches, Sequence) or (hasattr(batches, "__getitem__") and hasattr(batches, "__len__")):
+        sequence = batches
+    elif isinstance(batches, Iterable):
+        sequence = list(batches)
+    else:
+        raise TypeError(f"batches must be a sequence or re-iterable of batches, got {type(batches).__name__}")
+    if len(sequence) == 0:
+        raise ValueError("batches is empty: nothing to train on")
+    return sequence
+
+
+class BatchStore:
+    """The batches, saved once to a file that every worker memory-maps (one copy in the page cache).
+
+    Passing a list of thousands of tensors to spawned workers would open a shared-memory file descriptor per
+    tensor per process; one mmap'd torch.save file costs one mapping however many batches there are.
+    """
+
+    def __init__(self, batches: Sequence, directory: str):
+        self.path = os.path.join(directory, "batches.pt")
+        self.length = len(batches)
+        torch.save(batches, self.path)
+
+    def load(self) -> Sequence:
+        return torch.load(self.path, mmap=True, weights_only=False)
+
+    def remove(self) -> None:
+        """Unlink the file; workers that already mapped it keep their mapping."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class BatchFeed:
+    """Parent side of 'queue' mode: a producer thread puts tickets into a bounded queue, then one None per worker."""
+
+    def __init__(self, ctx: Any, n_batches: int, workers: int, epochs: int | None, seed: int, shuffle: bool,
+                 depth: int, start_seq: int = 0):
+        self.queue = ctx.Queue(maxsize=depth)
+        self.n, self.workers, self.epochs = n_batches, workers, epochs
+        self.seed, self.shuffle, self.start_seq = seed, shuffle, start_seq
+        self._thread: threading.Thread | None = None
+
+    def start(self, stopped: Callable[[], bool]) -> None:
+        self._thread = threading.Thread(target=self._produce, args=(stopped,), name="hogwild-feed", daemon=True)
+        self._thread.start()
+
+    def _produce(self, stopped: Callable[[], bool]) -> None:
+        epoch, position = divmod(self.start_seq, self.n)
+        while self.epochs is None or epoch < self.epochs:
+            order = epoch_order(self.n, self.seed, epoch, self.shuffle)
+            for position in range(position, self.n):
+                if not self._put((epoch * self.n + position, epoch, int(order[position])), stopped):
+                    return
+            epoch, position = epoch + 1, 0
+        for _ in range(self.workers):
+            if not self._put(None, stopped):
+                return
+
+    def _put(self, item: Ticket | None, stopped: Callable[[], bool]) -> bool:
+        while not stopped():
+            try:
+                self.queue.put(item, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=2 * _POLL + 1)
+        self.queue.cancel_join_thread()  # never block exit on tickets nobody will read
+        self.queue.close()
+
+
+class QueueReader:
+    """Worker side of 'queue' mode. next() -> (epoch, index), or None at the end of the data or on stop."""
+
+    def __init__(self, tickets: Any, stopped: Callable[[], bool], view: Any):
+        self.tickets, self.stopped, self.view = tickets, stopped, view
+
+    def next(self) -> tuple[int, int] | None:
+        while not self.stopped():
+            try:
+                ticket = self.tickets.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+            if ticket is None:
+                return None
+            seq, epoch, index = ticket
+            self.view.take(seq)
+            return epoch, index
+        return None
+
+    def done(self) -> None:
+        self.view.finished()
+
+
+class PartitionReader:
+    """Worker side of 'partition' mode: its own shard, epoch after epoch, resuming at its saved position."""
+
+    def __init__(self, n: int, workers: int, worker: int, epochs: int | None, seed: int, shuffle: bool,
+                 stopped: Callable[[], bool], view: Any, epoch: int = 0, position: int = 0):
+        self.n, self.workers, self.worker, self.epochs = n, workers, worker, epochs
+        self.seed, self.shuffle, self.stopped, self.view = seed, shuffle, stopped, view
+        self.epoch, self.position = epoch, position
+        self.order = partition_order(n, workers, worker, seed, epoch, shuffle)
+        if len(self.order) == 0:
+            raise ValueError(f"partition mode: {n} batches cannot give each of {workers} workers a shard")
+
+    def next(self) -> tuple[int, int] | None:
+        if self.position >= len(self.order):
+            self.epoch, self.position = self.epoch + 1, 0
+            self.order = partition_order(self.n, self.workers, self.worker, self.seed, self.epoch, self.shuffle)
+        if self.stopped() or (self.epochs is not None and self.epoch >= self.epochs):
+            return None
+        index = int(self.order[self.position])
+        self.view.take(self.epoch * self.n + index)
+        return self.epoch, index
+
+    def done(self) -> None:
+        self.position += 1
+        self.view.finished(self.epoch, self.position)
+
+
+def resume_seq(ints: np.ndarray, start_seq: int) -> int:
+    """Queue mode: the first ticket not known to be trained. Batches being trained when the snapshot was taken
+    count as not trained (so a mid-training checkpoint may repeat up to workers-1 finished batches)."""
+    busy = ints[:, IN_PROGRESS][ints[:, IN_PROGRESS] >= 0]
+    if len(busy):
+        return int(busy.min())
+    if ints[:, TAKEN].sum() == 0:
+        return start_seq
+    return int(ints[:, LAST_SEQ].max()) + 1
+
+
+def partition_positions(ints: np.ndarray) -> list[tuple[int, int]]:
+    """Partition mode: every worker's (epoch, finished position) for the checkpoint."""
+    return [(int(row[EPOCH]), int(row[POSITION])) for row in ints]

@@ -1,0 +1,133 @@
+"""Training metrics, computed in the parent from the workers' shared counters.
+
+Per worker and in total: updates/s, examples (or tokens)/s, mean training loss, skipped updates; staleness (shared
+updates that landed between a worker's read of the parameters and its write) as mean and histogram. Written as
+JSON lines to `<run dir>/metrics.jsonl`, as TensorBoard events when tensorboard is installed, and shown on a tqdm
+progress bar.
+
+Usage: `log = MetricsLog(run_dir, workers=2, total=1000); log.progress(snapshot); log.record(snapshot); log.close()`
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .counters import EXAMPLES, LAST_LR, LOSS_COUNT, LOSS_SUM, SKIPPED, STALENESS_SUM, UPDATES
+
+
+def staleness_summary(ints: np.ndarray, histogram: np.ndarray) -> tuple[float, list[int]]:
+    """(mean staleness over all applied updates, histogram summed over workers)."""
+    updates = int(ints[:, UPDATES].sum())
+    mean = float(ints[:, STALENESS_SUM].sum()) / updates if updates else 0.0
+    return mean, [int(x) for x in histogram.sum(axis=0)]
+
+
+def _mean_loss(floats: np.ndarray, before: np.ndarray | None) -> float | None:
+    """Mean training loss over the updates since `before` (rows: workers)."""
+    loss, count = floats[..., LOSS_SUM].sum(), floats[..., LOSS_COUNT].sum()
+    if before is not None:
+        loss, count = loss - before[..., LOSS_SUM].sum(), count - before[..., LOSS_COUNT].sum()
+    return float(loss / count) if count > 0 else None
+
+
+class MetricsLog:
+    """The parent's view of training progress; only the parent writes logs."""
+
+    def __init__(self, run_dir: str | None, workers: int, total: int | None, progress: bool = True,
+                 tensorboard: bool = True, initial: dict[str, np.ndarray] | None = None):
+        self.workers, self.start = workers, time.time()
+        self.file = open(os.path.join(run_dir, "metrics.jsonl"), "a") if run_dir else None
+        self.writer = None
+        if run_dir and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self.writer = SummaryWriter(log_dir=os.path.join(run_dir, "tensorboard"))
+            except ImportError:  # tensorboard not installed: JSON lines only
+                self.writer = None
+        self.bar = tqdm(total=total, unit="upd", dynamic_ncols=True, disable=not progress)
+        self.previous = initial  # counters at the previous record (rates are per interval)
+        self.previous_time = self.start
+        self.shown = int(initial["ints"][:, UPDATES].sum()) if initial else 0
+        self.bar.update(self.shown)
+        self.last_loss: float | None = None
+
+    def progress(self, snapshot: dict[str, np.ndarray]) -> int:
+        """Advance the progress bar; returns the global update count."""
+        updates = int(snapshot["ints"][:, UPDATES].sum())
+        if updates > self.shown:
+            self.bar.update(updates - self.shown)
+            self.shown = updates
+        return updates
+
+    def record(self, snapshot: dict[str, np.ndarray], epoch: int | None = None) -> dict[str, Any]:
+        """One 'train' record over the interval since the previous one: rates, loss, staleness, skips."""
+        now = time.time()
+        ints, floats = snapshot["ints"], snapshot["floats"]
+        before_ints = self.previous["ints"] if self.previous else np.zeros_like(ints)
+        before_floats = self.previous["floats"] if self.previous else None
+        seconds = max(now - self.previous_time, 1e-9)
+        per_worker = []
+        for w in range(self.workers):
+            per_worker.append({
+                "updates": int(ints[w, UPDATES]),
+                "updates_per_s": float(ints[w, UPDATES] - before_ints[w, UPDATES]) / seconds,
+                "examples_per_s": float(ints[w, EXAMPLES] - before_ints[w, EXAMPLES]) / seconds,
+                "loss": _mean_loss(floats[w], None if before_floats is None else before_floats[w]),
+                "skipped": int(ints[w, SKIPPED]),
+            })
+        staleness_mean, histogram = staleness_summary(ints, snapshot["staleness"])
+        record = {
+            "kind": "train", "time": now, "elapsed": now - self.start, "epoch": epoch,
+            "updates": int(ints[:, UPDATES].sum()),
+            "updates_per_s": sum(w["updates_per_s"] for w in per_worker),
+            "examples_per_s": sum(w["examples_per_s"] for w in per_worker),
+            "loss": _mean_loss(floats, before_floats),
+            "lr": float(floats[:, LAST_LR].max()),
+            "skipped": int(ints[:, SKIPPED].sum()),
+            "staleness_mean": staleness_mean,
+            "staleness_histogram": histogram,
+            "workers": per_worker,
+        }
+        if record["loss"] is not None:
+            self.last_loss = record["loss"]
+            self.bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)
+        self.previous, self.previous_time = snapshot, now
+        self._write(record)
+        if self.writer is not None:
+            step = record["updates"]
+            for key in ("loss", "updates_per_s", "examples_per_s", "lr", "staleness_mean", "skipped"):
+                if record[key] is not None:
+                    self.writer.add_scalar(f"train/{key}", record[key], step)
+        return record
+
+    def evaluation(self, updates: int, metrics: dict[str, float], final: bool = False) -> dict[str, Any]:
+        record = {"kind": "final_eval" if final else "eval", "time": time.time(),
+                  "elapsed": time.time() - self.start, "updates": updates, "metrics": metrics}
+        self._write(record)
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self.writer.add_scalar(f"eval/{key}", value, updates)
+        return record
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """A one-off record: stop reason, failure, checkpoint written."""
+        self._write({"kind": kind, "time": time.time(), "elapsed": time.time() - self.start, **fields})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.file is not None:
+            self.file.close()
+        if self.writer is not None:
+            self.writer.close()

@@ -1,0 +1,151 @@
+"""Process supervision: spawn, detect failures within seconds, stop cleanly, survive signals, leave no orphans.
+
+- A worker that raises sends its traceback through the error queue and exits 1; one killed by a signal is named
+  by that signal. Either way the parent stops the others, writes a checkpoint and raises `WorkerFailed`.
+- SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return).
+- Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
+- Before spawning, /dev/shm must be able to hold the parameters and the optimizer state.
+
+Usage: `sup = Supervisor(processes, errors); sup.start(); failure = sup.wait(0.1); sup.stop(control, timeout=10)`
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import wait as wait_for_sentinels
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised or was killed; the message names it and shows its traceback or signal."""
+
+    def __init__(self, message: str, worker: int, checkpoint: str | None = None):
+        super().__init__(message)
+        self.worker, self.checkpoint = worker, checkpoint
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL this process when its parent exits (Linux); exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except OSError:
+            pass  # no libc.so.6 (e.g. musl): the worker loop's getppid() check still applies
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def check_shared_memory(required_bytes: int, path: str = "/dev/shm") -> None:
+    """Fail with a clear message when `path` cannot hold `required_bytes` of shared tensors."""
+    if not os.path.isdir(path):
+        return  # not Linux-style shared memory (e.g. macOS): nothing to check
+    free = shutil.disk_usage(path).free
+    if free < required_bytes:
+        raise RuntimeError(
+            f"{path} has {free / 2**20:.1f} MiB free, but the shared parameters and optimizer state need "
+            f"{required_bytes / 2**20:.1f} MiB. Free space there, or enlarge it (docker run --shm-size=..., or "
+            f"mount -o remount,size=... {path}), or set Config(check_shm=False) to try anyway.")
+
+
+def describe_signal(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Supervisor:
+    """Watches the worker processes; the parent's loop calls wait() between its own duties."""
+
+    def __init__(self, processes: list[Any], errors: Any, names: list[str]):
+        self.processes, self.errors, self.names = processes, errors, names
+        self.tracebacks: dict[int, str] = {}
+
+    def start(self) -> None:
+        for process in self.processes:
+            process.start()
+
+    def wait(self, timeout: float) -> str | None:
+        """Sleep up to `timeout` or until a worker exits; return a failure description or None."""
+        alive = [p.sentinel for p in self.processes if p.exitcode is None]
+        if alive:
+            wait_for_sentinels(alive, timeout)
+        return self.failure()
+
+    def all_exited(self) -> bool:
+        return all(p.exitcode is not None for p in self.processes)
+
+    def failure(self) -> str | None:
+        for worker, process in enumerate(self.processes):
+            code = process.exitcode
+            if code is None or code == 0:
+                continue
+            return self.describe(worker, code)
+        return None
+
+    def failed_worker(self) -> int:
+        """Index of the first worker that failed, -1 if none did (e.g. a communication agent failed)."""
+        return next((w for w, p in enumerate(self.processes) if p.exitcode not in (None, 0)), -1)
+
+    def describe(self, worker: int, code: int) -> str:
+        name = f"worker {worker} ({self.names[worker]}, pid {self.processes[worker].pid})"
+        if code < 0:
+            return f"{name} was killed by signal {describe_signal(-code)}"
+        self._drain_errors(timeout=2.0 if worker not in self.tracebacks else 0.0)
+        if worker in self.tracebacks:
+            return f"{name} raised an exception:\n{self.tracebacks[worker]}"
+        return f"{name} exited with status {code}"
+
+    def _drain_errors(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                worker, text = self.errors.get(timeout=max(0.0, deadline - time.monotonic()))
+                self.tracebacks[worker] = text
+            except (queue.Empty, OSError, EOFError, ValueError):
+                return
+
+    def stop(self, control: Any, timeout: float) -> None:
+        """Set the stop flag, let workers finish their step, then terminate and kill any that hang."""
+        control[0] = 1
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process.exitcode is None:
+                process.terminate()
+                process.join(2.0)
+            if process.exitcode is None:
+                process.kill()
+                process.join(2.0)
+
+
+@contextmanager
+def graceful_signals(on_signal: Callable[[str], None]) -> Iterator[None]:
+    """While active, SIGINT and SIGTERM call on_signal(name) instead of killing the parent (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def handler(number: int, frame: Any) -> None:
+        on_signal(describe_signal(number))
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        previous[number] = signal.signal(number, handler)
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)

@@ -1,0 +1,119 @@
+"""mode='sync': the baseline on equal terms - synchronous data-parallel SGD over the same workers.
+
+Every step each of the W workers takes the next batch of the epoch's order (worker r takes position g*W + r of
+group g), computes its gradient, and the gradients are averaged with torch.distributed all_reduce (gloo on CPU,
+NCCL on GPU). Worker 0 applies the averaged gradient to the shared parameters with the same shared optimizer
+as Hogwild mode; a barrier makes the update visible before anyone reads the parameters again. Staleness is 0.
+The last group of an epoch may be short: the average is over the batches that exist. Sparse gradients are
+averaged densely. Stopping is decided collectively (every step all workers vote) so no worker waits forever.
+
+Usage (engine.py): `ctx.Process(target=sync_main, args=(spec, "file:///tmp/x/rendezvous")).start()`
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .feed import epoch_order
+from .replica import make_parameters, move_batch
+from .supervisor import die_with_parent
+from .worker import STOP, WorkerSpec, batch_seed, call_loss, gradient_norm
+
+
+def _flat_gradients(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """All gradients in one dense vector (zeros where a parameter got none). (sum of numel,)"""
+    pieces = []
+    for param in params:
+        grad = param.grad
+        if grad is None:
+            pieces.append(torch.zeros(param.numel(), dtype=param.dtype, device=device))
+        else:
+            pieces.append((grad.to_dense() if grad.is_sparse else grad).reshape(-1))
+    return torch.cat(pieces)
+
+
+def _set_gradients(params: list[torch.Tensor], flat: torch.Tensor) -> None:
+    offset = 0
+    for param in params:
+        param.grad = flat[offset:offset + param.numel()].view_as(param)
+        offset += param.numel()
+
+
+def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
+    """One rank of synchronous data-parallel training."""
+    rank, world = spec.worker, spec.workers
+    view, batches = spec.counters.worker_view(rank), spec.store.load()
+    params = make_parameters(spec.model, spec.device)
+    spec.optimizer.attach(params.shared)
+    n = len(batches)
+    votes = torch.zeros(2, dtype=torch.float64, device=params.device)  # [ranks wanting to stop, batches this step]
+    epoch, position = divmod(spec.start_seq, n)
+    first = position - position % world
+    view.ready()
+    while spec.epochs is None or epoch < spec.epochs:
+        order = epoch_order(n, spec.seed, epoch, spec.shuffle)
+        for group in range(first, n, world):
+            mine = group + rank
+            over = (spec.max_steps is not None and view.global_updates() >= spec.max_steps) or (
+                spec.deadline is not None and time.time() >= spec.deadline)
+            votes[0], votes[1] = float(stopped() or over), float(mine < n)
+            dist.all_reduce(votes)
+            if votes[0] > 0:
+                return
+            read_version, loss = view.global_updates(), None
+            if mine < n:
+                view.take(epoch * n + mine)
+                index = int(order[mine])
+                batch = move_batch(batches[index], params.device, non_blocking=True)
+                torch.manual_seed(batch_seed(spec.seed, epoch, index))
+                loss, examples = call_loss(spec.loss_fn, params.pull(), batch)
+                loss.backward()
+            flat = _flat_gradients(params.grad_params, params.device)
+            dist.all_reduce(flat)
+            _set_gradients(params.grad_params, flat.div_(votes[1]))
+            if rank == 0:
+                if math.isfinite(gradient_norm(params.grad_params, spec.clip_norm)):
+                    params.push()
+                    lr = spec.schedule(read_version, epoch)
+                    spec.optimizer.step(lr)
+                    view.applied(0, examples if loss is not None else 0, loss.item() if loss is not None else 0.0, lr)
+                else:
+                    view.skipped()
+            elif loss is not None:
+                view.contributed(examples, loss.item())
+            params.clear()
+            view.finished()
+            dist.barrier()  # the update has landed before any rank reads the parameters again
+        epoch, first = epoch + 1, 0
+
+
+def sync_main(spec: WorkerSpec, init_method: str) -> None:
+    """Process entry point for one rank; failures are reported like a Hogwild worker's."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        die_with_parent(spec.parent_pid)
+        torch.set_num_threads(spec.threads)
+        cuda = spec.device.startswith("cuda")
+        if cuda:
+            torch.cuda.set_device(torch.device(spec.device))
+        dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=spec.worker,
+                                world_size=spec.workers, timeout=timedelta(seconds=120))
+        control, parent = spec.control.numpy(), spec.parent_pid
+        try:
+            sync_loop(spec, lambda: bool(control[STOP]) or os.getppid() != parent)
+        finally:
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001
+        spec.errors.put((spec.worker, traceback.format_exc()))
+        spec.errors.close()
+        spec.errors.join_thread()
+        sys.exit(1)

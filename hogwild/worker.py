@@ -1,0 +1,168 @@
+"""The Hogwild worker process: take a batch, compute its gradient, update the shared parameters without locks.
+
+This is the only code (with sync.py, its synchronous twin) that calls backward() and the optimizer step.
+Everything a worker needs arrives once, pickled at spawn, in a `WorkerSpec`; afterwards a step exchanges
+no Python objects with other processes except a small ticket from the feed queue.
+
+Usage (engine.py): `ctx.Process(target=worker_main, args=(spec,)).start()`
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .counters import SharedCounters
+from .feed import BatchStore, PartitionReader, QueueReader
+from .replica import make_parameters, move_batch
+from .supervisor import die_with_parent
+
+STOP = 0  # control[STOP] != 0: finish the current step and exit
+
+
+@dataclass
+class WorkerSpec:
+    """Everything one worker needs (shared tensors travel as shared-memory handles)."""
+
+    worker: int
+    device: str
+    model: nn.Module  # parameters and buffers in shared memory
+    loss_fn: Callable
+    optimizer: Any  # hogwild.shared_optim.SharedOptimizer
+    schedule: Callable[[int, int], float]  # lr = schedule(global_step, epoch)
+    store: BatchStore
+    counters: SharedCounters
+    control: torch.Tensor  # (2,) int64 shared: [stop flag, unused]
+    tickets: Any  # queue of tickets, None in partition mode
+    errors: Any  # queue for (worker, traceback text)
+    parent_pid: int
+    workers: int
+    seed: int
+    shuffle: bool
+    epochs: int | None
+    max_steps: int | None
+    deadline: float | None  # time.time() after which to stop
+    clip_norm: float | None
+    threads: int
+    partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
+    start_seq: int = 0  # sync mode: the first ticket to train (resume)
+
+
+def batch_seed(seed: int, epoch: int, index: int) -> int:
+    """The torch RNG seed of one batch (dropout masks): the same whichever worker trains it, and after resume."""
+    return (seed * 1_000_003 + epoch) * 10_000_019 + index
+
+
+def batch_examples(batch: Any) -> int:
+    """Leading dimension of the first tensor in the batch (the examples it holds)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for value in values:
+        count = batch_examples(value)
+        if count:
+            return count
+    return 0
+
+
+def call_loss(loss_fn: Callable, model: nn.Module, batch: Any) -> tuple[torch.Tensor, int]:
+    """loss_fn returns a scalar loss, or (loss, number of tokens/examples)."""
+    out = loss_fn(model, batch)
+    if isinstance(out, (tuple, list)):
+        return out[0], int(out[1])
+    return out, batch_examples(batch)
+
+
+def gradient_norm(params: list[torch.Tensor], clip_norm: float | None) -> float:
+    """Global L2 norm of the gradients (inf/nan when any is not finite); clips them in place to clip_norm."""
+    dense, norms = [], []
+    for param in params:
+        if param.grad is None:
+            continue
+        if param.grad.is_sparse:
+            param.grad = param.grad.coalesce()  # duplicates summed: the norm and the update see true rows
+            norms.append(torch.linalg.vector_norm(param.grad._values()))
+        else:
+            dense.append(param.grad)
+    if dense:
+        norms.extend(torch._foreach_norm(dense))
+    if not norms:
+        return 0.0
+    total = torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms])).item()
+    if clip_norm is not None and math.isfinite(total) and total > clip_norm:
+        scale = clip_norm / (total + 1e-6)  # torch.nn.utils.clip_grad_norm_'s coefficient
+        if dense:
+            torch._foreach_mul_(dense, scale)
+        for param in params:
+            if param.grad is not None and param.grad.is_sparse:
+                param.grad._values().mul_(scale)
+    return total
+
+
+def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool]) -> None:
+    """One worker's training loop."""
+    view, batches = reader.view, spec.store.load()
+    params = make_parameters(spec.model, spec.device)
+    spec.optimizer.attach(params.shared)
+    view.ready()
+    while not stopped():
+        if spec.max_steps is not None and view.global_updates() >= spec.max_steps:
+            break
+        if spec.deadline is not None and time.time() >= spec.deadline:
+            break
+        ticket = reader.next()
+        if ticket is None:
+            break
+        epoch, index = ticket
+        batch = move_batch(batches[index], params.device, non_blocking=True)
+        torch.manual_seed(batch_seed(spec.seed, epoch, index))
+        read_version = view.global_updates()
+        loss, examples = call_loss(spec.loss_fn, params.pull(), batch)  # reads the (shared) parameters
+        loss.backward()
+        if math.isfinite(gradient_norm(params.grad_params, spec.clip_norm)):
+            params.push()
+            lr = spec.schedule(read_version, epoch)
+            staleness = view.global_updates() - read_version  # updates that landed since we read
+            spec.optimizer.step(lr)  # lock-free, in place on the shared parameters and state
+            view.applied(staleness, examples, loss.item(), lr)
+        else:
+            view.skipped()  # never write a non-finite gradient into the shared parameters
+        params.clear()
+        reader.done()
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Process entry point: report any exception with its traceback and exit non-zero."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+        die_with_parent(spec.parent_pid)
+        torch.set_num_threads(spec.threads)
+        control = spec.control.numpy()
+        view = spec.counters.worker_view(spec.worker)
+        parent = spec.parent_pid
+
+        def stopped() -> bool:
+            return bool(control[STOP]) or os.getppid() != parent
+
+        if spec.tickets is None:
+            epoch, position = spec.partition_start
+            reader = PartitionReader(spec.store.length, spec.workers, spec.worker, spec.epochs, spec.seed,
+                                     spec.shuffle, stopped, view, epoch, position)
+        else:
+            reader = QueueReader(spec.tickets, stopped, view)
+        train_loop(spec, reader, stopped)
+    except BaseException:  # noqa: BLE001 - anything, even SystemExit, is reported to the parent
+        spec.errors.put((spec.worker, traceback.format_exc()))
+        spec.errors.close()
+        spec.errors.join_thread()
+        sys.exit(1)
+

@@ -1,0 +1,123 @@
+"""Tiny models, batches and loss functions for the engine tests (module-level: picklable into spawned workers)."""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from torch import nn
+
+from hogwild.feed import epoch_order
+from hogwild.worker import batch_seed
+
+
+def regression_batches(n: int = 24, size: int = 8, features: int = 4, seed: int = 0) -> list[tuple]:
+    """(x (size, features), y (size, 1)) with y = x @ w + 0.5 and a little noise."""
+    generator = torch.Generator().manual_seed(seed)
+    w = torch.randn(features, 1, generator=generator)
+    batches = []
+    for _ in range(n):
+        x = torch.randn(size, features, generator=generator)
+        batches.append((x, x @ w + 0.5 + 0.01 * torch.randn(size, 1, generator=generator)))
+    return batches
+
+
+def regression_model(seed: int = 0, features: int = 4) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(features, 8), nn.Tanh(), nn.Dropout(0.1), nn.Linear(8, 1))
+
+
+def mse_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    x, y = batch
+    return nn.functional.mse_loss(model(x), y)
+
+
+def dataset_loss(model: nn.Module, batches: list) -> float:
+    model.eval()
+    with torch.no_grad():
+        value = sum(mse_loss(model, b).item() for b in batches) / len(batches)
+    model.train()
+    return value
+
+
+class Tagger(nn.Module):
+    """Sparse embedding + linear tagger: words (B, T) -> tag logits (B, T, tags)."""
+
+    def __init__(self, vocab: int = 50, dim: int = 6, tags: int = 3, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(vocab, dim, sparse=True)
+        self.out = nn.Linear(dim, tags)
+
+    def forward(self, words: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(words))  # (B, T, tags)
+
+
+def tagger_loss(model: nn.Module, batch: dict) -> tuple[torch.Tensor, int]:
+    logits = model(batch["words"])
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["tags"].reshape(-1))
+    return loss, int(batch["words"].numel())
+
+
+def tagger_batches(n: int = 12, words_used: int = 20, seed: int = 0) -> list[dict]:
+    """Batches that only ever use word ids < words_used."""
+    generator = torch.Generator().manual_seed(seed)
+    return [{"words": torch.randint(0, words_used, (2, 5), generator=generator),
+             "tags": torch.randint(0, 3, (2, 5), generator=generator)} for _ in range(n)]
+
+
+class Counter(nn.Module):
+    """A model whose shared buffer counts how often each batch id was trained on."""
+
+    def __init__(self, n_batches: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1))
+        self.register_buffer("seen", torch.zeros(n_batches, dtype=torch.int64))
+
+
+def counting_loss(model: Counter, batch: torch.Tensor) -> torch.Tensor:
+    model.seen[int(batch[0])] += 1  # the buffer is in shared memory: the parent sees every worker's counts
+    time.sleep(0.002)
+    return (model.weight * 0.0).sum()
+
+
+def id_batches(n: int) -> list[torch.Tensor]:
+    return [torch.tensor([i]) for i in range(n)]
+
+
+def poisoned_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """mse_loss, times NaN when the batch's third element says so (a non-finite gradient)."""
+    x, y, poison = batch
+    loss = mse_loss(model, (x, y))
+    return loss * torch.nan if bool(poison) else loss
+
+
+def failing_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """Raises on the batch marked -1 (a worker failure with a traceback)."""
+    if int(batch[2]) == -1:
+        raise ValueError("deliberate failure on the marked batch")
+    time.sleep(0.01)
+    return mse_loss(model, batch[:2])
+
+
+def slow_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    time.sleep(float(os.environ.get("HOGWILD_TEST_STEP_SLEEP", "0.02")))
+    return mse_loss(model, batch)
+
+
+def serial_reference(model: nn.Module, loss_fn, batches: list, optimizer: torch.optim.Optimizer, epochs: int,
+                     seed: int, clip_norm: float | None = None, shuffle: bool = True) -> list[float]:
+    """The plain torch loop the engine must reproduce with one worker: same order, same per-batch RNG."""
+    losses = []
+    for epoch in range(epochs):
+        for index in epoch_order(len(batches), seed, epoch, shuffle):
+            torch.manual_seed(batch_seed(seed, epoch, int(index)))
+            optimizer.zero_grad()
+            out = loss_fn(model, batches[int(index)])
+            loss = out[0] if isinstance(out, tuple) else out
+            loss.backward()
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            optimizer.step()
+            losses.append(loss.item())
+    return losses

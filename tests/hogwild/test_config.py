@@ -1,0 +1,72 @@
+"""hogwild.config: defaults, the workers/devices shorthand, and ValueErrors naming the field."""
+import pytest
+
+from hogwild import Config
+
+
+def test_defaults_train_one_cpu_worker_for_one_epoch():
+    config = Config()
+    assert config.devices == ["cpu"]
+    assert config.workers == 1
+    assert config.epochs == 1  # no stop condition given -> one epoch
+    assert config.mode == "hogwild"
+
+
+def test_workers_shorthand_and_devices():
+    assert Config(workers=3).devices == ["cpu", "cpu", "cpu"]
+    config = Config(devices=["cpu-replica", "cpu"])
+    assert config.workers == 2
+    assert Config(devices=["cuda:0", "cuda:1"]).workers == 2
+    assert Config(workers=3, mode="single").devices == ["cpu"]
+
+
+def test_a_stop_condition_replaces_the_default_epoch():
+    assert Config(max_steps=10).epochs is None
+    assert Config(time_limit=5.0).epochs is None
+
+
+def test_round_trip_through_dict():
+    config = Config(workers=2, optimizer="adam", lr=1e-3, optimizer_args={"betas": (0.8, 0.99)}, epochs=3,
+                    checkpoint_dir="runs/x", checkpoint_every=10, clip_norm=1.0)
+    assert Config.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['colour'\]"):
+        Config.from_dict({"colour": "red"})
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"workers": 0}, "workers"),
+    ({"workers": 2.5}, "workers"),
+    ({"devices": "cpu"}, "devices"),
+    ({"devices": []}, "devices"),
+    ({"devices": ["gpu0"]}, "devices"),
+    ({"devices": ["cpu", "cpu"], "workers": 3}, "workers"),
+    ({"mode": "async"}, "mode"),
+    ({"optimizer": "lbfgs"}, "optimizer"),
+    ({"lr": 0}, "lr"),
+    ({"lr": float("nan")}, "lr"),
+    ({"optimizer_args": {"lr": 0.1}}, "optimizer_args"),
+    ({"optimizer": "adam", "optimizer_args": {"momentum": 0.9}}, "optimizer_args"),
+    ({"optimizer": "adam", "optimizer_args": {"betas": (1.5, 0.9)}}, "optimizer_args"),
+    ({"lr_schedule": "cosine"}, "lr_schedule"),
+    ({"decay_per_epoch": -0.1}, "decay_per_epoch"),
+    ({"warmup_steps": -1}, "warmup_steps"),
+    ({"clip_norm": 0.0}, "clip_norm"),
+    ({"max_steps": 0}, "max_steps"),
+    ({"epochs": 1.5}, "epochs"),
+    ({"time_limit": -1}, "time_limit"),
+    ({"eval_every": 0}, "eval_every"),
+    ({"best_mode": "largest"}, "best_mode"),
+    ({"patience": 0}, "patience"),
+    ({"checkpoint_every": 10}, "checkpoint_every"),
+    ({"resume": True}, "resume"),
+    ({"queue_depth": 0}, "queue_depth"),
+    ({"data_assignment": "random"}, "data_assignment"),
+    ({"mode": "sync", "workers": 2, "data_assignment": "partition"}, "data_assignment"),
+    ({"seed": "1"}, "seed"),
+    ({"progress": "yes"}, "progress"),
+    ({"threads_per_worker": 0}, "threads_per_worker"),
+    ({"eval_device": "tpu"}, "eval_device"),
+])
+def test_invalid_values_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=rf"^Config\.{field}: "):
+        Config(**kwargs)
