@@ -13,11 +13,13 @@ Throughput is measured the same way for every variant, inside the loss function:
 and the loss function stamps time.perf_counter() (a system-wide monotonic clock) into a shared tensor slot of its
 own. updates/s = updates in the middle 80% of stamps / the time they span: start-up (spawning, importing torch,
 mapping batches) and the last stragglers are excluded alike, so the ratios compare steady-state training speed.
-The end-to-end wall time of each run is printed too.
+Also printed: CPU milliseconds per update (each training process's CPU clock between its first and last stamp;
+much less sensitive than wall time to other jobs on a shared machine) and the end-to-end wall time of each run.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import sys
@@ -61,24 +63,36 @@ def synthetic_batches(count: int, batch_size: int, length: int, n_words: int, n_
 
 
 class StampedLoss:
-    """loss_fn(model, batch) -> (mean token cross-entropy, tokens), stamping the time of each batch's forward."""
+    """loss_fn(model, batch) -> (mean token cross-entropy, tokens), stamping each batch's forward:
+    wall clock, the process's CPU time, and its pid."""
 
     def __init__(self, stamps: Tensor):
-        self.stamps = stamps  # (N,) float64 in shared memory, one slot per batch
+        self.stamps = stamps  # (N, 3) float64 in shared memory, one row per batch
 
     def __call__(self, model: nn.Module, batch: dict) -> tuple[Tensor, int]:
-        self.stamps[int(batch["index"])] = time.perf_counter()
+        self.stamps[int(batch["index"])] = torch.tensor([time.perf_counter(), time.process_time(), os.getpid()],
+                                                        dtype=torch.float64)
         logits = model(batch["words"])  # (B, T, n_tags)
         loss = F.cross_entropy(logits.flatten(0, 1), batch["tags"].flatten())
         return loss, batch["tags"].numel()
 
 
 def steady_rate(stamps: Tensor) -> float:
-    """Updates/s over the middle 80% of the stamped updates."""
-    times = stamps.sort().values  # (N,)
+    """Updates/s over the middle 80% of the stamped updates. stamps: (N, 3) wall, cpu, pid."""
+    times = stamps[:, 0].sort().values  # (N,)
     assert bool((times > 0).all()), "some batches were never trained"
     first, last = int(0.1 * len(times)), int(0.9 * len(times)) - 1
     return (last - first) / float(times[last] - times[first])
+
+
+def cpu_ms_per_update(stamps: Tensor) -> float:
+    """CPU milliseconds a training process spends per update (insensitive to other jobs taking the cores):
+    per process, CPU time between its first and last stamp over the updates in between; averaged."""
+    spent, updates = 0.0, 0
+    for pid in stamps[:, 2].unique():
+        cpu = stamps[stamps[:, 2] == pid, 1].sort().values  # (n,) this process's CPU clock, ascending
+        spent, updates = spent + float(cpu[-1] - cpu[0]), updates + len(cpu) - 1
+    return 1000 * spent / max(updates, 1)
 
 
 def run_plain(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float) -> None:
@@ -124,11 +138,11 @@ def run_engine(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: 
     hogwild.train(model, loss_fn, batches, config)
 
 
-def run_variant(variant: str, args: argparse.Namespace, batches: list[dict]) -> tuple[float, float]:
-    """Train a fresh, identically initialised model; return (steady updates/s, end-to-end seconds)."""
+def run_variant(variant: str, args: argparse.Namespace, batches: list[dict]) -> tuple[float, float, float]:
+    """Train a fresh, identically initialised model; return (steady updates/s, CPU ms/update, end-to-end s)."""
     torch.manual_seed(args.seed)
     model = Tagger(args.words, args.tags, args.emb, args.hidden)
-    stamps = torch.zeros(len(batches), dtype=torch.float64).share_memory_()
+    stamps = torch.zeros(len(batches), 3, dtype=torch.float64).share_memory_()
     loss_fn = StampedLoss(stamps)
     start = time.perf_counter()
     if variant == "plain":
@@ -137,7 +151,7 @@ def run_variant(variant: str, args: argparse.Namespace, batches: list[dict]) -> 
         run_engine(model, batches, loss_fn, args.lr, int(variant[-1]))
     else:
         run_mnist_hogwild(model, batches, loss_fn, args.lr, int(variant[-1]))
-    return steady_rate(stamps), time.perf_counter() - start
+    return steady_rate(stamps), cpu_ms_per_update(stamps), time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -163,18 +177,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     batches = synthetic_batches(args.updates, args.batch_size, args.length, args.words, args.tags, args.seed)
     rates: dict[str, list[float]] = {v: [] for v in variants}
     walls: dict[str, list[float]] = {v: [] for v in variants}
+    cpus: dict[str, list[float]] = {v: [] for v in variants}
     for round_ in range(args.rounds):
         order = variants[round_ % len(variants):] + variants[:round_ % len(variants)]
         for variant in order:
-            rate, wall = run_variant(variant, args, batches)
+            rate, cpu, wall = run_variant(variant, args, batches)
             rates[variant].append(rate)
+            cpus[variant].append(cpu)
             walls[variant].append(wall)
-            print(f"round {round_ + 1} {variant:8s} {rate:8.1f} updates/s  {wall:6.2f} s end-to-end", flush=True)
+            print(f"round {round_ + 1} {variant:8s} {rate:8.1f} updates/s  {cpu:6.2f} CPU ms/update  "
+                  f"{wall:6.2f} s end-to-end", flush=True)
     medians = {v: statistics.median(r) for v, r in rates.items()}
     print(f"\nmedians over {args.rounds} rounds, {args.updates} updates each, torch {torch.__version__}, "
           f"1 thread per process:")
     for variant in variants:
-        print(f"  {variant:8s} {medians[variant]:8.1f} updates/s   (end-to-end {statistics.median(walls[variant]):.2f} s)")
+        print(f"  {variant:8s} {medians[variant]:8.1f} updates/s  {statistics.median(cpus[variant]):6.2f} CPU ms/update"
+              f"  (end-to-end {statistics.median(walls[variant]):.2f} s)")
     for top, bottom, target in TARGETS:
         if top in medians and bottom in medians:
             ratio = medians[top] / medians[bottom]

@@ -94,11 +94,15 @@ class SharedOptimizer:
         fill = float(self.hyper.get("initial_accumulator_value", 0.0)) if name == "adagrad" else 0.0
         self.shapes = [(tuple(p.shape), p.dtype) for p in params]  # what attach() must be given again
         self.state: list[dict[str, Tensor]] = []  # per parameter, in params order
+        # SGD's counters (torch.optim.SGD keeps none) are views of one (P,) tensor: one numpy add per step
+        self.sgd_steps = torch.zeros(len(params), dtype=_step_dtype(self.hyper)).share_memory_() \
+            if name in ("sgd", "msgd", "nesterov") else None
         for index, p in enumerate(params):
             _check_param(p, index)
             self.state.append({
-                key: (torch.zeros((), dtype=_step_dtype(self.hyper)) if kind == "scalar"
-                      else torch.full_like(p, fill, memory_format=torch.preserve_format)).share_memory_()
+                key: (self.sgd_steps[index] if self.sgd_steps is not None and key == "step"
+                      else torch.zeros((), dtype=_step_dtype(self.hyper)).share_memory_() if kind == "scalar"
+                      else torch.full_like(p, fill, memory_format=torch.preserve_format).share_memory_())
                 for key, kind in layout.items()})
         self.attach(params)
 
@@ -124,7 +128,8 @@ class SharedOptimizer:
         self._params = params
         self._optimizer = _CLASSES[self.name](params, lr=self.lr, **self.hyper)
         self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
-        self._is_sgd = self.name in ("sgd", "msgd", "nesterov")
+        self._is_sgd = self.sgd_steps is not None
+        self._sgd_counts = self.sgd_steps.numpy() if self._is_sgd else None  # (P,) view of shared memory
         for p, state in zip(params, self.state):
             self._optimizer.state[p] = {k: t for k, t in state.items() if not (self._is_sgd and k == "step")}
         # torch.optim.SGD creates the momentum buffer as a copy of the first gradient; a zero buffer gives the
@@ -137,13 +142,14 @@ class SharedOptimizer:
     def __getstate__(self) -> dict[str, Any]:
         # Shared tensors pickle as shared-memory handles through torch.multiprocessing; the parameter
         # objects and the torch.optim instance belong to one process and are rebuilt by attach().
-        return {"name": self.name, "lr": self.lr, "hyper": self.hyper, "shapes": self.shapes, "state": self.state}
+        return {"name": self.name, "lr": self.lr, "hyper": self.hyper, "shapes": self.shapes, "state": self.state,
+                "sgd_steps": self.sgd_steps}
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
         self.name, self.lr, self.hyper = saved["name"], saved["lr"], saved["hyper"]
-        self.shapes, self.state = saved["shapes"], saved["state"]
-        for state in self.state:  # a plain pickle gives private copies: keep the shared-memory invariant
-            for tensor in state.values():
+        self.shapes, self.state, self.sgd_steps = saved["shapes"], saved["state"], saved["sgd_steps"]
+        for tensor in [t for state in self.state for t in state.values()] + [self.sgd_steps]:
+            if tensor is not None:  # a plain pickle gives private copies: keep the shared-memory invariant
                 tensor.share_memory_()
         self._params = None
 
@@ -156,27 +162,28 @@ class SharedOptimizer:
         group_lr = self.lr if lr is None else _check_lr(lr)
         for group in self._optimizer.param_groups:
             group["lr"] = group_lr
-        with torch.no_grad():
-            lazy = [] if self._native_sparse else \
-                [i for i, p in enumerate(self._params) if p.grad is not None and p.grad.is_sparse]
-            hidden = {i: self._params[i].grad for i in lazy}  # kept from the dense step, updated row-wise below
+        grads = [p.grad for p in self._params]
+        lazy = [] if self._native_sparse else [i for i, g in enumerate(grads) if g is not None and g.is_sparse]
+        for i in lazy:  # hidden from the dense step, updated row-wise below
+            self._params[i].grad = None
+        try:
+            first = self._detach_first_momentum() if self._first_step_copies else []
+            self._optimizer.step()
+            for i in first:
+                self.state[i]["momentum_buffer"].copy_(self._optimizer.state[self._params[i]]["momentum_buffer"])
+                self._optimizer.state[self._params[i]]["momentum_buffer"] = self.state[i]["momentum_buffer"]
+        finally:
             for i in lazy:
-                self._params[i].grad = None
-            try:
-                first = self._detach_first_momentum() if self._first_step_copies else []
-                self._optimizer.step()
-                for i in first:
-                    self.state[i]["momentum_buffer"].copy_(self._optimizer.state[self._params[i]]["momentum_buffer"])
-                    self._optimizer.state[self._params[i]]["momentum_buffer"] = self.state[i]["momentum_buffer"]
-                if self._is_sgd:
-                    steps = [s["step"] for p, s in zip(self._params, self.state) if p.grad is not None]
-                    if steps:
-                        torch._foreach_add_(steps, 1.0)
-            finally:
-                for i in lazy:
-                    self._params[i].grad = hidden[i]
+                self._params[i].grad = grads[i]
+        with torch.no_grad():
             for i in lazy:
                 self._sparse_step(i, group_lr)
+        if self._is_sgd:
+            if all(g is not None for g in grads):
+                self._sgd_counts += 1
+            else:
+                for i, g in enumerate(grads):
+                    self._sgd_counts[i] += g is not None
 
     def _detach_first_momentum(self) -> list[int]:
         first = [i for i, (p, s) in enumerate(zip(self._params, self.state))
@@ -209,8 +216,6 @@ class SharedOptimizer:
         for key, tensor in optimizer.state[work].items():
             if key != "step":
                 state[key].index_copy_(0, rows, tensor)
-        if self._is_sgd:
-            state["step"].add_(1.0)
 
     # --- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
