@@ -142,6 +142,7 @@ def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorp
                               [corpus.src_lines[i] for i in indices], [corpus.tgt_lines[i] for i in indices],
                               [corpus.line_numbers[i] for i in indices], total=len(indices))
     train, dev = subset(train_idx), subset(dev_idx)
+    train.total, train.held_out = corpus.total, len(dev_idx)
     train.dropped_empty, train.dropped_long = corpus.dropped_empty, corpus.dropped_long
     return train, dev
 

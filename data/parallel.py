@@ -33,13 +33,14 @@ class ParallelCorpus:
     total: int = 0                                   # pairs in the files (before filtering)
     dropped_empty: int = 0                           # pairs with an empty side
     dropped_long: int = 0                            # pairs with a side longer than max_len tokens
+    held_out: int = 0                                # kept pairs moved to a dev set (data.nmt_task)
 
     def __len__(self) -> int:
         return len(self.src)
 
     def counts(self) -> dict[str, int]:
         return {"total": self.total, "kept": len(self), "dropped_empty": self.dropped_empty,
-                "dropped_long": self.dropped_long}
+                "dropped_long": self.dropped_long, "held_out": self.held_out}
 
 
 def parallel_files(prefix: str | os.PathLike, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:

@@ -15,11 +15,11 @@ def test_filters_and_counts():
     assert corpus.src == [["Bonjour", "le", "monde", "."], ["Le", "chat", "dort", "."], ["Merci", "!"]]
     assert corpus.tgt == [["Hello", "world", "."], ["The", "cat", "sleeps", "."], ["Thank", "you", "!"]]
     assert corpus.line_numbers == [1, 2, 5] and corpus.tgt_lines[2] == "Thank you !"
-    assert corpus.counts() == {"total": 5, "kept": 3, "dropped_empty": 1, "dropped_long": 1}
+    assert corpus.counts() == {"total": 5, "kept": 3, "dropped_empty": 1, "dropped_long": 1, "held_out": 0}
     assert len(read_parallel(FIXTURES / "tiny", "fr", "en", max_len=12)) == 4   # 12 tokens is not > 12
     assert read_parallel(FIXTURES / "tiny", "fr", "en", max_len=None).dropped_long == 0
     assert read_parallel(FIXTURES / "tiny", "en", "fr", limit=2).counts() == {
-        "total": 2, "kept": 2, "dropped_empty": 0, "dropped_long": 0}
+        "total": 2, "kept": 2, "dropped_empty": 0, "dropped_long": 0, "held_out": 0}
 
 
 def test_custom_tokenizer_decides_lengths():
@@ -69,5 +69,5 @@ def test_europarl_fr_en_counts(corpus):
     src, tgt, src_path, _ = read_parallel_lines(folder / "train", "fr", "en")
     assert (len(src), len(tgt), src_path.name) == (200_000, 200_000, "train.fr.xz")
     dev = read_parallel(folder / "dev", "fr", "en", max_len=None)
-    assert dev.counts() == {"total": 3_000, "kept": 3_000, "dropped_empty": 0, "dropped_long": 0}
+    assert dev.counts() == {"total": 3_000, "kept": 3_000, "dropped_empty": 0, "dropped_long": 0, "held_out": 0}
     assert dev.src_lines[0] == "Reprise de la session"

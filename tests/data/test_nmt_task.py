@@ -1,0 +1,119 @@
+"""NMT task: Moses and subword pipelines on fixtures, dev references for BLEU, the cache, the synthetic task."""
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+
+from data.cache import ArrayCache
+from data.errors import CorpusError
+from data.nmt_task import NmtDataConfig, load_nmt_task, synthetic_nmt_task
+from data.vocab import EOS
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
+
+
+def write_corpus(folder, n=60):
+    fr = [f"Le chat numéro {i} dort, n'est-ce pas ?" for i in range(n)]
+    en = [f"The cat number {i} sleeps, doesn't it?" for i in range(n)]
+    for lang, lines in (("fr", fr), ("en", en)):
+        (folder / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (folder / f"dev.{lang}").write_text("\n".join(lines[:5]) + "\n", encoding="utf-8")
+    return fr, en
+
+
+def test_moses_task_with_dev_and_cache(tmp_path):
+    fr, en = write_corpus(tmp_path)
+    cache = ArrayCache(tmp_path / "cache")
+    config = NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), batch_size=8, processes=1)
+    task = load_nmt_task(config, cache)
+    assert task.info["cached"] is False and task.info["train"]["kept"] == 60 and task.info["dev_pairs"] == 5
+    assert task.dev_references == en[:5] and task.dev_sources == fr[:5]
+    dev_batch = task.dev.batch(task.dev.epoch_plan(0)[0])
+    assert [task.decode(row.tolist()) for row in dev_batch["tgt"]] == en[:5]  # detokenized == raw reference
+    assert task.src_vocab.decode(dev_batch["src"][0].tolist()) == ["Le", "chat", "numéro", "0", "dort", ",", "n'",
+                                                                   "est-ce", "pas", "?"]
+    assert dev_batch["src"][0, 10].item() == EOS
+    again = load_nmt_task(config, cache)
+    assert again.info["cached"] is True and again.dev_references == en[:5] and again.src_vocab == task.src_vocab
+    a, b = next(task.train.epoch(1)), next(again.train.epoch(1))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    (tmp_path / "run").mkdir()
+    again.save(tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["data.json", "vocab.src.json", "vocab.tgt.json"]
+
+
+def test_length_filter_counts_moses_tokens(tmp_path):
+    write_corpus(tmp_path)  # every line is 10 Moses tokens on each side
+    with (tmp_path / "train.fr").open("a", encoding="utf-8") as handle:
+        handle.write("un " * 30 + "\n\n")
+    with (tmp_path / "train.en").open("a", encoding="utf-8") as handle:
+        handle.write("one\nempty partner\n")
+    task = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), max_len=11, dev_size=2, cache=False,
+                                       processes=1))
+    assert task.info["train"] == {"total": 62, "kept": 58, "dropped_empty": 1, "dropped_long": 1,
+                                   "held_out": 2}
+    assert task.info["dev"]["kept"] == 2
+    assert load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), max_len=9, cache=False, processes=1)
+                         ).info["train"]["dropped_long"] == 61
+
+
+def test_all_pairs_too_long_is_an_error(tmp_path):
+    write_corpus(tmp_path)
+    with pytest.raises(CorpusError, match="no pairs left after filtering"):
+        load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), max_len=5, cache=False, processes=1))
+
+
+def test_holdout_lowercase_and_top_k(tmp_path):
+    write_corpus(tmp_path)
+    task = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), vocab_size=5, lowercase=True, dev_size=6,
+                                       cache=False, processes=1, seed=2))
+    assert (task.info["train_pairs"], task.info["dev_pairs"]) == (54, 6)
+    assert len(task.src_vocab) == 4 + 5 and all(t == t.lower() for t in task.src_vocab.itos[4:])
+    assert all(ref == ref.lower() for ref in task.dev_references)
+    assert set(task.dev_references) <= {f"the cat number {i} sleeps, doesn't it?" for i in range(60)}
+
+
+def test_subword_task_round_trips_and_saves_models(tmp_path):
+    fr, en = write_corpus(tmp_path)
+    cache = ArrayCache(tmp_path / "cache")
+    config = NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), subwords="bpe",
+                           subword_vocab_size=60, processes=1)
+    for attempt in range(2):
+        task = load_nmt_task(config, cache)
+        assert task.info["cached"] is bool(attempt)
+        batch = task.dev.batch(np.arange(5))
+        assert [task.decode(row.tolist()) for row in batch["tgt"]] == en[:5]
+        assert all(pathlib.Path(p).is_file() for p in task.subword_models.values())
+    (tmp_path / "run").mkdir()
+    task.save(tmp_path / "run")
+    assert (tmp_path / "run" / "spm.src.model").is_file() and (tmp_path / "run" / "spm.tgt.model").is_file()
+
+
+def test_bad_config_and_missing_files(tmp_path):
+    with pytest.raises(ValueError, match="subwords must be None or one of"):
+        NmtDataConfig(train="x", subwords="wordpiece")
+    with pytest.raises(ValueError, match="src_lang and tgt_lang must differ"):
+        NmtDataConfig(train="x", src_lang="en", tgt_lang="en")
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        NmtDataConfig(train="x", batch_size=0)
+    with pytest.raises(CorpusError, match=r"train\.fr: file not found"):
+        load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), cache=False))
+
+
+def test_synthetic_task():
+    task = synthetic_nmt_task(num_train=300, num_dev=20, batch_size=16)
+    assert (task.info["train_pairs"], task.info["dev_pairs"], len(task.train)) == (300, 20, 19)
+    batch = task.dev.batch(np.arange(20))
+    assert [task.decode(row.tolist()) for row in batch["tgt"]] == task.dev_references
+    assert task.src_vocab.decode(batch["src"][0].tolist()) == task.dev_sources[0].split()
+
+
+@pytest.mark.corpora
+def test_europarl_dev_only_task(corpus, tmp_path):
+    folder = corpus("europarl-fr-en")
+    task = load_nmt_task(NmtDataConfig(train=str(folder / "dev"), dev=str(folder / "test"), dev_limit=100,
+                                       processes=1), ArrayCache(tmp_path))
+    assert task.info["train"]["total"] == 3_000 and task.info["dev_pairs"] == 100
+    assert task.info["train"]["kept"] + task.info["train"]["dropped_long"] == 3_000
+    assert task.dev_references[0] == "Resumption of the session"
