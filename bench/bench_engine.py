@@ -19,7 +19,9 @@ much less sensitive than wall time to other jobs on a shared machine) and the en
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import shlex
 import statistics
 import sys
@@ -66,10 +68,19 @@ class StampedLoss:
     """loss_fn(model, batch) -> (mean token cross-entropy, tokens), stamping each batch's forward:
     wall clock, the process's CPU time, and its pid."""
 
-    def __init__(self, stamps: Tensor):
+    def __init__(self, stamps: Tensor, profile: str | None = None, window: tuple[int, int] = (0, 0)):
         self.stamps = stamps  # (N, 3) float64 in shared memory, one row per batch
+        self.profile, self.window, self.calls = profile, window, 0  # profile: path prefix for cProfile stats
 
     def __call__(self, model: nn.Module, batch: dict) -> tuple[Tensor, int]:
+        if self.profile:  # profile this process's training loop between its window[0]-th and window[1]-th update
+            self.calls += 1
+            if self.calls == self.window[0]:
+                self.profiler = cProfile.Profile()
+                self.profiler.enable()
+            elif self.calls == self.window[1]:
+                self.profiler.disable()
+                self.profiler.dump_stats(f"{self.profile}-{os.getpid()}.prof")
         self.stamps[int(batch["index"])] = torch.tensor([time.perf_counter(), time.process_time(), os.getpid()],
                                                         dtype=torch.float64)
         logits = model(batch["words"])  # (B, T, n_tags)
@@ -138,12 +149,15 @@ def run_engine(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: 
     hogwild.train(model, loss_fn, batches, config)
 
 
-def run_variant(variant: str, args: argparse.Namespace, batches: list[dict]) -> tuple[float, float, float]:
+def run_variant(variant: str, args: argparse.Namespace, batches: list[dict], round_: int) -> tuple[float, float, float]:
     """Train a fresh, identically initialised model; return (steady updates/s, CPU ms/update, end-to-end s)."""
     torch.manual_seed(args.seed)
     model = Tagger(args.words, args.tags, args.emb, args.hidden)
     stamps = torch.zeros(len(batches), 3, dtype=torch.float64).share_memory_()
-    loss_fn = StampedLoss(stamps)
+    processes = int(variant[-1]) if variant != "plain" else 1
+    window = (10, 10 + len(batches) // (2 * processes))
+    profile = f"{args.profile}/{variant}-round{round_ + 1}" if args.profile else None
+    loss_fn = StampedLoss(stamps, profile, window)
     start = time.perf_counter()
     if variant == "plain":
         run_plain(model, batches, loss_fn, args.lr)
@@ -168,12 +182,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", metavar="DIR", help="write cProfile stats of every training process's steady "
+                        "state to DIR/<variant>-round<r>-<pid>.prof and print each variant's top functions")
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or args.updates < 20 or args.rounds < 1:
         parser.error(f"--variants: unknown {unknown}" if unknown else "--updates must be >= 20, --rounds >= 1")
     torch.set_num_threads(1)
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
     batches = synthetic_batches(args.updates, args.batch_size, args.length, args.words, args.tags, args.seed)
     rates: dict[str, list[float]] = {v: [] for v in variants}
     walls: dict[str, list[float]] = {v: [] for v in variants}
@@ -181,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for round_ in range(args.rounds):
         order = variants[round_ % len(variants):] + variants[:round_ % len(variants)]
         for variant in order:
-            rate, cpu, wall = run_variant(variant, args, batches)
+            rate, cpu, wall = run_variant(variant, args, batches, round_)
             rates[variant].append(rate)
             cpus[variant].append(cpu)
             walls[variant].append(wall)
@@ -197,8 +215,26 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         if top in medians and bottom in medians:
             ratio = medians[top] / medians[bottom]
             print(f"  {top}/{bottom} = {ratio:.3f}   target >= {target}   {'met' if ratio >= target else 'MISSED'}")
+    if args.profile:
+        print_profiles(args.profile, variants)
     print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
     return medians
+
+
+def print_profiles(directory: str, variants: list[str], top: int = 15) -> None:
+    """Each variant's functions by own time, summed over its processes and rounds, per profiled update."""
+    for variant in variants:
+        files = sorted(Path(directory).glob(f"{variant}-round*.prof"))
+        if not files:
+            continue
+        stats = pstats.Stats(*map(str, files))
+        updates = sum(stat[1] for (file, _, name), stat in stats.stats.items()  # StampedLoss.__call__: once per update
+                      if name == "__call__" and Path(file).name == Path(__file__).name) or 1
+        print(f"\n{variant}: top {top} by own time, microseconds per update ({updates} profiled updates)")
+        rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])[:top]
+        for (file, line, name), (_, calls, own, cumulative, _) in rows:
+            print(f"  {1e6 * own / updates:8.1f} own {1e6 * cumulative / updates:8.1f} cum  {calls / updates:5.1f}x "
+                  f" {Path(file).name}:{line}({name})")
 
 
 if __name__ == "__main__":
