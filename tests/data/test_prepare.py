@@ -1,0 +1,121 @@
+"""prepare: downloads checked by sha256 (against file:// URLs), local sources, and the command line's errors."""
+import hashlib
+import io
+import json
+import pathlib
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from data.errors import CorpusError
+from data.prepare import DownloadError, download, main, prepare_europarl, prepare_ud
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def make_archive(path, fr_lines, en_lines):
+    with tarfile.open(path, "w:gz") as tar:
+        for lang, lines in (("fr", fr_lines), ("en", en_lines)):
+            body = ("\n".join(lines) + "\n").encode("utf-8")
+            info = tarfile.TarInfo(f"training/europarl-v7.fr-en.{lang}")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_download_file_url_with_checksum(tmp_path):
+    source = tmp_path / "blob.bin"
+    source.write_bytes(b"hogwild" * 1000)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    dest = download(source.as_uri(), tmp_path / "out" / "blob.bin", sha256=digest.upper())
+    assert dest.read_bytes() == source.read_bytes()
+    with pytest.raises(CorpusError, match=f"sha256 mismatch: expected {'0' * 64}, got {digest}"):
+        download(source.as_uri(), tmp_path / "bad" / "blob.bin", sha256="0" * 64)
+    assert list((tmp_path / "bad").iterdir()) == []  # neither the file nor its .part stays
+    with pytest.raises(DownloadError, match="download failed") as error:
+        download((tmp_path / "absent").as_uri(), tmp_path / "x")
+    assert error.value.http_status is None
+
+
+def test_europarl_from_archive_url(tmp_path):
+    fr = [f"phrase {i}" for i in range(10)] + [""] + ["dernière"]
+    en = [f"sentence {i}" for i in range(10)] + ["orphan"] + ["last"]
+    digest = make_archive(tmp_path / "fr-en.tgz", fr, en)
+    manifest = prepare_europarl("fr", "en", tmp_path / "out", (tmp_path / "fr-en.tgz").as_uri(), digest, held_out=2)
+    out = tmp_path / "out"
+    assert (out / "train.fr").read_text(encoding="utf-8").splitlines() == fr[:7]
+    assert (out / "dev.en").read_text(encoding="utf-8").splitlines() == ["sentence 7", "sentence 8"]
+    assert (out / "test.fr").read_text(encoding="utf-8").splitlines() == ["phrase 9", "dernière"]
+    assert manifest["dropped_empty"] == 1 and manifest["archive_sha256"] == digest
+    assert manifest["files"]["train.en"]["count"] == 7
+    assert json.loads((out / "manifest.json").read_text())["files"]["test.en"]["sha256"] == \
+        hashlib.sha256((out / "test.en").read_bytes()).hexdigest()
+    with pytest.raises(CorpusError, match="sha256 mismatch"):
+        prepare_europarl("fr", "en", tmp_path / "out2", (tmp_path / "fr-en.tgz").as_uri(), "f" * 64, held_out=2)
+    with pytest.raises(CorpusError, match="too few for --held-out 6"):
+        prepare_europarl("fr", "en", tmp_path / "out3", str(tmp_path / "fr-en.tgz"), held_out=6)
+
+
+def test_europarl_archive_with_mismatched_sides(tmp_path):
+    make_archive(tmp_path / "fr-en.tgz", ["a", "b", "c"], ["A", "B"])
+    with pytest.raises(CorpusError, match="3 fr lines but 2 en lines"):
+        prepare_europarl("fr", "en", tmp_path / "out", str(tmp_path / "fr-en.tgz"), held_out=1)
+
+
+def test_europarl_local_folder(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    for lang in ("fr", "en"):
+        (source / f"train.{lang}").write_bytes((FIXTURES / f"tiny.{lang}").read_bytes())
+    manifest = prepare_europarl("fr", "en", tmp_path / "out", str(source))
+    assert sorted(manifest["files"]) == ["train.en", "train.fr"] and manifest["files"]["train.fr"]["count"] == 5
+    assert (tmp_path / "out" / "train.fr").read_bytes() == (FIXTURES / "tiny.fr").read_bytes()
+
+
+def test_ud_local_folder_and_file_url(tmp_path):
+    source = tmp_path / "ud"
+    source.mkdir()
+    for split in ("dev", "test"):
+        (source / f"xx_tiny-ud-{split}.conllu").write_bytes((FIXTURES / "tiny.conllu").read_bytes())
+    manifest = prepare_ud("UD_Xx-Tiny", tmp_path / "out", str(source))
+    assert {name: entry["count"] for name, entry in manifest["files"].items()} == {
+        "xx_tiny-ud-dev.conllu": 2, "xx_tiny-ud-test.conllu": 2}
+    by_url = prepare_ud("UD_Xx-Tiny", tmp_path / "out2", source.as_uri(), code="xx_tiny")  # no train file: skipped
+    assert sorted(by_url["files"]) == ["xx_tiny-ud-dev.conllu", "xx_tiny-ud-test.conllu"]
+    with pytest.raises(ValueError, match="unknown treebank 'UD_Xx-Tiny': pass --code"):
+        prepare_ud("UD_Xx-Tiny", tmp_path / "out3")
+
+
+def test_ud_bad_file_names_file_and_line(tmp_path):
+    source = tmp_path / "ud"
+    source.mkdir()
+    (source / "xx-ud-test.conllu").write_text("1\tDas\tder\tDET\n\n", encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"xx-ud-test\.conllu:1: expected 10 tab-separated"):
+        prepare_ud("UD_Xx", tmp_path / "out", str(source))
+
+
+def test_main_returns_nonzero_with_one_line_message(tmp_path, capsys):
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.fr").write_text("a\nb\n", encoding="utf-8")
+    (source / "train.en").write_text("A\n", encoding="utf-8")
+    assert main(["europarl", "--out", str(tmp_path / "o"), "--source", str(source)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: {source / 'train.en'}:2: train.fr has 2 lines but train.en has 1: the files are not " \
+                  "line-aligned (train.en ends first)\n"
+
+
+def test_command_line_as_documented(tmp_path):
+    make_archive(tmp_path / "fr-en.tgz", [f"p {i}" for i in range(6)], [f"s {i}" for i in range(6)])
+    command = [sys.executable, "-m", "data.prepare", "europarl", "--src", "fr", "--tgt", "en", "--out",
+               str(tmp_path / "out"), "--source", (tmp_path / "fr-en.tgz").as_uri(), "--held-out", "1"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "train.fr\t4\tsha256 " in done.stdout and (tmp_path / "out" / "manifest.json").is_file()
+    bad = subprocess.run(command[:-4] + ["--source", str(tmp_path / "missing.tgz"), "--held-out", "1"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("error: ") and "missing.tgz" in bad.stderr
