@@ -1,0 +1,90 @@
+"""Data pipeline speed: Europarl fr-en 200k load time, first (Moses tokenization) and cached, and batcher throughput.
+
+Usage: flock /tmp/hogwild-heavy.lock .venv/bin/python bench/bench_data.py [--train-limit N] [--processes P]
+
+Prints the command line, the first and the cached load time of the Europarl task (train 200k + dev 3k, max_len 50,
+15k vocabularies) and their ratio, then the tokens/s of the NMT batcher (batch 64, bucketed) and of the POS batcher
+(Brown, one sentence per batch, the paper's setting) over a fixed number of batches. The first load uses a fresh,
+temporary cache folder, so it always includes reading, tokenizing and tensorizing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from data.cache import ArrayCache  # noqa: E402
+from data.nmt_task import NmtDataConfig, load_nmt_task  # noqa: E402
+from data.pos_task import PosDataConfig, load_pos_task  # noqa: E402
+from data.text import default_processes  # noqa: E402
+
+
+def corpora_dir() -> Path:
+    return Path(os.environ.get("HOGWILD_CORPORA", REPO.parent / "shared" / "corpora"))
+
+
+def batcher_speed(batcher, max_batches: int, count) -> tuple[float, int, float]:
+    """(tokens/s, batches, seconds) to build ``max_batches`` batches of epoch 0."""
+    tokens = batches = 0
+    start = time.perf_counter()
+    for batch in batcher.epoch(0):
+        tokens += count(batch)
+        batches += 1
+        if batches >= max_batches:
+            break
+    seconds = time.perf_counter() - start
+    return tokens / seconds, batches, seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--train-limit", type=int, default=None, help="read only the first N training pairs")
+    parser.add_argument("--processes", type=int, default=0, help="tokenization processes (0: all CPUs)")
+    parser.add_argument("--batches", type=int, default=2000, help="batches timed per batcher")
+    args = parser.parse_args()
+    print("command:", " ".join(shlex.quote(a) for a in [Path(sys.executable).name] + sys.argv))
+    europarl = corpora_dir() / "europarl-fr-en"
+    if not europarl.exists():
+        print(f"skipped: {europarl} not found (set HOGWILD_CORPORA)")
+        return 0
+    config = NmtDataConfig(train=str(europarl / "train"), dev=str(europarl / "dev"), train_limit=args.train_limit,
+                           processes=args.processes)
+    print(f"tokenization processes: {args.processes or default_processes()}")
+    with tempfile.TemporaryDirectory(prefix="hogwild-bench-cache-") as root:
+        cache = ArrayCache(root)
+        start = time.perf_counter()
+        task = load_nmt_task(config, cache)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        cached = load_nmt_task(config, cache)
+        second = time.perf_counter() - start
+        assert cached.info["cached"] and not task.info["cached"]
+        print(f"europarl fr-en train: {task.info['train']} -> {task.info['train_pairs']} pairs, "
+              f"vocab {task.info['src_vocab']}/{task.info['tgt_vocab']}")
+        print(f"europarl load, first (read + Moses tokenize + vocab + tensorize): {first:8.2f} s")
+        print(f"europarl load, cached:                                          {second:8.2f} s")
+        print(f"first / cached: {first / second:.0f}x")
+        rate, batches, seconds = batcher_speed(cached.train, args.batches,
+                                               lambda b: int(b["src_mask"].sum() + b["tgt_mask"].sum()))
+        print(f"NMT batcher (B=64, bucketed): {rate:12,.0f} tokens/s (src+tgt, incl. bos/eos; "
+              f"{batches} batches in {seconds:.2f} s, {batches / seconds:,.0f} batches/s)")
+    brown = corpora_dir() / "brown"
+    if brown.exists():
+        with tempfile.TemporaryDirectory(prefix="hogwild-bench-cache-") as root:
+            pos = load_pos_task(PosDataConfig(train=str(brown)), ArrayCache(root))
+            rate, batches, seconds = batcher_speed(pos.train, args.batches, lambda b: int(b["lengths"].sum()))
+            print(f"POS batcher (Brown, B=1):     {rate:12,.0f} tokens/s ({batches} batches in {seconds:.2f} s, "
+                  f"{batches / seconds:,.0f} sentences/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
