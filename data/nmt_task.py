@@ -17,6 +17,9 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Sequence
+
+import torch
 
 from data.batching import NmtBatcher, ParallelData
 from data.cache import ArrayCache
@@ -94,10 +97,41 @@ class NmtTask:
     decoder: TextDecoder
     info: dict = field(default_factory=dict)
     subword_models: dict[str, str] = field(default_factory=dict)   # side -> .model path
+    config: NmtDataConfig | None = None                             # None: synthetic (whitespace tokens)
 
     def decode(self, ids) -> str:
         """Target ids (a model's output; stops at eos, drops pad/bos) -> detokenized text."""
         return self.decoder(self.tgt_vocab.decode(ids))
+
+    def tokenize(self, lines: Sequence[str], side: str = "src") -> list[list[str]]:
+        """Raw lines -> the units this task's vocabularies hold (Moses tokens or pieces; lowercased as in training)."""
+        if side not in ("src", "tgt"):
+            raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
+        if self.config is None:
+            return [line.split() for line in lines]
+        lang = self.config.src_lang if side == "src" else self.config.tgt_lang
+        return _tokenizer(self.config, self.subword_models)(lines, lang)
+
+    def encode_source(self, lines: Sequence[str]) -> dict[str, torch.Tensor]:
+        """Raw source lines -> ``{"src": (B, S), "src_mask": (B, S)}`` with eos appended, pad 0 (for translation)."""
+        ids = [self.src_vocab.encode(tokens, eos=True) for tokens in self.tokenize(lines, "src")]
+        src = torch.zeros(len(ids), max(map(len, ids), default=1), dtype=torch.long)  # (B, S)
+        for row, sentence in enumerate(ids):
+            src[row, :len(sentence)] = torch.tensor(sentence)
+        return {"src": src, "src_mask": src != 0}
+
+    def eval_set(self, prefix: str | os.PathLike, limit: int | None = None,
+                 batch_size: int | None = None) -> tuple[NmtBatcher, list[str]]:
+        """Another held-out corpus (e.g. test, newstest2014) processed exactly like dev: ``(batcher in file order,
+        references)``. Only empty pairs are dropped."""
+        if self.config is None:
+            raise ValueError("eval_set needs a task loaded from files (this one is synthetic)")
+        c = self.config
+        corpus = read_parallel(prefix, c.src_lang, c.tgt_lang, None, _tokenizer(c, self.subword_models), c.encoding,
+                               limit)
+        data = ParallelData.tensorize(list(zip(corpus.src, corpus.tgt)), self.src_vocab, self.tgt_vocab)
+        refs = [line.lower() for line in corpus.tgt_lines] if c.lowercase else list(corpus.tgt_lines)
+        return NmtBatcher(data, batch_size or c.eval_batch_size, shuffle=False, seed=c.seed), refs
 
     def save(self, run_dir: str | os.PathLike) -> None:
         """Write ``vocab.src.json``, ``vocab.tgt.json``, ``data.json`` and the sentencepiece models into a run."""
@@ -129,7 +163,8 @@ def _assemble(train_data, dev_data, src_vocab, tgt_vocab, sources, refs, decoder
                 train_tgt_tokens=int(train_data.tgt_offsets[-1]))
     return NmtTask(NmtBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
                    NmtBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
-                   src_vocab, tgt_vocab, sources, refs, decoder, info, models)
+                   src_vocab, tgt_vocab, sources, refs, decoder, info, models,
+                   None if config.train == "<synthetic>" else config)
 
 
 def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorpus, ParallelCorpus]:
@@ -168,13 +203,10 @@ def load_nmt_task(config: NmtDataConfig, cache: ArrayCache | None = None) -> Nmt
         return _assemble(*data, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]),
                          meta["dev_sources"], meta["dev_references"], decoder, config,
                          dict(meta["info"], cached=True), models)
-    processes = config.processes or default_processes()
     models: dict[str, str] = {}
     if config.subwords:
-        tokenize, work = _train_subwords(config, cache.root / f".{key}.spm"), cache.root / f".{key}.spm"
-        models = {side: str(work / f"spm.{side}.model") for side in ("src", "tgt")}
-    else:
-        tokenize = partial(_moses_tokenize, lowercase=config.lowercase, processes=processes)
+        models = _train_subwords(config, cache.root / f".{key}.spm")
+    tokenize = _tokenizer(config, models)
     train = read_parallel(config.train, config.src_lang, config.tgt_lang, config.max_len, tokenize,
                           config.encoding, config.train_limit)
     if config.dev:
@@ -201,24 +233,33 @@ def _moses_tokenize(lines, lang, lowercase, processes):
     return tokenize_lines(lines, lang, lowercase, processes if len(lines) > 20_000 else 1)
 
 
+def _subword_tokenize(lines, lang, models, src_lang, lowercase):
+    model = SubwordModel(models["src" if lang == src_lang else "tgt"])
+    return model.encode_lines([line.lower() for line in lines] if lowercase else lines)
+
+
+def _tokenizer(config: NmtDataConfig, models: dict[str, str]):
+    """``tokenize(lines, lang)`` for this configuration: sentencepiece models when given, else Moses."""
+    if config.subwords:
+        return partial(_subword_tokenize, models=models, src_lang=config.src_lang, lowercase=config.lowercase)
+    return partial(_moses_tokenize, lowercase=config.lowercase, processes=config.processes or default_processes())
+
+
 def _decoder(config: NmtDataConfig, models: dict[str, str]) -> TextDecoder:
     if config.subwords:
         return TextDecoder("subwords", config.tgt_lang, models["tgt"])
     return TextDecoder("moses", config.tgt_lang)
 
 
-def _train_subwords(config: NmtDataConfig, work: Path):
-    """Train one sentencepiece model per side on the (raw, optionally lowercased) training text."""
+def _train_subwords(config: NmtDataConfig, work: Path) -> dict[str, str]:
+    """Train one sentencepiece model per side on the (raw, optionally lowercased) training text: side -> path."""
     models = {}
-    for side, lang in (("src", config.src_lang), ("tgt", config.tgt_lang)):
-        path = parallel_files(config.train, config.src_lang, config.tgt_lang)[0 if side == "src" else 1]
+    for side, path in zip(("src", "tgt"), parallel_files(config.train, config.src_lang, config.tgt_lang)):
         lines = read_lines(path, config.encoding)[:config.train_limit]
         lines = [line.lower() for line in lines] if config.lowercase else lines
-        models[lang] = SubwordModel.train(lines, work / f"spm.{side}", config.subword_vocab_size, config.subwords)
-
-    def tokenize(lines, lang):
-        return models[lang].encode_lines([line.lower() for line in lines] if config.lowercase else lines)
-    return tokenize
+        models[side] = str(SubwordModel.train(lines, work / f"spm.{side}", config.subword_vocab_size,
+                                              config.subwords).path)
+    return models
 
 
 def synthetic_nmt_task(num_train: int = 5000, num_dev: int = 200, seed: int = 0, batch_size: int = 32,

@@ -90,6 +90,28 @@ def test_subword_task_round_trips_and_saves_models(tmp_path):
     assert (tmp_path / "run" / "spm.src.model").is_file() and (tmp_path / "run" / "spm.tgt.model").is_file()
 
 
+def test_eval_set_and_source_encoding_follow_the_task(tmp_path):
+    fr, en = write_corpus(tmp_path)
+    (tmp_path / "test.fr").write_text("Le chat numéro 7 dort ?\n\nLe chien ?\n", encoding="utf-8")
+    (tmp_path / "test.en").write_text("The Cat number 7 sleeps.\nx\nThe dog?\n", encoding="utf-8")
+    task = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), lowercase=True,
+                                       cache=False, processes=1))
+    batcher, refs = task.eval_set(tmp_path / "test", batch_size=4)
+    assert refs == ["the cat number 7 sleeps.", "the dog?"]  # empty pair dropped, lowercased like training
+    batch = next(batcher.epoch(0))
+    assert task.src_vocab.decode(batch["src"][0].tolist()) == ["le", "chat", "numéro", "7", "dort", "?"]
+    assert task.src_vocab.decode(batch["src"][1].tolist()) == ["le", "<unk>", "?"]
+    encoded = task.encode_source(["Le chat numéro 7 dort ?", "Le chien ?"])
+    assert torch.equal(encoded["src"], batch["src"]) and torch.equal(encoded["src_mask"], batch["src_mask"])
+    assert task.tokenize(["The Cat!"], "tgt") == [["the", "cat", "!"]]
+    sub = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), subwords="unigram",
+                                      subword_vocab_size=60, cache=False, processes=1))
+    batcher, refs = sub.eval_set(tmp_path / "test")
+    assert refs[1] == "The dog?" and "".join(sub.tokenize(["Le chat"])[0]).replace("▁", " ").strip() == "Le chat"
+    with pytest.raises(ValueError, match="synthetic"):
+        synthetic_nmt_task(num_train=10, num_dev=2).eval_set(tmp_path / "test")
+
+
 def test_bad_config_and_missing_files(tmp_path):
     with pytest.raises(ValueError, match="subwords must be None or one of"):
         NmtDataConfig(train="x", subwords="wordpiece")
