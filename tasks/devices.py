@@ -1,0 +1,48 @@
+"""Which device each worker trains on: `--gpus N` (one worker per GPU) or `--workers N` (CPU processes).
+
+The parent only counts the GPUs (torch.cuda.device_count() creates no CUDA context), so spawned workers can still
+initialise CUDA themselves; a torch built without CUDA counts 0.
+
+Usage: `devices = worker_devices(gpus=0, workers=2)` -> `['cpu', 'cpu']`
+"""
+from __future__ import annotations
+
+import os
+
+
+class DeviceError(ValueError):
+    """The requested devices do not exist on this machine."""
+
+
+def visible_gpus() -> int:
+    """Number of CUDA GPUs torch can see (0 when torch has no CUDA support)."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return 0
+    return torch.cuda.device_count()
+
+
+def describe_visible() -> str:
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return f"this torch ({torch.__version__}) is built without CUDA, so no GPU is visible"
+    count = torch.cuda.device_count()
+    where = os.environ.get("CUDA_VISIBLE_DEVICES")
+    limited = f" (CUDA_VISIBLE_DEVICES={where!r})" if where is not None else ""
+    return f"{count} CUDA GPU{'s' if count != 1 else ''} visible{limited}"
+
+
+def worker_devices(gpus: int, workers: int, mode: str = "hogwild") -> list[str]:
+    """One device string per worker; raises DeviceError naming what is visible when gpus > visible GPUs."""
+    if gpus:
+        available = visible_gpus()
+        if gpus > available:
+            raise DeviceError(f"--gpus {gpus}: {describe_visible()}. Train on CPU cores instead with "
+                              f"--workers {gpus} (or ask for at most --gpus {available})" if available else
+                              f"--gpus {gpus}: {describe_visible()}. Train on CPU cores instead with "
+                              f"--workers {gpus}")
+        count = 1 if mode == "single" else gpus
+        return [f"cuda:{i}" for i in range(count)]
+    return ["cpu"] * (1 if mode == "single" else workers)

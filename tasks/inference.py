@@ -1,0 +1,89 @@
+"""`run.py tag` and `run.py translate`: use a trained run directory on new text, from stdin or from files.
+
+Input: one sentence per line (tag: whitespace-separated tokens; translate: raw text, Moses-tokenized like the
+training data). Output, in input order: tag -> `word/TAG word/TAG ...` per line (or `--format conll`: one
+`word<TAB>TAG` per line, blank line between sentences); translate -> one detokenized translation per line. Empty
+lines stay empty lines, so the output lines up with the input.
+
+Usage: `tag_lines(run_dir, ["The dog barks ."])` -> `["The/at dog/nn barks/vbz ./."]`
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from tasks.rundir import RunDirError, load_trained
+
+
+class InputError(ValueError):
+    """An input file that cannot be read, named with its line when the problem is on one."""
+
+
+def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | None = None) -> list[str]:
+    """All lines of the files (in order), or of stdin when there is none or a path is '-'."""
+    lines: list[str] = []
+    for path in paths or ["-"]:
+        if path == "-":
+            stream = stdin or sys.stdin
+            data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode(encoding)
+            name = "<stdin>"
+        else:
+            try:
+                data = Path(path).read_bytes()
+            except OSError as error:
+                raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
+            name = path
+        for number, raw in enumerate(data.splitlines(), 1):
+            try:
+                lines.append(raw.decode(encoding))
+            except UnicodeDecodeError as error:
+                raise InputError(f"{name}:{number}: not valid {encoding} text ({error.reason} at byte "
+                                 f"{error.start}); give --encoding") from None
+    return lines
+
+
+def _expect(spec: dict, task: str, run_dir: Path, command: str) -> None:
+    if spec.get("task") != task:
+        raise RunDirError(f"--checkpoint {run_dir}: this is a {spec.get('task')!r} run; `run.py {command}` needs a "
+                          f"{task!r} run")
+
+
+def tag_lines(run_dir: str | Path, lines: Sequence[str], output_format: str = "slash",
+              batch_size: int = 32) -> list[str]:
+    from tasks.pos import PosTagging
+
+    run_dir = Path(run_dir)
+    spec, state, _ = load_trained(run_dir)
+    _expect(spec, "pos", run_dir, "tag")
+    tagger = PosTagging.load(run_dir, spec, state)
+    sentences = [line.split() for line in lines]
+    real = [s for s in sentences if s]
+    tagged = iter(tagger.tag(real, batch_size) if real else [])
+    out = []
+    for sentence in sentences:
+        tags = next(tagged) if sentence else []
+        if output_format == "conll":
+            out.append("".join(f"{w}\t{t}\n" for w, t in zip(sentence, tags)))
+        else:
+            out.append(" ".join(f"{w}/{t}" for w, t in zip(sentence, tags)))
+    return out
+
+
+def translate_lines(run_dir: str | Path, lines: Sequence[str], beam: int = 5, batch_size: int = 32) -> list[str]:
+    from tasks.nmt import Translator
+
+    run_dir = Path(run_dir)
+    spec, state, _ = load_trained(run_dir)
+    _expect(spec, "nmt", run_dir, "translate")
+    return Translator.load(run_dir, spec, state).translate(list(lines), beam, batch_size)
+
+
+def write_output(lines: Sequence[str], output: str | None, conll: bool = False) -> None:
+    text = "".join(line if conll else line + "\n" for line in lines) if not conll else "\n".join(lines)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()

@@ -1,0 +1,59 @@
+"""A training job made ready for the engine: model, loss, batches, evaluation, and the files a run directory needs.
+
+`tasks.pos.pos_job(options)` and `tasks.nmt.nmt_job(options)` build one; `tasks.training.run_training` hands its parts
+to `hogwild.train` (`loss_fn(model, batch)` and `evaluate(model) -> dict`, CONTRACTS.md).
+
+Usage: `job = build_job(options); result = hogwild.train(job.model, job.loss_fn, job.batches, config, job.evaluate)`
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+MODEL_FILE = "model.json"  # which model class and sizes: enough to rebuild it for inference
+
+
+@dataclass
+class TaskJob:
+    task: str  # 'pos' | 'nmt'
+    model: nn.Module  # on the CPU; the engine shares it
+    loss_fn: Callable  # module-level (picklable): models.pos_loss / models.nmt_loss
+    batches: list[dict]  # training batches (CONTRACTS.md dicts), one update each
+    evaluate: Callable[[nn.Module], dict[str, float]]  # held-out metrics, the main metric first
+    metric: str  # 'accuracy' | 'bleu': decides the best checkpoint
+    model_spec: dict[str, Any]  # {"task", "preset", "config": model config fields}
+    save_vocabularies: Callable[[Path], None]  # writes vocab.*.json (+ sentencepiece models) into the run dir
+    finish: Callable[[nn.Module, Path], dict[str, Any]]  # final held-out evaluation of the best model; may write files
+    info: dict[str, Any] = field(default_factory=dict)  # corpus statistics
+
+    def write_files(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.save_vocabularies(run_dir)
+        (run_dir / MODEL_FILE).write_text(json.dumps(self.model_spec, indent=2) + "\n", encoding="utf-8")
+
+
+def build_job(options) -> TaskJob:
+    """The job for `options.task` (options must be `RunOptions.resolved()`)."""
+    if options.task == "pos":
+        from tasks.pos import pos_job
+        return pos_job(options)
+    from tasks.nmt import nmt_job
+    return nmt_job(options)
+
+
+def limit_batches(batches: list[dict], limit: int | None, key: str) -> list[dict]:
+    """The first batches holding at least `limit` sentences (all of them when limit is None)."""
+    if limit is None:
+        return batches
+    kept, count = [], 0
+    for batch in batches:
+        if count >= limit:
+            break
+        kept.append(batch)
+        count += batch[key].shape[0]
+    return kept

@@ -1,0 +1,118 @@
+"""The NMT job: parallel corpus (or the synthetic task) -> vocabularies -> attention GRU translator -> held-out BLEU;
+and translating new text with a trained run directory.
+
+During training the held-out set is translated greedily (fast); at the end the best checkpoint translates it with
+`--beam` and the translations are written to `<run dir>/dev.hyp` (and `test.hyp` with `--test`).
+
+Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_dir, spec, state).translate(lines)`
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from data.batching import NmtBatcher, ParallelData
+from data.nmt_task import NmtDataConfig, NmtTask, TextDecoder, load_nmt_task, synthetic_nmt_task
+from data.parallel import read_parallel
+from data.text import MosesText, tokenize_lines
+from data.vocab import Vocabulary
+from models import AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset, translate
+from tasks.job import TaskJob, limit_batches
+
+TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
+
+
+def load_data(options) -> NmtTask:
+    if options.synthetic:
+        return synthetic_nmt_task(num_train=options.synthetic_size or 5000, seed=options.seed,
+                                  batch_size=options.batch_size)
+    if len(options.train) > 1:
+        raise ValueError("--train: --task nmt takes one corpus prefix (e.g. europarl-fr-en/train)")
+    return load_nmt_task(NmtDataConfig(train=options.train[0], dev=options.dev, src_lang=options.src_lang,
+                                       tgt_lang=options.tgt_lang, max_len=options.max_len,
+                                       vocab_size=options.vocab_size, train_limit=options.train_limit,
+                                       batch_size=options.batch_size, seed=options.seed, encoding=options.encoding))
+
+
+def nmt_job(options) -> TaskJob:
+    task = load_data(options)
+    config = nmt_preset(options.preset, src_words=len(task.src_vocab), tgt_words=len(task.tgt_vocab),
+                        dropout=options.dropout)
+    torch.manual_seed(options.seed)
+    model = AttentionNMT(config)
+    dev_batches = limit_batches(list(task.dev.epoch(0)), options.dev_limit, "src")
+    references = task.dev_references[:sum(b["src"].shape[0] for b in dev_batches)]
+    sources = task.dev_sources[:len(references)]
+
+    def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
+        hypotheses = [task.decode(ids) for ids in translate(snapshot, dev_batches, beam_size=1)]
+        loss = heldout_loss(snapshot, dev_batches, nmt_loss)
+        return {"bleu": corpus_bleu(hypotheses, references).bleu, "loss": loss["loss"],
+                "perplexity": loss["perplexity"]}
+
+    def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
+        (run_dir / "dev.src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+        (run_dir / "dev.ref").write_text("".join(r + "\n" for r in references), encoding="utf-8")
+        dev = evaluate_nmt(best, dev_batches, references, task.decode, beam_size=options.beam,
+                           out_path=run_dir / "dev.hyp")
+        results = {"dev": {"bleu": dev.bleu, "beam": options.beam, "sentences": dev.sentences,
+                           "signature": dev.signature}}
+        if options.test:
+            test = read_parallel(options.test, options.src_lang, options.tgt_lang, None,
+                                 lambda lines, lang: tokenize_lines(lines, lang), options.encoding)
+            data = ParallelData.tensorize(list(zip(test.src, test.tgt)), task.src_vocab, task.tgt_vocab)
+            scored = evaluate_nmt(best, NmtBatcher(data, 64, shuffle=False).epoch(0), test.tgt_lines, task.decode,
+                                  beam_size=options.beam, out_path=run_dir / "test.hyp")
+            results["test"] = {"bleu": scored.bleu, "beam": options.beam, "sentences": scored.sentences,
+                               "signature": scored.signature}
+        return results
+
+    def save(run_dir: Path) -> None:
+        task.save(run_dir)
+        kind = "join" if options.synthetic else "moses"
+        (run_dir / TEXT_FILE).write_text(json.dumps({"kind": kind, "src_lang": options.src_lang,
+                                                     "tgt_lang": options.tgt_lang}) + "\n", encoding="utf-8")
+
+    spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
+    return TaskJob("nmt", model, nmt_loss, list(task.train.epoch(0)), evaluate, "bleu", spec, save, finish,
+                   dict(task.info, dev_eval_sentences=len(references)))
+
+
+class Translator:
+    """A trained translator read from a run directory (model.json, vocab.src/tgt.json, text.json, checkpoint)."""
+
+    def __init__(self, model: AttentionNMT, src: Vocabulary, tgt: Vocabulary, text: dict):
+        self.model, self.src, self.tgt = model, src, tgt
+        moses = text["kind"] == "moses"
+        self._tokenize = MosesText(text["src_lang"]).tokenize if moses else str.split
+        self._detokenize = TextDecoder("moses", text["tgt_lang"]) if moses else TextDecoder("join")
+
+    @classmethod
+    def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "Translator":
+        model = AttentionNMT(NMTConfig(**spec["config"]))
+        model.load_state_dict(state)
+        model.eval()
+        text = json.loads((run_dir / TEXT_FILE).read_text(encoding="utf-8"))
+        return cls(model, Vocabulary.load(run_dir / "vocab.src.json"), Vocabulary.load(run_dir / "vocab.tgt.json"),
+                   text)
+
+    def translate(self, lines: Sequence[str], beam: int = 5, batch_size: int = 32) -> list[str]:
+        """Raw source lines -> detokenized translations (an empty line translates to an empty line)."""
+        out = [""] * len(lines)
+        encoded = [(i, self.src.encode(self._tokenize(line), eos=True)) for i, line in enumerate(lines)
+                   if line.strip()]
+        for start in range(0, len(encoded), batch_size):
+            chunk = encoded[start:start + batch_size]
+            width = max(len(ids) for _, ids in chunk)
+            src = torch.zeros(len(chunk), width, dtype=torch.int64)  # (B, S), pad 0
+            for row, (_, ids) in enumerate(chunk):
+                src[row, :len(ids)] = torch.tensor(ids)
+            batch = {"src": src, "src_mask": src != 0}
+            for (index, _), ids in zip(chunk, translate(self.model, [batch], beam_size=beam)):
+                out[index] = self._detokenize(self.tgt.decode(ids))
+        return out

@@ -1,0 +1,220 @@
+"""What one `run.py` training run is asked to do: a typed, validated dataclass, and its translation into the engine's
+`hogwild.Config` and the MPI module's `DistConfig`.
+
+Usage: `options = RunOptions(task="pos", workers=2, time_limit=60); config = options.engine_config(devices)`
+
+Every value has a default; `None` defaults are filled per task and optimizer by `resolved()` (e.g. POS with SGD:
+lr 0.03 and the paper's linear decay of 0.0135 per epoch; NMT: lr 0.1, batch 64, gradient clipping 1.0).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from hogwild.config import MODES, OPTIMIZERS, Config
+
+TASKS = ("pos", "nmt")
+PRESETS = ("small", "paper")
+FORMATS = ("auto", "conllu", "conll", "slash")
+TAGS = ("upos", "xpos", "xpos+feats")
+ALGORITHMS = ("allreduce", "adpsgd", "downpour", "easgd", "eamsgd")
+
+# Per-task defaults used when a flag is left at None (paper values where the paper gives one).
+_TASK_DEFAULTS = {
+    "pos": {"batch_size": 1, "clip_norm": None},
+    "nmt": {"batch_size": 64, "clip_norm": 1.0},
+}
+_SYNTHETIC_BATCH = {"pos": 1, "nmt": 32}
+
+
+def default_lr(task: str, optimizer: str) -> float:
+    """POS paper: SGD 0.03; NMT paper: SGD 0.1; adaptive optimizers: their usual defaults."""
+    if optimizer in ("sgd", "msgd", "nesterov"):
+        return {"pos": 0.03, "nmt": 0.1}[task] if optimizer == "sgd" else {"pos": 0.01, "nmt": 0.03}[task]
+    return {"adam": 1e-3, "adamax": 2e-3, "rmsprop": 1e-3, "adagrad": 0.05, "adadelta": 1.0}[optimizer]
+
+
+def _fail(flag: str, message: str) -> None:
+    raise ValueError(f"--{flag}: {message}")
+
+
+@dataclass
+class RunOptions:
+    """One training run. Field names match the command-line flags (`--time-limit` -> time_limit)."""
+
+    task: str = "pos"  # 'pos' (char-BiLSTM tagger) or 'nmt' (attention GRU translator)
+    gpus: int = 0  # one worker per GPU (cuda:0 .. cuda:N-1); 0 -> CPU workers
+    workers: int = 2  # CPU worker processes (ignored with --gpus)
+    mode: str = "hogwild"  # 'hogwild' | 'sync' | 'single'
+    preset: str = "small"  # model size: 'small' (CPU) or 'paper'
+    # --- data (no --train: the built-in synthetic task) ---
+    train: list[str] | None = None  # POS: tagged files/folders; NMT: file prefixes (PREFIX.src, PREFIX.tgt)
+    dev: str | None = None  # held-out set (None: a seeded split of train)
+    test: str | None = None  # scored once at the end with the best checkpoint
+    format: str = "auto"
+    word_column: int | None = None  # 1-based CoNLL columns
+    tag_column: int | None = None
+    tag: str | None = None  # 'upos' | 'xpos' | 'xpos+feats' (None: the format's main tag)
+    src_lang: str = "fr"
+    tgt_lang: str = "en"
+    encoding: str = "utf-8"
+    train_limit: int | None = None  # NMT: read only the first N training pairs
+    dev_limit: int | None = None  # evaluate on the first N held-out sentences only (faster evaluations)
+    max_len: int = 50  # NMT: drop training pairs longer than this (paper: 50)
+    vocab_size: int = 15000  # NMT: words per side (paper: 15,000)
+    synthetic_size: int | None = None  # sentences/pairs of the synthetic task (default 2000 / 5000)
+    # --- optimisation ---
+    optimizer: str = "sgd"
+    lr: float | None = None
+    lr_decay: float | None = None  # linear decay per epoch (POS + SGD default: the paper's 0.0135)
+    warmup_steps: int = 0  # > 0: the warmup_scaled schedule (lr -> lr * workers)
+    min_lr: float = 0.0
+    momentum: float | None = None  # msgd / nesterov momentum (default 0.9)
+    clip_norm: float | None = None  # NMT default 1.0 (paper)
+    batch_size: int | None = None  # POS 1 sentence, NMT 64 pairs (synthetic NMT 32)
+    dropout: float = 0.0
+    # --- when to stop and evaluate ---
+    epochs: int | None = None
+    steps: int | None = None
+    time_limit: float | None = None
+    eval_every: int | None = None  # updates between evaluations
+    eval_every_seconds: float | None = None
+    patience: int | None = None
+    beam: int = 5  # NMT: beam size of the final held-out translations (evaluations during training are greedy)
+    # --- engine ---
+    data_assignment: str = "queue"
+    threads_per_worker: int = 1
+    checkpoint_every: int | None = None
+    log_every: int | None = None
+    seed: int = 0
+    out: str | None = None  # run directory (default runs/<task>-<date>-<time>)
+    resume: bool = False
+    progress: bool = True
+    # --- multi-host (MPI) ---
+    distributed: str | None = None  # None: one host; else the algorithm (run under mpiexec)
+    servers: int = 1
+    period: int = 4
+    n_push: int = 4
+    n_fetch: int = 4
+    alpha: float = 0.3
+    tester: bool = False
+    shard_data: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (reproduction scripts label runs)
+
+    def __post_init__(self) -> None:
+        for name, choices in (("task", TASKS), ("mode", MODES), ("preset", PRESETS), ("format", FORMATS),
+                              ("optimizer", OPTIMIZERS)):
+            if getattr(self, name) not in choices:
+                _fail(name, f"must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
+        if self.tag is not None and self.tag not in TAGS:
+            _fail("tag", f"must be one of {', '.join(TAGS)}; got {self.tag!r}")
+        if self.distributed is not None and self.distributed not in ALGORITHMS:
+            _fail("distributed", f"must be one of {', '.join(ALGORITHMS)}; got {self.distributed!r}")
+        for name in ("gpus",):
+            if getattr(self, name) < 0:
+                _fail(name, f"must be >= 0, got {getattr(self, name)}")
+        for name in ("workers", "max_len", "vocab_size", "beam", "threads_per_worker", "servers", "period",
+                     "n_push", "n_fetch"):
+            if getattr(self, name) < 1:
+                _fail(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
+        for name in ("word_column", "tag_column", "train_limit", "dev_limit", "synthetic_size", "batch_size",
+                     "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                _fail(name.replace("_", "-"), f"must be >= 1, got {value}")
+        for name in ("lr", "time_limit", "eval_every_seconds", "clip_norm"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value <= 0):
+                _fail(name.replace("_", "-"), f"must be a positive number, got {value}")
+        for name in ("lr_decay", "min_lr", "warmup_steps"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                _fail(name.replace("_", "-"), f"must be >= 0, got {value}")
+        if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
+            _fail("momentum", f"must be in [0, 1), got {self.momentum}")
+        if not 0.0 <= self.dropout < 1.0:
+            _fail("dropout", f"must be in [0, 1), got {self.dropout}")
+        if not 0.0 < self.alpha < 1.0:
+            _fail("alpha", f"must be in (0, 1), got {self.alpha}")
+        if self.src_lang == self.tgt_lang:
+            _fail("tgt-lang", f"must differ from --src-lang (both are {self.src_lang!r})")
+        if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
+            _fail("task", "--word-column, --tag-column and --tag apply to --task pos only")
+        if self.resume and not self.out:
+            _fail("resume", "needs --out DIR (the run directory to continue)")
+        if self.mode == "sync" and self.data_assignment != "queue":
+            _fail("data-assignment", "--mode sync deals batches in lockstep; use --data-assignment queue")
+        if self.train:
+            for path in self.train:
+                _check_exists("train", path, self.task)
+        for name in ("dev", "test"):
+            if getattr(self, name):
+                _check_exists(name, getattr(self, name), self.task)
+
+    @property
+    def synthetic(self) -> bool:
+        return not self.train
+
+    def resolved(self) -> "RunOptions":
+        """A copy with every task-dependent default filled in (what config.json records)."""
+        values = dataclasses.asdict(self)
+        if values["batch_size"] is None:
+            values["batch_size"] = _SYNTHETIC_BATCH[self.task] if self.synthetic else _TASK_DEFAULTS[self.task][
+                "batch_size"]
+        if values["clip_norm"] is None:
+            values["clip_norm"] = _TASK_DEFAULTS[self.task]["clip_norm"]
+        if values["lr"] is None:
+            values["lr"] = default_lr(self.task, self.optimizer)
+        if values["lr_decay"] is None:
+            values["lr_decay"] = 0.0135 if (self.task == "pos" and self.optimizer == "sgd") else 0.0
+        if values["steps"] is None and values["epochs"] is None and values["time_limit"] is None:
+            values["epochs"] = 1
+        if values["log_every"] is None:
+            values["log_every"] = 50 if self.task == "pos" else 10
+        if values["eval_every"] is None and values["eval_every_seconds"] is None:
+            values["eval_every_seconds"] = 15.0 if self.synthetic else 60.0
+        return RunOptions(**values)
+
+    def optimizer_args(self) -> dict[str, Any]:
+        if self.optimizer in ("msgd", "nesterov") and self.momentum is not None:
+            return {"momentum": self.momentum}
+        return {}
+
+    def engine_config(self, devices: list[str], best_metric: str) -> Config:
+        """The hogwild.Config of this run (call on a `resolved()` copy)."""
+        schedule = "warmup_scaled" if self.warmup_steps else "linear_decay" if self.lr_decay else "constant"
+        return Config(
+            devices=devices, mode=self.mode, threads_per_worker=self.threads_per_worker, optimizer=self.optimizer,
+            lr=self.lr, optimizer_args=self.optimizer_args(), lr_schedule=schedule,
+            decay_per_epoch=self.lr_decay or 0.0, warmup_steps=self.warmup_steps,
+            min_lr=self.min_lr if schedule != "linear_decay" else max(self.min_lr, self.lr * 0.01),
+            clip_norm=self.clip_norm, max_steps=self.steps, epochs=self.epochs, time_limit=self.time_limit,
+            eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, best_metric=best_metric,
+            best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
+            checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
+            seed=self.seed, data_assignment=self.data_assignment)
+
+    def dist_config(self):
+        """The MPI module's DistConfig (imported lazily: single-host runs never need it)."""
+        from hogwild.multihost_config import DistConfig
+        return DistConfig(algorithm=self.distributed, servers=self.servers, period=self.period, n_push=self.n_push,
+                          n_fetch=self.n_fetch, alpha=self.alpha, tester=self.tester, shard_data=self.shard_data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_exists(flag: str, path: str, task: str) -> None:
+    """POS corpora are files or folders; NMT corpora are prefixes (PREFIX.fr / PREFIX.fr.xz exist)."""
+    if task == "pos" or os.path.exists(path):
+        if not os.path.exists(path):
+            _fail(flag, f"{path} does not exist")
+        return
+    folder = os.path.dirname(path) or "."
+    base = os.path.basename(path)
+    if not os.path.isdir(folder) or not any(name.startswith(base + ".") for name in os.listdir(folder)):
+        _fail(flag, f"no file {path}.<lang>[.xz|.gz|.bz2] found (NMT corpora are given as prefixes, e.g. "
+                    f"europarl-fr-en/train for train.fr + train.en)")

@@ -1,0 +1,104 @@
+"""The POS tagging job: corpus (or the synthetic task) -> vocabularies -> char-BiLSTM tagger -> accuracy; and tagging
+new text with a trained run directory.
+
+Usage: `job = pos_job(RunOptions(task="pos").resolved())`; `tagger = PosTagging.load(run_dir); tagger.tag(lines)`
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from data.batching import PosBatcher, TaggedData
+from data.features import affix_arrays
+from data.pos_task import PosDataConfig, PosTask, build_pos_task, load_pos_task, split_sentences, synthetic_pos_task
+from data.readers import read_tagged
+from data.vocab import Vocabulary
+from models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
+from tasks.job import TaskJob, limit_batches
+
+
+def _read(path: str, options) -> list:
+    return read_tagged(path, options.format, options.tag, word_column=options.word_column,
+                       tag_column=options.tag_column, encoding=options.encoding)
+
+
+def load_data(options) -> PosTask:
+    """The synthetic task, the cached single-corpus task, or (several --train paths, explicit columns) a task
+    built from the concatenated corpora."""
+    if options.synthetic:
+        return synthetic_pos_task(num_train=options.synthetic_size or 2000, seed=options.seed,
+                                  batch_size=options.batch_size)
+    config = PosDataConfig(train=options.train[0], dev=options.dev, format=options.format, tag=options.tag,
+                           encoding=options.encoding, batch_size=options.batch_size, seed=options.seed)
+    if len(options.train) == 1 and options.word_column is None and options.tag_column is None:
+        return load_pos_task(config)
+    sentences = [s for path in options.train for s in _read(path, options)]
+    if options.dev:
+        train, dev = sentences, _read(options.dev, options)
+    else:
+        train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
+    return build_pos_task(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
+
+
+def encode_sentences(sentences: Sequence[Sequence[str]], words: Vocabulary, chars: Vocabulary) -> dict[str, Any]:
+    """Tokenized sentences -> a POS batch (CONTRACTS.md) without gold tags (tags are -100)."""
+    lengths = [len(s) for s in sentences]
+    b, t = len(sentences), max(lengths)
+    batch_words = np.zeros((b, t), dtype=np.int64)  # (B, T)
+    prefixes = np.zeros((b, t, 10), dtype=np.int64)  # (B, T, 10)
+    suffixes = np.zeros((b, t, 10), dtype=np.int64)  # (B, T, 10)
+    for row, sentence in enumerate(sentences):
+        n = len(sentence)
+        batch_words[row, :n] = words.encode(sentence)
+        prefixes[row, :n], suffixes[row, :n] = affix_arrays(list(sentence), chars)
+    return {"words": torch.from_numpy(batch_words), "prefixes": torch.from_numpy(prefixes),
+            "suffixes": torch.from_numpy(suffixes), "tags": torch.full((b, t), -100, dtype=torch.int64),
+            "lengths": torch.tensor(lengths, dtype=torch.int64)}
+
+
+def pos_job(options) -> TaskJob:
+    task = load_data(options)
+    config = pos_preset(options.preset, n_words=len(task.words), n_chars=len(task.chars), n_tags=len(task.tags),
+                        dropout=options.dropout)
+    torch.manual_seed(options.seed)
+    model = POSTagger(config)
+    dev_batches = limit_batches(list(task.dev.epoch(0)), options.dev_limit, "lengths")
+
+    def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
+        return evaluate_pos(snapshot, dev_batches)
+
+    def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
+        results: dict[str, Any] = {"dev": evaluate_pos(best, dev_batches)}
+        if options.test:
+            test = TaggedData.tensorize(_read(options.test, options), task.words, task.chars, task.tags)
+            results["test"] = evaluate_pos(best, PosBatcher(test, 32, shuffle=False).epoch(0))
+        return results
+
+    spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
+    return TaskJob("pos", model, pos_loss, list(task.train.epoch(0)), evaluate, "accuracy", spec, task.save, finish,
+                   dict(task.info, dev_eval_sentences=sum(b["lengths"].shape[0] for b in dev_batches)))
+
+
+class PosTagging:
+    """A trained tagger read from a run directory (model.json, vocab.*.json, best.pt or last.pt)."""
+
+    def __init__(self, model: POSTagger, words: Vocabulary, chars: Vocabulary, tags: Vocabulary):
+        self.model, self.words, self.chars, self.tags = model, words, chars, tags
+
+    @classmethod
+    def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "PosTagging":
+        model = POSTagger(POSConfig(**spec["config"]))
+        model.load_state_dict(state)
+        model.eval()
+        return cls(model, *(Vocabulary.load(run_dir / f"vocab.{name}.json") for name in ("words", "chars", "tags")))
+
+    def tag(self, sentences: Sequence[Sequence[str]], batch_size: int = 32) -> list[list[str]]:
+        """Tag tokenized sentences; returns one tag per token."""
+        def encode(chunk):
+            return encode_sentences(chunk, self.words, self.chars)
+        return tag_sentences(self.model, sentences, encode, self.tags.itos, batch_size)

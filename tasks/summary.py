@@ -1,0 +1,62 @@
+"""`summary.json`: the headline figures of a run, from the engine's TrainResult plus the final held-out evaluation.
+
+Keys (issue 5): task, workers, devices, mode, updates, wall_seconds, updates_per_second, best {metric, value,
+update}, final_train_loss, staleness_mean, skipped_updates; plus final_metrics, heldout (the best checkpoint's final
+evaluation), stop_reason, data and the segment figures of a resumed run. `wall_seconds` and `updates` add up over
+resumed segments; `updates_per_second` is that of the latest segment.
+
+Usage: `summary = make_summary(options, devices, result, previous=read_summary(run_dir))`
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SUMMARY_FILE = "summary.json"
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / SUMMARY_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def make_summary(options, devices: list[str], result, metric: str, start_updates: int,
+                 previous: dict[str, Any] | None, heldout: dict[str, Any] | None, info: dict[str, Any]) -> dict:
+    """result: hogwild.TrainResult of this call; start_updates: the global step it resumed from (0: fresh)."""
+    segment_updates = result.updates - start_updates
+    wall = result.wall_seconds + (previous["wall_seconds"] if previous and start_updates else 0.0)
+    best = {"metric": metric, "value": None, "update": None}
+    if result.best_metrics is not None:
+        best = {"metric": metric, "value": result.best_metrics.get(metric), "update": result.best_step}
+    if previous and start_updates and previous.get("best", {}).get("value") is not None and (
+            best["value"] is None or previous["best"]["value"] > best["value"]):
+        best = previous["best"]  # the best evaluation happened in an earlier segment
+    return {
+        "task": options.task,
+        "workers": len(devices),
+        "devices": devices,
+        "mode": options.mode,
+        "updates": result.updates,
+        "wall_seconds": round(wall, 3),
+        "updates_per_second": round(segment_updates / result.wall_seconds, 4) if result.wall_seconds else 0.0,
+        "best": best,
+        "final_train_loss": result.final_loss,
+        "staleness_mean": result.staleness_mean,
+        "skipped_updates": result.skipped_updates,
+        "final_metrics": result.final_metrics,
+        "heldout": heldout,
+        "stop_reason": result.stop_reason,
+        "worker_updates": result.worker_updates,
+        "examples": result.examples,
+        "segments": (previous.get("segments", 1) + 1) if previous and start_updates else 1,
+        "optimizer": options.optimizer,
+        "lr": options.lr,
+        "preset": options.preset,
+        "distributed": options.distributed,
+        "data": info,
+    }
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")

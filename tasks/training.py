@@ -1,0 +1,151 @@
+"""One training run end to end: options -> job -> hogwild.train (or the MPI entry point) -> run directory with
+config.json, command.txt, metrics.jsonl, checkpoints, summary.json and (NMT) held-out translations.
+
+Prints the held-out metric at every evaluation (starting with the untrained model at update 0), so that learning is
+visible on the console, and a one-line result at the end.
+
+Usage: `summary = run_training(RunOptions(task="pos", workers=2, time_limit=60, out="runs/pos"))`
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tqdm.auto import tqdm
+
+import hogwild
+from tasks.devices import worker_devices
+from tasks.job import TaskJob, build_job
+from tasks.options import RunOptions
+from tasks.rundir import merge_config, write_command
+from tasks.summary import make_summary, read_summary, write_summary
+
+
+def _say(message: str) -> None:
+    tqdm.write(message, file=sys.stdout)
+    sys.stdout.flush()
+
+
+def _format(metrics: dict[str, float], main: str) -> str:
+    shown = [main] + [k for k in metrics if k != main and k not in ("tokens", "unk_tokens", "sentences", "beam")]
+    return "  ".join(f"{k} {metrics[k]:.4f}" for k in shown
+                     if isinstance(metrics.get(k), (int, float)) and not isinstance(metrics[k], bool))
+
+
+def default_out(task: str) -> str:
+    return os.path.join("runs", f"{task}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _resumed_from(run_dir: Path) -> int:
+    """Global step of the checkpoint a --resume continues from (0 when there is none)."""
+    path = run_dir / "last.pt"
+    if not path.exists():
+        return 0
+    return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
+
+
+def _append_record(run_dir: Path, record: dict[str, Any]) -> None:
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as file:
+        file.write(json.dumps(record) + "\n")
+
+
+def _watched(job: TaskJob, started: list[float], say: Callable[[str], None]) -> Callable:
+    """evaluate() that also prints each held-out evaluation with the time since training started."""
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        metrics = job.evaluate(model)
+        say(f"[eval] {time.time() - started[0]:7.1f}s  held-out {_format(metrics, job.metric)}")
+        return metrics
+    return evaluate
+
+
+def run_training(options: RunOptions, argv: list[str] | None = None,
+                 say: Callable[[str], None] = _say) -> dict[str, Any]:
+    """Train as `options` say; returns the summary (also written to <out>/summary.json)."""
+    options = options.resolved()
+    if options.out is None:
+        options.out = default_out(options.task)
+    devices = worker_devices(options.gpus, options.workers, options.mode)
+    torch.set_num_threads(options.threads_per_worker)
+    rank_is_first, dist = True, None
+    if options.distributed:
+        from hogwild.distributed import import_mpi
+        from hogwild.multihost_config import ranks_with
+        dist = options.dist_config()
+        world = import_mpi().COMM_WORLD
+        rank_is_first = world.Get_rank() == ranks_with(dist.roles(world.Get_size()), "worker")[0]
+    if not rank_is_first:
+        say = lambda message: None  # noqa: E731 - one rank speaks for the job
+    run_dir = Path(options.out)
+    engine_dir = run_dir / "host0" if options.distributed else run_dir
+    loading = time.time()
+    job = build_job(options)
+    n_params = sum(p.numel() for p in job.model.parameters())
+    say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
+        f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
+    start_updates = _resumed_from(engine_dir) if options.resume else 0
+    if options.resume:
+        say(f"resuming {engine_dir / 'last.pt'} at update {start_updates}" if start_updates else
+            f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+    previous = read_summary(run_dir) if start_updates else None
+    if rank_is_first:
+        job.write_files(run_dir)
+        write_command(run_dir, argv)
+    config = options.engine_config(devices, job.metric)
+    started = [time.time()]
+    evaluate = _watched(job, started, say)
+    if rank_is_first and not start_updates:
+        engine_dir.mkdir(parents=True, exist_ok=True)
+        initial = evaluate(job.model)
+        _append_record(engine_dir, {"kind": "eval", "time": time.time(), "elapsed": 0.0, "updates": 0,
+                                    "metrics": initial})
+    say(f"training with {len(devices)} worker(s) on {', '.join(sorted(set(devices)))} ({options.mode}, "
+        f"{options.optimizer} lr {options.lr}); run directory {run_dir}")
+    started[0] = time.time()
+    hosts = 1
+    if dist is not None:
+        from hogwild.distributed import train_distributed
+        outcome = train_distributed(job.model, job.loss_fn, job.batches, config, dist, evaluate)
+        if not rank_is_first:
+            return {"rank": outcome.rank, "role": outcome.role}
+        result, hosts = outcome.local, outcome.hosts
+    else:
+        result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
+    merge_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
+    interrupted = result.stop_reason.startswith("signal")
+    heldout = None
+    if not interrupted:
+        best = copy.deepcopy(job.model)
+        if result.best_checkpoint:
+            best.load_state_dict(torch.load(result.best_checkpoint, map_location="cpu", weights_only=False)["model"])
+        heldout = job.finish(best.eval(), run_dir)
+    summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info)
+    summary["hosts"] = hosts
+    write_summary(run_dir, summary)
+    best = summary["best"]
+    say(f"done ({result.stop_reason}): {result.updates} updates in {summary['wall_seconds']:.1f}s "
+        f"({summary['updates_per_second']:.2f} updates/s), final train loss {_number(result.final_loss)}, "
+        f"best held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
+    if heldout:
+        say("final held-out: " + "; ".join(f"{part} {_format(values, job.metric)}"
+                                           for part, values in heldout.items()))
+    if interrupted:
+        say(f"interrupted: continue with the same command plus --resume --out {run_dir}")
+    return summary
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _data_line(info: dict[str, Any]) -> str:
+    if "train_sentences" in info:
+        return (f"{info['train_sentences']:,} training sentences, {info.get('dev_eval_sentences', 0):,} held-out "
+                f"for evaluation, {info['words']:,} words / {info['chars']:,} chars / {info['tags']:,} tags")
+    return (f"{info.get('train_pairs', 0):,} training pairs, {info.get('dev_eval_sentences', 0):,} held-out for "
+            f"evaluation, vocabularies {info.get('src_vocab', 0):,} / {info.get('tgt_vocab', 0):,}")
