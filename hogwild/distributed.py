@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hogwild.multihost_agents import CountingLoss, make_agent
+from hogwild.agent import CommunicationAgent
+from hogwild.multihost_agents import make_agent
 from hogwild.multihost_checkpoint import DistributedCheckpoint
 from hogwild.multihost_config import SERVER_ALGORITHMS, DistConfig, ranks_with
 from hogwild.multihost_math import FlatParams, partition_bounds
@@ -170,14 +171,16 @@ class DistributedResult:
 
 
 def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, config, dist: DistConfig,
-                      evaluate: Callable[[nn.Module], dict] | None = None, *,
-                      local_train: Callable | None = None) -> DistributedResult:
-    """Train `model` on every training host with its local Hogwild engine (hogwild.train with `config`), while the
-    hosts exchange parameters by `dist.algorithm`. Every rank must call this with the same arguments; every rank
-    returns with `model` holding the final model (the servers' central model, or the hosts' average).
+                      evaluate: Callable[[nn.Module], dict] | None = None) -> DistributedResult:
+    """Train `model` on every training host with its local Hogwild engine (hogwild.train with `config`, the
+    communication agent plugged in), while the hosts exchange parameters by `dist.algorithm`. Every rank calls this
+    with the same arguments; every rank returns with `model` holding the final model (the servers' central model, or
+    the hosts' average).
 
-    batches: the whole data set; with dist.shard_data each training host trains on batches[i::hosts].
-    local_train(model, loss_fn, batches, config, evaluate): the single-host engine (default hogwild.train).
+    batches: the whole data set; with dist.shard_data training host i trains on batches[i::hosts].
+    config: the hogwild.Config of each host's engine (workers per host, optimizer, stop condition...); its
+    checkpoint_dir is the job's run directory (hosts write to host<i>/ inside, servers to distributed/).
+    evaluate(model) -> metrics: run by the tester on the latest central model, or else by the first host's engine.
     """
     start = time.monotonic()
     MPI = import_mpi()
@@ -188,98 +191,83 @@ def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, co
                          f"got {config.optimizer!r}; use algorithm='easgd' for plain SGD")
     if dist.tester and evaluate is None:
         raise ValueError("DistConfig.tester=True needs an evaluate(model) function")
-    if config.resume and config.checkpoint_dir is None:
-        raise ValueError("Config.resume in distributed mode needs Config.checkpoint_dir")
     t = MPITransport(world, roles, dist)
     try:
-        return _run_rank(t, model, loss_fn, batches, config, dist, evaluate, local_train, start)
+        return _run_rank(t, model, loss_fn, batches, config, dist, evaluate, start)
     except BaseException as error:  # noqa: BLE001 - one rank failing must end the job, never leave the others waiting
         import traceback
         t.abort(f"{error!r}\n{traceback.format_exc()}")
 
 
-def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, local_train,
-              start: float) -> DistributedResult:
+def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, start: float) -> DistributedResult:
     roles, rank = t.roles, t.rank
     role = roles[rank]
     hosts, servers = ranks_with(roles, "worker"), ranks_with(roles, "server")
     print(f"hogwild.distributed: {t.describe(rank)} of {len(roles)}, algorithm {dist.algorithm}", flush=True)
     flat = FlatParams(list(model.parameters()))
     store = DistributedCheckpoint(config.checkpoint_dir, dist.algorithm, flat.numel, len(servers))
-    if role == "worker" and config.resume:
-        store.restore_host(model, _host_dir(config.checkpoint_dir, hosts.index(rank)))
-    sync_model(t, flat, initial_sources(t, flat, roles, store, config.resume))
+    sync_model(t, flat, [(0, 0, flat.numel)])  # identical starting parameters everywhere
+    finals = [(s, lo, hi) for s, (lo, hi) in zip(servers, store.bounds)] if servers else [(hosts[0], 0, flat.numel)]
 
     local, exchanges, history = None, 0, []
     if role == "server":
         index = servers.index(rank)
         lo, hi = store.bounds[index]
-        center = flat.snapshot()[lo:hi].copy()  # the (restored) partition, after the initial broadcast
+        center = store.load_partition(index) if config.resume else flat.snapshot()[lo:hi].copy()
         save = None if config.checkpoint_dir is None else lambda c, n: store.save_partition(index, c, n)
         exchanges = ParameterServer(t, dist, roles, center, save).run()
         flat.add_(center - flat.snapshot()[lo:hi], start=lo)
+        sync_model(t, flat, finals)
     elif role == "tester":
         history = Tester(t, dist, roles, flat, lambda: evaluate(model)).run()
         exchanges = len(history)
+        sync_model(t, flat, finals)
     else:
-        local, exchanges = _train_host(t, model, flat, loss_fn, batches, config, dist, roles, evaluate, local_train)
-    finals = [(s, lo, hi) for s, (lo, hi) in zip(servers, store.bounds)] if servers else [(hosts[0], 0, flat.numel)]
-    sync_model(t, flat, finals)
-    if role == "worker" and config.checkpoint_dir is not None:
-        store.finish_host(model, _host_dir(config.checkpoint_dir, hosts.index(rank)), write_model=rank == hosts[0])
+        index = hosts.index(rank)
+        changes: dict[str, Any] = {"seed": config.seed + index, "progress": config.progress and index == 0}
+        if config.checkpoint_dir is not None:
+            changes["checkpoint_dir"] = os.path.join(config.checkpoint_dir, f"host{index}")
+        shard = list(batches)[index::len(hosts)] if dist.shard_data else batches
+        if not shard:
+            raise ValueError(f"training host {index} got no batches: {len(batches)} batches for {len(hosts)} hosts")
+        agent = HostCommunication(t, dist, roles, finals, store if index == 0 else None)
+        from hogwild import train
+        local = train(model, loss_fn, shard, dataclasses.replace(config, **changes),
+                      evaluate if index == 0 and not dist.tester else None, agent=agent)
+        exchanges = agent.exchanges
     t.close()
     final = None
-    if evaluate is not None and (role == "tester" or (rank == hosts[0] and not dist.tester)):
+    if evaluate is not None and role == "tester":
         final = evaluate(model)
-        if role == "tester":
-            history.append({"seconds": round(time.monotonic() - start, 3), "final": 1.0, **final})
+        history.append({"seconds": round(time.monotonic() - start, 3), "final": 1.0, **final})
+    elif local is not None:
+        final = local.final_metrics
     return DistributedResult(rank, role, dist.algorithm, len(hosts), local, exchanges, final, history,
                              time.monotonic() - start)
 
 
-def _host_dir(checkpoint_dir: str, index: int) -> str:
-    return os.path.join(checkpoint_dir, f"host{index}")
+class HostCommunication(CommunicationAgent):
+    """Plugs a host's multi-host agent into the local engine (hogwild.train(..., agent=...)): the agent thread starts
+    when the engine's shared parameters are ready, and when the local workers have stopped the closing protocol and
+    the final model synchronisation run before the engine writes its final checkpoint and evaluates."""
 
+    def __init__(self, transport: MPITransport, dist: DistConfig, roles: list[str],
+                 finals: list[tuple[int, int, int]], store: DistributedCheckpoint | None) -> None:
+        self.t, self.dist, self.roles, self.finals, self.store = transport, dist, roles, finals, store
+        self.agent = None
+        self.exchanges = 0
 
-def _train_host(t: MPITransport, model, flat, loss_fn, batches, config, dist, roles, evaluate, local_train):
-    """Run the local engine on this host's shard with the communication agent beside it."""
-    hosts = ranks_with(roles, "worker")
-    index = hosts.index(t.rank)
-    changes: dict[str, Any] = {"seed": config.seed + index, "progress": config.progress and index == 0}
-    if config.checkpoint_dir is not None:
-        changes["checkpoint_dir"] = _host_dir(config.checkpoint_dir, index)
-    host_config = dataclasses.replace(config, **changes)
-    shard = list(batches)[index::len(hosts)] if dist.shard_data else batches
-    if not shard:
-        t.abort(f"training host {index} got no batches: {len(batches)} batches for {len(hosts)} hosts")
-    model.share_memory_()
-    counting = CountingLoss(loss_fn)
-    agent = make_agent(t, flat, dist, roles, steps=counting.count)
-    agent.start()
-    if local_train is None:
-        from hogwild import train as local_train
-    try:
-        local = local_train(model, counting, shard, host_config, evaluate if index == 0 and not dist.tester else None)
-    except BaseException as error:  # noqa: BLE001 - a failed host must end the job, not leave the others waiting
-        import traceback
-        t.abort(f"local training failed: {error!r}\n{traceback.format_exc()}")
-    agent.finish()
-    return local, agent.exchanges
+    def start(self, state) -> None:
+        self.flat = FlatParams(state.params)
+        self.agent = make_agent(self.t, self.flat, self.dist, self.roles, steps=state.global_updates)
+        self.agent.start()
 
-
-def initial_sources(t, flat, roles, store, resume: bool) -> list[tuple[int, int, int]]:
-    """Which rank broadcasts which [lo, hi) slice of the starting model: rank 0 for a fresh run (all ranks then start
-    from identical parameters); on resume the servers (their saved partitions) or the first host (its saved model)."""
-    servers, hosts = ranks_with(roles, "server"), ranks_with(roles, "worker")
-    if not resume:
-        return [(0, 0, flat.numel)]
-    if servers:
-        if t.rank in servers:
-            index = servers.index(t.rank)
-            lo, _ = store.bounds[index]
-            flat.add_(store.load_partition(index) - flat.snapshot()[slice(*store.bounds[index])], start=lo)
-        return [(s, lo, hi) for s, (lo, hi) in zip(servers, store.bounds)]
-    return [(hosts[0], 0, flat.numel)]
+    def stop(self, state) -> None:
+        self.agent.finish()
+        self.exchanges = self.agent.exchanges
+        sync_model(self.t, self.flat, self.finals)
+        if self.store is not None:
+            self.store.save_model(state.model)
 
 
 def sync_model(t: MPITransport, flat: FlatParams, sources: list[tuple[int, int, int]]) -> None:

@@ -10,14 +10,12 @@ heartbeats (`transport.service()`), so a dead or hung peer is noticed while wait
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
 from typing import Callable
 
 import numpy as np
-import torch
 
 from hogwild.multihost_config import DistConfig, ranks_with
 from hogwild.multihost_math import (DownpourTracker, FlatParams, elastic_difference, pair_average_delta,
@@ -33,28 +31,6 @@ def message(kind: float, payload: np.ndarray | None = None) -> np.ndarray:
     """A float32 message [kind, payload...].  # (1 + n,)"""
     head = np.array([kind], dtype=np.float32)
     return head if payload is None else np.concatenate([head, payload.astype(np.float32)])
-
-
-class CountingLoss:
-    """Wraps loss_fn to count local updates in shared memory, so the agent knows when an exchange is due.
-
-    Each worker process bumps its own slot (chosen by pid), so no two processes write the same counter; the host's
-    count is the sum. Picklable: the slots travel to spawned workers as a shared-memory handle.
-    """
-
-    SLOTS = 64
-
-    def __init__(self, loss_fn: Callable) -> None:
-        self.loss_fn = loss_fn
-        self.slots = torch.zeros(self.SLOTS, dtype=torch.int64).share_memory_()  # (SLOTS,)
-
-    def __call__(self, model, batch):
-        result = self.loss_fn(model, batch)
-        self.slots[os.getpid() % self.SLOTS] += 1
-        return result
-
-    def count(self) -> int:
-        return int(self.slots.sum())
 
 
 class _Exchange:

@@ -2,8 +2,9 @@
 
     distributed/server<i>.pt   each parameter server's partition of the central model (written by that server)
     distributed/model.pt       the final model (written by the first training host at the end of the job)
-    host<i>/                   each training host's own engine run directory (last.pt: optimizer state, step,
-                               data position, RNG); at the end its model is replaced by the job's final model
+    host<i>/                   each training host's own engine run directory (last.pt: parameters, optimizer
+                               state, step, data position, RNG; written after the final synchronisation, so it
+                               holds the job's final model)
 
 Resume (Config.resume=True) restores every rank: servers their partitions, hosts their engine state.
 Files are written atomically (hogwild.checkpoint.save_checkpoint: write, fsync, rename).
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hogwild.checkpoint import load_checkpoint, restore_model, save_checkpoint
+from hogwild.checkpoint import save_checkpoint
 from hogwild.multihost_math import partition_bounds
 
 
@@ -53,27 +54,10 @@ class DistributedCheckpoint:
                              f"parameters (different model or number of servers)")
         return state["center"].numpy().astype(np.float32)
 
-    def finish_host(self, model: nn.Module, host_dir: str, write_model: bool) -> None:
-        """After the final synchronisation: put the final model into this host's last.pt (so that a resumed job
-        starts from it, with this host's optimizer state and data position), and on the first host write model.pt."""
+    def save_model(self, model: nn.Module) -> None:
+        """The first training host writes the job's final model (after the final synchronisation)."""
         if self.checkpoint_dir is None:
             return
-        last = os.path.join(host_dir, "last.pt")
-        if os.path.exists(last):
-            state = load_checkpoint(last, model)
-            state.pop("format", None)
-            state["model"] = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-            save_checkpoint(last, state)
-        if write_model:
-            save_checkpoint(self._path("model.pt"), {
-                "algorithm": self.algorithm, "numel": self.numel,
-                "model": {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}})
-
-    @staticmethod
-    def restore_host(model: nn.Module, host_dir: str | None) -> bool:
-        """Load this host's last.pt parameters into `model` (before the agent starts); False when there is none."""
-        last = None if host_dir is None else os.path.join(host_dir, "last.pt")
-        if last is None or not os.path.exists(last):
-            return False
-        restore_model(model, load_checkpoint(last, model))
-        return True
+        save_checkpoint(self._path("model.pt"), {
+            "algorithm": self.algorithm, "numel": self.numel,
+            "model": {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}})

@@ -1,0 +1,77 @@
+"""Train the tiny task with hogwild.distributed.train_distributed (under mpiexec) or single-host hogwild.train.
+
+Usage: mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py easgd --epochs 4 --out OUT [--servers 1]
+       python tests/hogwild/mpi_scripts/train_tiny.py single --epochs 4 --workers 2 --out OUT
+Writes OUT/rank<r>.json per rank (role, final full-data loss, exchanges, local updates) with --out OUT.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import hogwild  # noqa: E402
+from hogwild.multihost_config import DistConfig  # noqa: E402
+from tiny_task import full_loss, loss_fn, make_task  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("algorithm", help="single | allreduce | adpsgd | easgd | eamsgd | downpour")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--period", type=int, default=4)
+    parser.add_argument("--servers", type=int, default=1)
+    parser.add_argument("--alpha", type=float, default=0.3)
+    parser.add_argument("--tester", action="store_true")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--checkpoint-dir", default=None)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--out", required=True, help="folder for rank<r>.json")
+    parser.add_argument("--sleep-per-step", type=float, default=0.0, help="slow steps down (fault tests)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model, batches = make_task(seed=0)
+    optimizer = "nesterov" if args.algorithm == "eamsgd" else "sgd"
+    config = hogwild.Config(workers=args.workers, optimizer=optimizer, lr=args.lr, epochs=args.epochs,
+                            max_steps=args.max_steps, seed=0, progress=False, tensorboard=False, log_every=10**6,
+                            checkpoint_dir=args.checkpoint_dir, resume=args.resume)
+    evaluate = (lambda m: {"loss": full_loss(m, batches)}) if args.tester else None
+    loss = SlowLoss(args.sleep_per_step) if args.sleep_per_step else loss_fn
+    start = time.monotonic()
+    if args.algorithm == "single":
+        local = hogwild.train(model, loss, batches, config)
+        result = {"rank": 0, "role": "single", "updates": local.updates, "exchanges": 0}
+    else:
+        from hogwild.distributed import train_distributed
+        dist = DistConfig(algorithm=args.algorithm, period=args.period, n_push=args.period, n_fetch=args.period,
+                          servers=args.servers, alpha=args.alpha, tester=args.tester, tester_every_seconds=0.5,
+                          heartbeat_seconds=0.2, timeout_seconds=args.timeout)
+        out = train_distributed(model, loss, batches, config, dist, evaluate)
+        result = {"rank": out.rank, "role": out.role, "exchanges": out.exchanges,
+                  "updates": out.local.updates if out.local else 0, "tests": len(out.tester_history),
+                  "final_metrics": out.final_metrics}
+    result.update(loss=full_loss(model, batches), seconds=round(time.monotonic() - start, 3))
+    with open(os.path.join(args.out, f"rank{result['rank']}.json"), "w") as file:
+        json.dump(result, file)
+
+
+class SlowLoss:
+    """loss_fn that sleeps before each step, so that a test can act while training is under way."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, model, batch):
+        time.sleep(self.seconds)
+        return loss_fn(model, batch)
+
+
+if __name__ == "__main__":
+    main()
