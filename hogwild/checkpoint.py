@@ -85,7 +85,7 @@ def load_checkpoint(path: str, model: nn.Module) -> dict[str, Any]:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a hogwild checkpoint (format {FORMAT})")
     expected, found = model_shapes(model), state["shapes"]
-    for name in sorted(set(expected) | set(found)):
+    for name in list(expected) + [name for name in found if name not in expected]:  # model order
         if name not in found:
             raise CheckpointMismatch(f"{path} was written for a different model: it has no tensor {name!r}")
         if name not in expected:

@@ -28,7 +28,7 @@ from .evaluator import Evaluator
 from .feed import BatchFeed, BatchStore, as_sequence, partition_positions, resume_seq
 from .metrics import MetricsLog, staleness_summary
 from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_signals
-from .worker import WorkerSpec, worker_main
+from .worker import START, WorkerSpec, worker_main
 
 _TICK = 0.1  # seconds between the parent's checks
 
@@ -149,13 +149,11 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         if config.data_assignment == "queue" and config.mode != "sync":
             feed = BatchFeed(ctx, n_batches, workers, config.epochs, config.seed, config.shuffle,
                              config.queue_depth, start_seq)
-        started = time.time()
-        deadline = started + config.time_limit if config.time_limit else None
         specs = [WorkerSpec(
             worker=w, device=device, model=model, loss_fn=loss_fn, optimizer=optimizer, schedule=schedule,
             store=store, counters=counters, control=control, tickets=feed.queue if feed else None, errors=errors,
             parent_pid=os.getpid(), workers=workers, seed=config.seed, shuffle=config.shuffle, epochs=config.epochs,
-            max_steps=config.max_steps, deadline=deadline, clip_norm=config.clip_norm,
+            max_steps=config.max_steps, time_limit=config.time_limit, clip_norm=config.clip_norm,
             threads=config.threads_per_worker, partition_start=partition_start[w] if partition_start else (0, 0),
             start_seq=start_seq) for w, device in enumerate(config.devices)]
         if config.mode == "sync":
@@ -194,9 +192,15 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
             supervisor.start()
             if feed is not None:
                 feed.start(lambda: bool(control[0]))
+            started, deadline = time.time(), None
             try:
-                failure, records = _parent_loop(config, supervisor, counters, metrics, evaluator, stop, agent, state,
-                                                store, write_checkpoint, deadline, last_path)
+                failure = _wait_until_ready(supervisor, counters, stop, agent, state)
+                if failure is None and stop.reason is None:
+                    started = time.time()  # the clock starts when every worker is ready to train
+                    deadline = started + config.time_limit if config.time_limit else None
+                    control[START] = int(started * 1000)
+                    failure, records = _parent_loop(config, supervisor, counters, metrics, evaluator, stop, agent,
+                                                    state, store, write_checkpoint, deadline, last_path)
             finally:
                 supervisor.stop(control, config.join_timeout)
                 if feed is not None:
@@ -212,7 +216,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         if last_path:
             write_checkpoint(last_path)
         if failure:
-            worker = supervisor.failed_worker()
+            worker = supervisor.failed_worker
             raise WorkerFailed(f"training stopped: {failure}" + (f"\ncheckpoint written to {last_path}"
                                                                   if last_path else ""), worker, last_path)
         final_metrics = None
@@ -261,6 +265,19 @@ def _natural_reason(config: Config, updates: int, deadline: float | None) -> str
     if deadline is not None and time.time() >= deadline:
         return "time_limit"
     return "epochs"
+
+
+def _wait_until_ready(supervisor: Supervisor, counters: SharedCounters, stop: _StopRequest,
+                      agent: CommunicationAgent | None, state: SharedTrainingState) -> str | None:
+    """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
+    races ahead of the others and wall time and time limits count training only."""
+    while stop.reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
+        failure = supervisor.wait(0.02) or (agent.failure() if agent is not None else None)
+        if failure is not None:
+            return failure
+        if supervisor.all_exited():
+            return "every worker exited before training started"
+    return None
 
 
 def _parent_loop(config: Config, supervisor: Supervisor, counters: SharedCounters, metrics: MetricsLog,

@@ -71,6 +71,8 @@ class Supervisor:
     def __init__(self, processes: list[Any], errors: Any, names: list[str]):
         self.processes, self.errors, self.names = processes, errors, names
         self.tracebacks: dict[int, str] = {}
+        self.failed_worker = -1  # the first worker found failed; -1 while none (or when an agent failed)
+        self._failure: str | None = None
 
     def start(self) -> None:
         for process in self.processes:
@@ -87,16 +89,16 @@ class Supervisor:
         return all(p.exitcode is not None for p in self.processes)
 
     def failure(self) -> str | None:
+        """Describes the first worker found failed (the same one on every later call), or None."""
+        if self.failed_worker >= 0:
+            return self._failure
         for worker, process in enumerate(self.processes):
             code = process.exitcode
             if code is None or code == 0:
                 continue
-            return self.describe(worker, code)
+            self._failure, self.failed_worker = self.describe(worker, code), worker
+            return self._failure
         return None
-
-    def failed_worker(self) -> int:
-        """Index of the first worker that failed, -1 if none did (e.g. a communication agent failed)."""
-        return next((w for w, p in enumerate(self.processes) if p.exitcode not in (None, 0)), -1)
 
     def describe(self, worker: int, code: int) -> str:
         name = f"worker {worker} ({self.names[worker]}, pid {self.processes[worker].pid})"

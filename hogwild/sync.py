@@ -26,7 +26,7 @@ import torch.distributed as dist
 from .feed import epoch_order
 from .replica import make_parameters, move_batch
 from .supervisor import die_with_parent
-from .worker import STOP, WorkerSpec, batch_seed, call_loss, gradient_norm
+from .worker import STOP, WorkerSpec, batch_seed, call_loss, gradient_norm, wait_for_start
 
 
 def _flat_gradients(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -59,12 +59,13 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     epoch, position = divmod(spec.start_seq, n)
     first = position - position % world
     view.ready()
+    deadline = wait_for_start(spec.control, stopped, spec.time_limit)
     while spec.epochs is None or epoch < spec.epochs:
         order = epoch_order(n, spec.seed, epoch, spec.shuffle)
         for group in range(first, n, world):
             mine = group + rank
             over = (spec.max_steps is not None and view.global_updates() >= spec.max_steps) or (
-                spec.deadline is not None and time.time() >= spec.deadline)
+                deadline is not None and time.time() >= deadline)
             votes[0], votes[1] = float(stopped() or over), float(mine < n)
             dist.all_reduce(votes)
             if votes[0] > 0:

@@ -27,6 +27,7 @@ from .replica import make_parameters, move_batch
 from .supervisor import die_with_parent
 
 STOP = 0  # control[STOP] != 0: finish the current step and exit
+START = 1  # control[START]: 0 until every worker is ready, then the parent's start time in milliseconds
 
 
 @dataclass
@@ -41,7 +42,7 @@ class WorkerSpec:
     schedule: Callable[[int, int], float]  # lr = schedule(global_step, epoch)
     store: BatchStore
     counters: SharedCounters
-    control: torch.Tensor  # (2,) int64 shared: [stop flag, unused]
+    control: torch.Tensor  # (2,) int64 shared: [stop flag, start time in ms]
     tickets: Any  # queue of tickets, None in partition mode
     errors: Any  # queue for (worker, traceback text)
     parent_pid: int
@@ -50,7 +51,7 @@ class WorkerSpec:
     shuffle: bool
     epochs: int | None
     max_steps: int | None
-    deadline: float | None  # time.time() after which to stop
+    time_limit: float | None  # seconds of training, counted from the parent's start signal
     clip_norm: float | None
     threads: int
     partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
@@ -108,16 +109,25 @@ def gradient_norm(params: list[torch.Tensor], clip_norm: float | None) -> float:
     return total
 
 
+def wait_for_start(control: torch.Tensor, stopped: Callable[[], bool], time_limit: float | None) -> float | None:
+    """Block until the parent says go (every worker is ready); returns the deadline (time.time()) or None."""
+    flags = control.numpy()
+    while not flags[START] and not stopped():
+        time.sleep(0.002)
+    return flags[START] / 1000 + time_limit if time_limit else None
+
+
 def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool]) -> None:
     """One worker's training loop."""
     view, batches = reader.view, spec.store.load()
     params = make_parameters(spec.model, spec.device)
     spec.optimizer.attach(params.shared)
     view.ready()
+    deadline = wait_for_start(spec.control, stopped, spec.time_limit)
     while not stopped():
         if spec.max_steps is not None and view.global_updates() >= spec.max_steps:
             break
-        if spec.deadline is not None and time.time() >= spec.deadline:
+        if deadline is not None and time.time() >= deadline:
             break
         ticket = reader.next()
         if ticket is None:

@@ -1,0 +1,104 @@
+"""hogwild.engine: 2 workers match 1 worker's loss, exactly-once data use, metrics.jsonl, the agent hooks."""
+import json
+
+import pytest
+import torch
+
+import hogwild
+from tests.hogwild import engine_helpers as H
+
+
+def config(**kwargs):
+    return hogwild.Config(**{"progress": False, "tensorboard": False, "seed": 1, **kwargs})
+
+
+def test_two_workers_reach_the_loss_of_one_worker():
+    batches = H.regression_batches(n=32)
+    start = H.dataset_loss(H.regression_model(), batches)
+    finals = {}
+    for workers in (1, 2):
+        model = H.regression_model()
+        result = hogwild.train(model, H.mse_loss, batches, config(workers=workers, lr=0.05, epochs=4))
+        assert result.updates == 4 * 32
+        assert sum(result.worker_updates) == result.updates
+        finals[workers] = H.dataset_loss(model, batches)
+    assert finals[1] < 0.1 * start
+    assert finals[2] == pytest.approx(finals[1], rel=0.25, abs=0.01)
+
+
+@pytest.mark.parametrize("assignment, epochs", [("queue", 1), ("partition", 2)])
+def test_every_batch_is_used_exactly_once_per_epoch(assignment, epochs):
+    model = H.Counter(30)
+    result = hogwild.train(model, H.counting_loss, H.id_batches(30),
+                           config(workers=2, epochs=epochs, data_assignment=assignment))
+    assert model.seen.tolist() == [epochs] * 30
+    assert result.updates == 30 * epochs
+    assert min(result.worker_updates) > 0  # both workers trained
+    if assignment == "partition":  # fixed shards: worker w trains on batches w, w+2, ...
+        assert result.worker_updates == [15 * epochs, 15 * epochs]
+
+
+def test_metrics_jsonl_and_result_counters(tmp_path):
+    batches = H.regression_batches(n=16)
+    result = hogwild.train(H.regression_model(), H.mse_loss, batches,
+                           config(workers=2, lr=0.05, epochs=2, log_every=8, checkpoint_dir=str(tmp_path)),
+                           evaluate=lambda model: {"loss": H.dataset_loss(model, batches)})
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    kinds = [r["kind"] for r in records]
+    assert kinds[-2:] == ["stop", "final_eval"]
+    train = [r for r in records if r["kind"] == "train"]
+    assert train and train[-1]["updates"] == result.updates == 32
+    last = train[-1]
+    assert len(last["workers"]) == 2
+    assert sum(w["updates"] for w in last["workers"]) == 32
+    assert sum(last["staleness_histogram"]) == 32
+    assert last["skipped"] == 0 and last["lr"] == 0.05
+    assert all(r["updates_per_s"] >= 0 and r["examples_per_s"] >= 0 for r in train)
+    assert records[-2]["reason"] == "epochs" == result.stop_reason
+    assert records[-1]["metrics"] == result.final_metrics
+    assert result.staleness_mean == pytest.approx(
+        sum(i * c for i, c in enumerate(result.staleness_histogram)) / 32)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["config"]["workers"] == 2
+    assert (tmp_path / "last.pt").exists() and result.checkpoint == str(tmp_path / "last.pt")
+
+
+class RecordingAgent(hogwild.CommunicationAgent):
+    """Checks what a communication agent sees: shared parameters, the global count and the stop flag."""
+
+    def start(self, state):
+        self.shared = all(p.is_shared() for p in state.params)
+        self.polls, self.max_seen = 0, 0
+
+    def poll(self, state):
+        self.polls += 1
+        self.max_seen = max(self.max_seen, state.global_updates())
+        if state.global_updates() >= 5:
+            state.request_stop("agent says stop")
+
+    def stop(self, state):
+        self.stopped_flag = state.stopped()
+
+
+def test_communication_agent_hooks_see_shared_state_and_can_stop_training():
+    agent = RecordingAgent()
+    result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16),
+                           config(workers=1, epochs=50), agent=agent)
+    assert agent.shared and agent.polls >= 1 and agent.max_seen >= 5
+    assert agent.stopped_flag
+    assert result.stop_reason == "agent says stop"
+    assert 5 <= result.updates < 50 * 16
+
+
+def test_bad_inputs_are_refused_clearly():
+    with pytest.raises(TypeError, match="hogwild.Config"):
+        hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=2), {"workers": 2})
+    with pytest.raises(ValueError, match="batches is empty"):
+        hogwild.train(H.regression_model(), H.mse_loss, [], config())
+    with pytest.raises(ValueError, match="partition"):
+        hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=1),
+                      config(workers=2, data_assignment="partition"))
+    model = H.regression_model().to(torch.float64)
+    model.register_buffer("on_meta", torch.empty(1, device="meta"))
+    with pytest.raises(ValueError, match="must be on the CPU"):
+        hogwild.train(model, H.mse_loss, H.regression_batches(n=2), config())

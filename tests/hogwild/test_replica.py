@@ -1,0 +1,46 @@
+"""hogwild.replica: the device pull/compute/push path (run on the CPU as 'cpu-replica') equals the direct path."""
+import torch
+
+import hogwild
+from hogwild.replica import DeviceReplica, SharedParameters, make_parameters, move_batch
+from tests.hogwild import engine_helpers as H
+
+
+def test_cpu_replica_worker_matches_direct_cpu_worker():
+    batches = H.regression_batches(n=12)
+    finals = []
+    for device in ("cpu", "cpu-replica"):
+        model = H.regression_model()
+        result = hogwild.train(model, H.mse_loss, batches, hogwild.Config(
+            devices=[device], optimizer="adam", lr=0.01, epochs=2, seed=4, progress=False, tensorboard=False))
+        assert result.updates == 24
+        finals.append([p.detach().clone() for p in model.parameters()])
+    for direct, replica in zip(*finals):
+        torch.testing.assert_close(direct, replica, rtol=0, atol=0)
+
+
+def test_replica_pulls_shared_values_and_pushes_gradients_onto_the_shared_parameters():
+    model = H.Tagger(vocab=10).share_memory()
+    params = make_parameters(model, "cpu-replica")
+    assert isinstance(params, DeviceReplica)
+    with torch.no_grad():
+        model.out.weight.add_(1.0)  # another worker's update
+    net = params.pull()
+    assert net is not model and torch.equal(net.out.weight, model.out.weight)
+    assert net.out.weight.data_ptr() != model.out.weight.data_ptr()  # a private copy
+    loss, _ = H.tagger_loss(net, {"words": torch.tensor([[1, 2]]), "tags": torch.tensor([[0, 1]])})
+    loss.backward()
+    params.push()
+    assert model.embed.weight.grad.is_sparse
+    assert sorted(model.embed.weight.grad.coalesce().indices()[0].tolist()) == [1, 2]
+    torch.testing.assert_close(model.out.weight.grad, net.out.weight.grad, rtol=0, atol=0)
+    params.clear()
+    assert model.out.weight.grad is None and net.out.weight.grad is None
+    assert isinstance(make_parameters(model, "cpu"), SharedParameters)
+
+
+def test_move_batch_keeps_structure():
+    batch = {"a": torch.zeros(2), "b": (torch.ones(1), [torch.ones(3)]), "n": 5}
+    moved = move_batch(batch, torch.device("cpu"))
+    assert set(moved) == {"a", "b", "n"} and moved["n"] == 5
+    assert isinstance(moved["b"], tuple) and isinstance(moved["b"][1], list)

@@ -1,0 +1,133 @@
+"""hogwild.supervisor with real processes and real signals: failures are named, signals stop gracefully with a
+checkpoint, a killed parent leaves no orphan workers, and /dev/shm is checked before spawning."""
+import json
+import multiprocessing
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+import hogwild
+from hogwild.supervisor import check_shared_memory
+from tests.hogwild import engine_helpers as H
+
+SCRIPT = pathlib.Path(__file__).parent / "engine_scripts" / "train_until_signalled.py"
+
+
+def config(run_dir, **kwargs):
+    return hogwild.Config(**{"workers": 2, "epochs": 1000, "lr": 0.01, "progress": False, "tensorboard": False,
+                             "checkpoint_dir": str(run_dir), **kwargs})
+
+
+def wait_for(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def trained_updates(run_dir) -> int:
+    path = pathlib.Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return max((r["updates"] for r in records if r["kind"] == "train"), default=0)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_worker_that_raises_is_named_with_its_traceback(tmp_path):
+    batches = [(x, y, torch.tensor(-1 if i == 5 else i)) for i, (x, y) in enumerate(H.regression_batches(n=12))]
+    with pytest.raises(hogwild.WorkerFailed) as caught:
+        hogwild.train(H.regression_model(), H.failing_loss, batches, config(tmp_path))
+    message = str(caught.value)
+    assert "raised an exception" in message and f"worker {caught.value.worker} (cpu, pid " in message
+    assert "ValueError: deliberate failure on the marked batch" in message
+    assert "failing_loss" in message  # the worker's own traceback
+    assert caught.value.checkpoint == str(tmp_path / "last.pt") and os.path.exists(caught.value.checkpoint)
+    assert multiprocessing.active_children() == []  # the other worker was stopped
+
+
+def test_a_worker_killed_by_a_signal_is_named(tmp_path):
+    killed = {}
+
+    def kill_worker_one():
+        def target():
+            return [p for p in multiprocessing.active_children() if p.name == "hogwild-worker-1"]
+        if wait_for(lambda: target() and trained_updates(tmp_path) >= 2):
+            killed["time"] = time.monotonic()
+            os.kill(target()[0].pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_worker_one, daemon=True).start()
+    with pytest.raises(hogwild.WorkerFailed, match=r"worker 1 \(cpu, pid \d+\) was killed by signal SIGKILL"):
+        hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), config(tmp_path, log_every=1))
+    assert time.monotonic() - killed["time"] < 5.0  # detected, others stopped, checkpoint written: in seconds
+    assert (tmp_path / "last.pt").exists()
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_and_sigterm_stop_gracefully_with_a_checkpoint(tmp_path, signum):
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        sent = time.monotonic()
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert time.monotonic() - sent < 10.0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["stop_reason"] == f"signal {signal.Signals(signum).name}"
+    saved = torch.load(tmp_path / "last.pt", weights_only=False)
+    assert saved["global_step"] == result["updates"] >= 2
+
+
+def test_killing_the_parent_leaves_no_orphan_workers(tmp_path):
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        workers = children_of(process.pid)
+        assert len(workers) >= 2
+        process.kill()  # SIGKILL: no handler, no cleanup in the parent
+        process.wait(10)
+        assert wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10), "orphan workers remain"
+    finally:
+        process.kill()
+
+
+def test_shared_memory_check_names_sizes_and_the_fix(tmp_path):
+    check_shared_memory(1, str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"has [\d.]+ MiB free, but the shared parameters and optimizer state need "
+                                           r"[\d.]+ MiB.*--shm-size"):
+        check_shared_memory(2**60, str(tmp_path))

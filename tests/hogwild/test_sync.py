@@ -1,0 +1,28 @@
+"""hogwild.sync: mode='sync' equals the serial loop that averages the gradients of each group of W batches."""
+import torch
+
+import hogwild
+from hogwild.feed import epoch_order
+from hogwild.worker import batch_seed
+from tests.hogwild import engine_helpers as H
+
+
+def test_sync_two_workers_equal_serial_averaged_gradient_sgd():
+    batches = H.regression_batches(n=9)  # 5 steps per epoch: the last group has a single batch
+    model, reference = H.regression_model(), H.regression_model()
+    result = hogwild.train(model, H.mse_loss, batches, hogwild.Config(
+        workers=2, mode="sync", lr=0.05, optimizer="msgd", epochs=2, seed=2, progress=False, tensorboard=False))
+    assert result.updates == 10
+    assert result.staleness_mean == 0.0
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for epoch in range(2):
+        order = [int(i) for i in epoch_order(9, 2, epoch, True)]
+        for first in range(0, 9, 2):
+            group = order[first:first + 2]
+            optimizer.zero_grad()
+            for index in group:
+                torch.manual_seed(batch_seed(2, epoch, index))
+                (H.mse_loss(reference, batches[index]) / len(group)).backward()
+            optimizer.step()
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,93 @@
+"""hogwild.worker: one worker reproduces the serial torch loop; clipping; non-finite gradients; sparse rows."""
+import math
+
+import pytest
+import torch
+
+import hogwild
+from hogwild.worker import batch_examples, gradient_norm
+from tests.hogwild import engine_helpers as H
+
+
+def config(**kwargs):
+    return hogwild.Config(**{"progress": False, "tensorboard": False, "seed": 3, **kwargs})
+
+
+@pytest.mark.parametrize("name, lr, torch_optimizer", [
+    ("sgd", 0.05, lambda params: torch.optim.SGD(params, lr=0.05)),
+    ("adam", 0.01, lambda params: torch.optim.Adam(params, lr=0.01)),
+])
+def test_one_worker_equals_the_serial_torch_loop(name, lr, torch_optimizer):
+    batches = H.regression_batches(n=10)
+    model, reference = H.regression_model(), H.regression_model()
+    result = hogwild.train(model, H.mse_loss, batches, config(optimizer=name, lr=lr, epochs=2))
+    losses = H.serial_reference(reference, H.mse_loss, batches, torch_optimizer(reference.parameters()),
+                                epochs=2, seed=3)
+    assert result.updates == 20 and result.worker_updates == [20]
+    assert result.staleness_histogram[0] == 20 and result.staleness_mean == 0.0
+    assert result.examples == 20 * 8
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    assert result.final_loss == pytest.approx(sum(losses[-20:]) / 20, rel=1e-5)  # one logging interval
+
+
+def test_clipping_matches_clip_grad_norm():
+    batches = H.regression_batches(n=8)
+    model, reference = H.regression_model(), H.regression_model()
+    hogwild.train(model, H.mse_loss, batches, config(lr=0.1, clip_norm=0.05))
+    H.serial_reference(reference, H.mse_loss, batches, torch.optim.SGD(reference.parameters(), lr=0.1),
+                       epochs=1, seed=3, clip_norm=0.05)
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_non_finite_gradients_are_skipped_and_counted():
+    batches = [(x, y, torch.tensor(i in (2, 5))) for i, (x, y) in enumerate(H.regression_batches(n=8))]
+    model, reference = H.regression_model(), H.regression_model()
+    result = hogwild.train(model, H.poisoned_loss, batches, config(lr=0.05))
+    assert result.skipped_updates == 2
+    assert result.updates == 6
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    clean = [(x, y) if not poison else (x, y * torch.nan) for x, y, poison in batches]
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+    for index in hogwild.feed.epoch_order(8, 3, 0, True):  # the serial loop, skipping the poisoned batches
+        if index in (2, 5):
+            continue
+        torch.manual_seed(hogwild.worker.batch_seed(3, 0, int(index)))
+        optimizer.zero_grad()
+        H.mse_loss(reference, clean[index]).backward()
+        optimizer.step()
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_sparse_embedding_rows_never_touched_stay_bit_identical(name):
+    model = H.Tagger(vocab=50)
+    before = model.embed.weight.detach().clone()
+    result = hogwild.train(model, H.tagger_loss, H.tagger_batches(n=12, words_used=20),
+                           config(workers=2, optimizer=name, lr=0.1, epochs=2))
+    after = model.embed.weight.detach()
+    assert result.updates == 24
+    assert result.examples == 24 * 10  # loss_fn's token count
+    assert torch.equal(after[20:], before[20:])  # untouched rows: bit for bit
+    assert not torch.equal(after[:20], before[:20])
+
+
+def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
+    dense = torch.zeros(3, requires_grad=True)
+    dense.grad = torch.tensor([3.0, 0.0, 0.0])
+    sparse = torch.zeros(4, 2, requires_grad=True)
+    sparse.grad = torch.sparse_coo_tensor([[1, 1]], torch.tensor([[2.0, 0.0], [2.0, 0.0]]), (4, 2))  # row 1 twice
+    assert gradient_norm([dense, sparse], clip_norm=None) == pytest.approx(5.0)  # sqrt(3^2 + (2+2)^2)
+    assert gradient_norm([dense, sparse], clip_norm=1.0) == pytest.approx(5.0)
+    torch.testing.assert_close(dense.grad, torch.tensor([0.6, 0.0, 0.0]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(sparse.grad.to_dense()[1], torch.tensor([0.8, 0.0]), atol=1e-6, rtol=0)
+    dense.grad = torch.tensor([1.0, math.inf, 0.0])
+    assert not math.isfinite(gradient_norm([dense], clip_norm=1.0))
+
+
+def test_batch_examples_reads_the_leading_dimension():
+    assert batch_examples(torch.zeros(7, 3)) == 7
+    assert batch_examples((torch.zeros(5, 2), torch.zeros(5))) == 5
+    assert batch_examples({"words": torch.zeros(4, 9, dtype=torch.long)}) == 4
