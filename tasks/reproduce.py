@@ -1,0 +1,126 @@
+"""What the reproduction scripts (scripts/reproduce_*.py, scripts/compare_optimizers.py) share: running a series of
+labelled training runs one after another, reading their results, time-to-target, and writing Markdown/CSV tables
+with the command that produced them.
+
+Usage: `results = run_series([("SGD, 1 worker", options)], runs_dir="runs/x")`; `write_table(rows, columns, "t.md")`
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tasks.options import RunOptions
+from tasks.rundir import Curves, read_curves
+from tasks.summary import read_summary
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def corpora_dir() -> Path:
+    """$HOGWILD_CORPORA, else ../shared/corpora beside the checkout."""
+    return Path(os.environ.get("HOGWILD_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
+
+
+def machine() -> str:
+    gpus = torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
+    return (f"{os.cpu_count()} CPU cores{f', {gpus} GPU(s)' if gpus else ', no GPU'}, {platform.system()}, "
+            f"torch {torch.__version__}")
+
+
+def command_line() -> str:
+    """The command as a user would type it from the repo root."""
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO_ROOT)
+    return shlex.join(["python", script, *sys.argv[1:]])
+
+
+@dataclass
+class RunResult:
+    label: str
+    run_dir: Path
+    summary: dict[str, Any]
+    curves: Curves
+
+    @property
+    def minutes(self) -> float:
+        return self.summary["wall_seconds"] / 60.0
+
+    def heldout(self) -> float | None:
+        """Best held-out value during training (the metric of summary['best'])."""
+        return self.summary["best"]["value"]
+
+    def time_to(self, target: float) -> float | None:
+        """Seconds of training until the held-out metric first reached `target` (None: never)."""
+        for seconds, value in zip(self.curves.eval_seconds, self.curves.values):
+            if value >= target:
+                return seconds
+        return None
+
+
+def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path, reuse: bool = False,
+               say=print) -> list[RunResult]:
+    """Train each (label, directory name, options) in turn under runs_dir; with `reuse`, a run directory that
+    already has a summary.json is read instead of trained again."""
+    from tasks.training import run_training
+
+    results = []
+    for number, (label, name, options) in enumerate(runs, 1):
+        run_dir = Path(runs_dir) / name
+        if reuse and read_summary(run_dir) is not None:
+            say(f"== [{number}/{len(runs)}] {label}: reusing {run_dir}")
+        else:
+            say(f"== [{number}/{len(runs)}] {label} -> {run_dir}")
+            if run_dir.exists():
+                import shutil
+                shutil.rmtree(run_dir)
+            started = time.time()
+            run_training(dataclasses.replace(options, out=str(run_dir), progress=False), argv=sys.argv)
+            say(f"== {label}: finished in {(time.time() - started) / 60:.1f} minutes")
+        summary = read_summary(run_dir)
+        results.append(RunResult(label, run_dir, summary, read_curves(run_dir, name=label)))
+    return results
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def write_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], markdown: str | Path,
+                csv_path: str | Path | None = None, title: str = "", notes: Sequence[str] = ()) -> str:
+    """Markdown table (with title, the command, machine and date above it) and optionally the same rows as CSV."""
+    lines = [f"# {title}", ""] if title else []
+    lines += [f"Command: `{command_line()}`  ", f"Machine: {machine()}; date {time.strftime('%Y-%m-%d')}", ""]
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    lines += [""] + [f"{note}" for note in notes]
+    text = "\n".join(lines).rstrip() + "\n"
+    Path(markdown).parent.mkdir(parents=True, exist_ok=True)
+    Path(markdown).write_text(text, encoding="utf-8")
+    if csv_path is not None:
+        with open(csv_path, "w", newline="", encoding="utf-8") as file:
+            writer = csv.DictWriter(file, fieldnames=list(columns), extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+    return text
+
+
+def write_runs_json(results: Sequence[RunResult], path: str | Path) -> None:
+    """Every run's summary (minus bulky fields) for later inspection."""
+    records = [{"label": r.label, "run_dir": str(r.run_dir), **{k: v for k, v in r.summary.items()
+                                                                 if k not in ("data",)}} for r in results]
+    Path(path).write_text(json.dumps(records, indent=2, default=str) + "\n", encoding="utf-8")
