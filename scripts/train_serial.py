@@ -4,16 +4,18 @@ single-process reference runs recorded in docs/results.md.
 Usage:
     .venv/bin/python scripts/train_serial.py --task pos --preset small --out runs/pos-brown
     .venv/bin/python scripts/train_serial.py --task nmt --preset small --minutes 30 --out runs/nmt-europarl
+    .venv/bin/python scripts/train_serial.py --task nmt --synthetic --max-updates 20 --out /tmp/nmt-check  # seconds
 
 The run folder gets config.json (all arguments), command.txt, metrics.jsonl (one JSON object per log/eval line),
-results.json (final figures) and, for NMT, the test translations (test.hyp). Corpora come from --corpora (default
-$HOGWILD_CORPORA, else ../shared/corpora beside the checkout).
+results.json (final figures) and, for NMT, the test translations (test.greedy.hyp, test.beam5.hyp). Corpora come
+from --corpora (default $HOGWILD_CORPORA, else ../shared/corpora beside the checkout). --loop engine (default) trains
+through hogwild.train with one worker (mode 'single'); --loop plain uses the loop in this file.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import math
 import os
 import shlex
 import sys
@@ -41,13 +43,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--task", choices=("pos", "nmt"), required=True, help="which model/corpus")
     p.add_argument("--corpora", type=Path, default=default_corpora(), help="folder holding brown/, europarl-fr-en/")
+    p.add_argument("--synthetic", action="store_true", help="train on the data package's synthetic task instead")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model size preset")
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam", help="torch.optim optimizer")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
+                   help="optimizer (torch.optim in the plain loop, hogwild's SharedOptimizer in the engine)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: adam 2e-3, sgd: pos 0.03 / nmt 0.1)")
-    p.add_argument("--lr-decay", type=float, default=0.0, help="lr decrease per epoch (POS paper: 0.0135 with sgd 0.03)")
+    p.add_argument("--lr-decay", type=float, default=0.0,
+                   help="lr decrease per epoch (POS paper: 0.0135 with sgd 0.03)")
     p.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: off; NMT paper 1.0)")
     p.add_argument("--dropout", type=float, default=0.0, help="model dropout")
-    p.add_argument("--batch-size", type=int, default=None, help="training batch (default: pos 16 sentences, nmt 64 pairs)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="training batch (default: pos 16 sentences, nmt 64 pairs)")
     p.add_argument("--epochs", type=int, default=1, help="maximum number of epochs")
     p.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (0: no limit)")
     p.add_argument("--minutes", type=float, default=0.0, help="stop training after this many minutes (0: no limit)")
@@ -56,7 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-len", type=int, default=50, help="nmt: drop training pairs with more words on a side")
     p.add_argument("--vocab", type=int, default=15_000, help="nmt: words per side (paper 15,000)")
     p.add_argument("--beam", type=int, default=5, help="nmt: beam size for the test translations (1: greedy)")
+    p.add_argument("--test-limit", type=int, default=None, help="nmt: translate only the first N test pairs")
     p.add_argument("--length-penalty", type=float, default=1.0, help="nmt: length normalisation exponent")
+    p.add_argument("--dev-batches", type=int, default=None, help="nmt: dev batches for the loss during training")
+    p.add_argument("--loop", choices=("engine", "plain"), default="engine",
+                   help="engine: hogwild.train(mode='single', 1 worker); plain: the loop in this script")
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation, split and batch order")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--out", type=Path, required=True, help="run folder (created)")
@@ -79,41 +89,63 @@ class Job:
     loss_fn: Callable
     epoch_batches: Callable[[int], Iterator[dict]]
     updates_per_epoch: int
-    evaluate: Callable[[], dict]  # quick dev evaluation during training
-    finish: Callable[[Path], dict]  # final evaluation; may write files into the run folder
+    evaluate: Callable[[torch.nn.Module], dict[str, float]]  # quick dev evaluation of a model during training
+    finish: Callable[[torch.nn.Module, Path], dict]  # final evaluation; may write files into the run folder
     info: dict
 
 
 def pos_job(args: argparse.Namespace) -> Job:
-    from data.pos_task import PosDataConfig, load_pos_task
+    from data.pos_task import PosDataConfig, load_pos_task, synthetic_pos_task
 
-    task = load_pos_task(PosDataConfig(train=str(args.corpora / "brown"), batch_size=args.batch_size, seed=args.seed))
+    task = (synthetic_pos_task(batch_size=args.batch_size, seed=args.seed) if args.synthetic else
+            load_pos_task(PosDataConfig(train=str(args.corpora / "brown"), batch_size=args.batch_size, seed=args.seed)))
     config = pos_preset(args.preset, n_words=len(task.words), n_chars=len(task.chars), n_tags=len(task.tags),
                         dropout=args.dropout)
-    model = POSTagger(config)
-    dev = lambda: evaluate_pos(model, task.dev.epoch(0))  # noqa: E731
-    return Job(model, pos_loss, task.train.epoch, len(task.train), dev, lambda run_dir: dev(),
-               dict(task.info, model=vars(config)))
+    dev = lambda model: evaluate_pos(model, task.dev.epoch(0))  # noqa: E731
+    return Job(POSTagger(config), pos_loss, task.train.epoch, len(task.train), dev,
+               lambda model, run_dir: dev(model), dict(task.info, model=vars(config)))
 
 
 def nmt_job(args: argparse.Namespace) -> Job:
-    from data.nmt_task import NmtDataConfig, load_nmt_task
+    from data.batching import NmtBatcher, ParallelData
+    from data.nmt_task import NmtDataConfig, load_nmt_task, synthetic_nmt_task
+    from data.parallel import read_parallel
+    from data.text import tokenize_lines
 
-    task = load_nmt_task(NmtDataConfig(prefix=str(args.corpora / "europarl-fr-en"), src_lang="fr", tgt_lang="en",
-                                       max_len=args.max_len, vocab_size=args.vocab, batch_size=args.batch_size,
-                                       seed=args.seed))
+    if args.synthetic:  # no test set: the synthetic dev set plays its part
+        task = synthetic_nmt_task(batch_size=args.batch_size, seed=args.seed)
+        test_batches, test_references, test_counts = task.dev, task.dev_references, {"kept": len(task.dev_references)}
+    else:
+        corpus = args.corpora / "europarl-fr-en"
+        task = load_nmt_task(NmtDataConfig(train=str(corpus / "train"), dev=str(corpus / "dev"), src_lang="fr",
+                                           tgt_lang="en", max_len=args.max_len, vocab_size=args.vocab,
+                                           batch_size=args.batch_size, seed=args.seed))
+        # The test set: every non-empty pair, whatever its length, encoded with the training vocabularies.
+        test = read_parallel(corpus / "test", "fr", "en", None, lambda lines, lang: tokenize_lines(lines, lang),
+                             limit=args.test_limit)
+        test_batches = NmtBatcher(ParallelData.tensorize(list(zip(test.src, test.tgt)), task.src_vocab,
+                                                         task.tgt_vocab), batch_size=64, shuffle=False)
+        test_references, test_counts = test.tgt_lines, test.counts()
     config = nmt_preset(args.preset, src_words=len(task.src_vocab), tgt_words=len(task.tgt_vocab),
                         dropout=args.dropout)
-    model = AttentionNMT(config)
 
-    def finish(run_dir: Path) -> dict:
-        bleu = evaluate_nmt(model, task.test.epoch(0), task.test_references, task.decode, beam_size=args.beam,
-                            length_penalty=args.length_penalty, out_path=run_dir / "test.hyp")
-        return {"test_bleu": bleu.bleu, "bleu_signature": bleu.signature, "bleu_text": bleu.text,
-                **{f"dev_{k}": v for k, v in heldout_loss(model, task.dev.epoch(0), nmt_loss).items()}}
+    def dev(model: torch.nn.Module, batches: int | None = args.dev_batches) -> dict[str, float]:
+        metrics = heldout_loss(model, itertools.islice(task.dev.epoch(0), batches), nmt_loss)
+        return {f"dev_{k}": v for k, v in metrics.items()}
 
-    dev = lambda: {f"dev_{k}": v for k, v in heldout_loss(model, task.dev.epoch(0), nmt_loss).items()}  # noqa: E731
-    return Job(model, nmt_loss, task.train.epoch, len(task.train), dev, finish, dict(task.info, model=vars(config)))
+    def finish(model: torch.nn.Module, run_dir: Path) -> dict:
+        results = dict(dev(model), test_counts=test_counts)
+        for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
+            start = time.monotonic()
+            bleu = evaluate_nmt(model, test_batches.epoch(0), test_references, task.decode, beam_size=beam,
+                                length_penalty=args.length_penalty, out_path=run_dir / f"test.{name}.hyp")
+            results.update({f"test_bleu_{name}": bleu.bleu, f"bleu_text_{name}": bleu.text,
+                            f"decode_minutes_{name}": round((time.monotonic() - start) / 60, 2)})
+        results["bleu_signature"] = bleu.signature
+        return results
+
+    return Job(AttentionNMT(config), nmt_loss, task.train.epoch, len(task.train), dev, finish,
+               dict(task.info, model=vars(config)))
 
 
 def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> dict:
@@ -126,7 +158,9 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
     start, step, window_loss, window_tokens = time.monotonic(), 0, 0.0, 0
     window_start = start
     minutes = lambda: (time.monotonic() - start) / 60  # noqa: E731
-    out_of_time = lambda: (args.max_updates and step >= args.max_updates) or (args.minutes and minutes() >= args.minutes)  # noqa: E731,E501
+
+    def out_of_time() -> bool:
+        return bool((args.max_updates and step >= args.max_updates) or (args.minutes and minutes() >= args.minutes))
     job.model.train()
     for epoch in range(args.epochs):
         for batch in job.epoch_batches(epoch):
@@ -146,14 +180,34 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
                      "tokens_per_s": round(window_tokens / (time.monotonic() - window_start), 1)})
                 window_loss, window_tokens, window_start = 0.0, 0, time.monotonic()
             if args.eval_every and step % args.eval_every == 0:
-                log({"step": step, "epoch": epoch, "minutes": round(minutes(), 2), **job.evaluate()})
+                log({"step": step, "epoch": epoch, "minutes": round(minutes(), 2), **job.evaluate(job.model)})
             if out_of_time():
                 break
         if out_of_time():
             break
         log({"step": step, "epoch": epoch + 1, "minutes": round(minutes(), 2), "end_of_epoch": True,
-             **job.evaluate()})
-    return {"updates": step, "train_minutes": round(minutes(), 2), "epochs_started": epoch + 1}
+             **job.evaluate(job.model)})
+    return {"loop": "plain", "updates": step, "train_minutes": round(minutes(), 2), "epochs_started": epoch + 1}
+
+
+def train_with_engine(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> dict:
+    """The same run through the project's engine: hogwild.train with one worker (mode 'single'), shared optimizer.
+    The engine reshuffles the order of the data's epoch-0 batches every epoch, logs to <out>/engine/metrics.jsonl."""
+    import hogwild
+
+    config = hogwild.Config(
+        mode="single", threads_per_worker=args.threads, optimizer=args.optimizer, lr=args.lr,
+        lr_schedule="linear_decay" if args.lr_decay else "constant", decay_per_epoch=args.lr_decay,
+        min_lr=min(args.lr, 1e-4) if args.lr_decay else 0.0, clip_norm=args.clip or None, epochs=args.epochs,
+        max_steps=args.max_updates or None, time_limit=args.minutes * 60 or None, eval_every=args.eval_every or None,
+        checkpoint_dir=str(args.out / "engine"), log_every=args.log_every, progress=False, tensorboard=False,
+        seed=args.seed)
+    result = hogwild.train(job.model, job.loss_fn, list(job.epoch_batches(0)), config, evaluate=job.evaluate)
+    for record in result.history:
+        log({"engine_eval": True, **record})
+    return {"loop": "engine", "updates": result.updates, "train_minutes": round(result.wall_seconds / 60, 2),
+            "stop_reason": result.stop_reason, "final_train_loss": result.final_loss,
+            "examples": result.examples}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(p.numel() for p in job.model.parameters())
     log({"loaded_minutes": round((time.monotonic() - load_start) / 60, 2), "parameters": n_params,
          "updates_per_epoch": job.updates_per_epoch, **{k: v for k, v in job.info.items() if k != "model"}})
-    summary = train(job, args, log)
+    summary = train(job, args, log) if args.loop == "plain" else train_with_engine(job, args, log)
     eval_start = time.monotonic()
-    final = job.finish(args.out)
+    final = job.finish(job.model, args.out)
     results = {"task": args.task, "preset": args.preset, "parameters": n_params, **summary, **final,
                "eval_minutes": round((time.monotonic() - eval_start) / 60, 2)}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
