@@ -28,7 +28,7 @@ from tqdm import tqdm
 from data.errors import CorpusError
 from data.parallel import read_parallel_lines
 from data.readers import read_tagged
-from data.textio import COMPRESSED_SUFFIXES, strip_compression
+from data.textio import strip_compression
 
 EUROPARL_URL = "https://www.statmt.org/europarl/v7/{pair}.tgz"
 UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/{treebank}/master/{code}-ud-{split}.conllu"
