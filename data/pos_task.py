@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import torch
 
 from data.batching import PosBatcher, TaggedData
 from data.cache import ArrayCache
 from data.features import AFFIX_LENGTH
 from data.readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
 from data.synthetic import synthetic_tagged
-from data.vocab import TAG_SPECIALS, Vocabulary
+from data.vocab import IGNORE_INDEX, TAG_SPECIALS, Vocabulary
 
 
 @dataclass
@@ -65,6 +66,26 @@ class PosTask:
     chars: Vocabulary
     tags: Vocabulary
     info: dict = field(default_factory=dict)
+    config: PosDataConfig | None = None  # how the corpora were read (None: synthetic)
+
+    def eval_set(self, path: str | os.PathLike, batch_size: int | None = None) -> PosBatcher:
+        """Another tagged corpus (e.g. a test set) read like the training one and encoded with this task's
+        vocabularies, batched in file order."""
+        c = self.config or PosDataConfig(train="<synthetic>")
+        sentences = read_tagged(path, c.format, c.tag, separator=c.separator, encoding=c.encoding)
+        data = TaggedData.tensorize(sentences, self.words, self.chars, self.tags, c.affix_length)
+        return PosBatcher(data, batch_size or c.eval_batch_size, shuffle=False, seed=c.seed)
+
+    def encode_sentences(self, sentences: Sequence[Sequence[str]]) -> dict[str, torch.Tensor]:
+        """Untagged, tokenized sentences -> one POS batch (CONTRACTS.md) with every tag -100 (for tagging text)."""
+        if not sentences or not all(sentences):
+            raise ValueError("encode_sentences needs at least one sentence and no empty sentence")
+        tagged = [[(word, "") for word in sentence] for sentence in sentences]
+        length = self.config.affix_length if self.config else AFFIX_LENGTH
+        data = TaggedData.tensorize(tagged, self.words, self.chars, self.tags, length)
+        batch = PosBatcher(data, len(sentences), shuffle=False).batch(np.arange(len(sentences)))
+        batch["tags"].fill_(IGNORE_INDEX)
+        return batch
 
     def save(self, run_dir: str | os.PathLike) -> None:
         """Write ``vocab.words.json``, ``vocab.chars.json``, ``vocab.tags.json`` and ``data.json`` into a run folder."""
@@ -104,7 +125,7 @@ def _assemble(train_data, dev_data, words, chars, tags, config, info) -> PosTask
                 dev_unk_word_rate=float(np.mean(dev_data.words == 1)) if dev_data.num_tokens else 0.0)
     return PosTask(PosBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
                    PosBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
-                   words, chars, tags, info)
+                   words, chars, tags, info, None if config.train == "<synthetic>" else config)
 
 
 def load_pos_task(config: PosDataConfig, cache: ArrayCache | None = None) -> PosTask:

@@ -66,6 +66,21 @@ def test_separate_dev_file(tmp_path):
         "data.json", "vocab.chars.json", "vocab.tags.json", "vocab.words.json"]
 
 
+def test_eval_set_and_encode_sentences():
+    config = PosDataConfig(train=str(FIXTURES / "slash"), dev=str(FIXTURES / "slash" / "ca01"), word_min_freq=1,
+                           char_min_freq=1, cache=False)
+    task = load_pos_task(config)
+    test = task.eval_set(FIXTURES / "slash" / "ca02", batch_size=4)
+    assert len(test) == 1 and test.data.num_tokens == 3
+    batch = next(test.epoch(0))
+    assert task.tags.decode(batch["tags"][0].tolist()) == ["pps", "vbd", "."]
+    raw = task.encode_sentences([["It", "rained", "."], ["The", "dog"]])
+    assert torch.equal(raw["words"][0], batch["words"][0]) and torch.equal(raw["prefixes"][0], batch["prefixes"][0])
+    assert raw["tags"].eq(-100).all() and raw["lengths"].tolist() == [3, 2]
+    with pytest.raises(ValueError, match="no empty sentence"):
+        task.encode_sentences([[]])
+
+
 def test_bad_config_and_bad_corpus(tmp_path):
     with pytest.raises(ValueError, match="dev_fraction must be in"):
         PosDataConfig(train="x", dev_fraction=1.0)
