@@ -42,11 +42,19 @@ def import_mpi():
     return MPI
 
 
+def say(line: str, stream=None) -> None:
+    """Write one whole line at once (ranks share the launcher's stdout; print() may split text and newline)."""
+    stream = stream or sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
+
+
 class _Request:
     """A non-blocking MPI request with the status it completed with (mpi4py forgets it after Test)."""
 
-    def __init__(self, MPI, request, buffer: Any = None) -> None:
+    def __init__(self, MPI, request, buffer: Any = None, peer: int | None = None) -> None:
         self.request, self.status, self.buffer, self.done = request, MPI.Status(), buffer, False
+        self.peer = peer  # the other rank, for error messages (None: any rank, or a collective)
 
 
 class MPITransport:
@@ -56,9 +64,13 @@ class MPITransport:
     def __init__(self, world, roles: list[str], dist: DistConfig) -> None:
         self.MPI = import_mpi()
         self.world, self.roles, self.dist = world, roles, dist
+        # a broken connection (a peer died) must reach our abort() naming the peer, not end this rank silently
+        world.Set_errhandler(self.MPI.ERRORS_RETURN)
         self.rank, self.size = world.Get_rank(), world.Get_size()
         self.hosts_comm = world.Split(0 if roles[self.rank] == "worker" else 1, self.rank)  # training hosts only
         self.heart = world.Dup()  # heartbeats never mix with data messages
+        for comm in (self.hosts_comm, self.heart):
+            comm.Set_errhandler(self.MPI.ERRORS_RETURN)
         self.where = world.allgather((os.getpid(), socket.gethostname()))
         self.peers = [q for q in range(self.size) if q != self.rank]
         self._sends: list[_Request] = []
@@ -76,30 +88,44 @@ class MPITransport:
         return f"rank {rank} ({self.roles[rank]}, pid {pid} on {host})"
 
     def abort(self, reason: str) -> NoReturn:
-        print(f"hogwild.distributed: {self.describe(self.rank)} aborts the job: {reason}", file=sys.stderr, flush=True)
+        say(f"hogwild.distributed: {self.describe(self.rank)} aborts the job: {reason}", sys.stderr)
         self.world.Abort(1)
         os._exit(1)  # not reached: Abort ends the process
 
     # ---- point-to-point and collectives -----------------------------------------------------------------------------
+    def _call(self, peer: int | None, what: str, operation: Callable[[], Any]) -> Any:
+        """Run one MPI call; an MPI error (e.g. the peer's process is gone) aborts the job naming the peer."""
+        try:
+            return operation()
+        except self.MPI.Exception as error:
+            other = self.describe(peer) if peer is not None else "another rank"
+            self.abort(f"{what} with {other} failed ({error.Get_error_string().strip()}): {other} died or is "
+                       f"unreachable")
+
     def isend(self, buffer: np.ndarray, dest: int, tag: int) -> _Request:
-        request = _Request(self.MPI, self.world.Isend(buffer, dest=dest, tag=tag), buffer)  # buffer kept alive
+        request = _Request(self.MPI, self._call(dest, "sending", lambda: self.world.Isend(buffer, dest=dest, tag=tag)),
+                           buffer, dest)  # the buffer is kept alive until the send completes
         self._sends.append(request)
         return request
 
     def irecv(self, buffer: np.ndarray, source: int | None, tag: int) -> _Request:
-        source = self.MPI.ANY_SOURCE if source is None else source
-        return _Request(self.MPI, self.world.Irecv(buffer, source=source, tag=tag), buffer)
+        any_source = self.MPI.ANY_SOURCE if source is None else source
+        request = self._call(source, "receiving", lambda: self.world.Irecv(buffer, source=any_source, tag=tag))
+        return _Request(self.MPI, request, buffer, source)
 
     def iallreduce(self, send: np.ndarray, total: np.ndarray) -> _Request:
         """Sum over the training hosts.  # (N,) -> (N,)"""
-        return _Request(self.MPI, self.hosts_comm.Iallreduce(send, total, op=self.MPI.SUM), (send, total))
+        request = self._call(None, "allreduce", lambda: self.hosts_comm.Iallreduce(send, total, op=self.MPI.SUM))
+        return _Request(self.MPI, request, (send, total))
 
     def ibcast(self, buffer: np.ndarray, root: int) -> _Request:
-        return _Request(self.MPI, self.world.Ibcast(buffer, root=root), buffer)
+        return _Request(self.MPI, self._call(root, "broadcast", lambda: self.world.Ibcast(buffer, root=root)), buffer,
+                        root)
 
     def test(self, request: _Request) -> bool:
         if not request.done:
-            request.done = bool(request.request.Test(request.status))
+            request.done = bool(self._call(request.peer, "communication",
+                                           lambda: request.request.Test(request.status)))
         return request.done
 
     def source(self, request: _Request) -> int:
@@ -116,7 +142,7 @@ class MPITransport:
 
     # ---- heartbeats ----------------------------------------------------------------------------------------------
     def _post_beat(self, peer: int):
-        return self.heart.Irecv(self._beat_in[peer], source=peer, tag=0)
+        return self._call(peer, "heartbeat", lambda: self.heart.Irecv(self._beat_in[peer], source=peer, tag=0))
 
     def service(self) -> None:
         """Send due heartbeats, take in the peers' ones, and abort when a peer has been silent too long."""
@@ -125,10 +151,11 @@ class MPITransport:
             self._last_beat = now
             for q in self.peers:
                 previous = self._beat_send.get(q)
-                if previous is None or previous.Test():  # never pile up beats to a peer that does not read them
-                    self._beat_send[q] = self.heart.Isend(self._beat_out, dest=q, tag=0)
+                if previous is None or self._call(q, "heartbeat", previous.Test):  # no pile-up for a silent peer
+                    self._beat_send[q] = self._call(q, "heartbeat",
+                                                    lambda: self.heart.Isend(self._beat_out, dest=q, tag=0))
         for q in self.peers:
-            while q not in self._gone and self._beat_recv[q].Test():
+            while q not in self._gone and self._call(q, "heartbeat", self._beat_recv[q].Test):
                 self._last_seen[q] = now
                 if self._beat_in[q][0] == _GONE:
                     self._gone.add(q)
@@ -203,7 +230,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
     roles, rank = t.roles, t.rank
     role = roles[rank]
     hosts, servers = ranks_with(roles, "worker"), ranks_with(roles, "server")
-    print(f"hogwild.distributed: {t.describe(rank)} of {len(roles)}, algorithm {dist.algorithm}", flush=True)
+    say(f"hogwild.distributed: {t.describe(rank)} of {len(roles)}, algorithm {dist.algorithm}")
     flat = FlatParams(list(model.parameters()))
     store = DistributedCheckpoint(config.checkpoint_dir, dist.algorithm, flat.numel, len(servers))
     sync_model(t, flat, [(0, 0, flat.numel)])  # identical starting parameters everywhere

@@ -8,6 +8,7 @@ Like the agents, both are non-blocking event loops over `transport` that keep se
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Callable
@@ -136,4 +137,5 @@ class Tester:
     def record(self, metrics: dict) -> None:
         entry = {"seconds": round(time.monotonic() - self._start, 3), **{k: float(v) for k, v in metrics.items()}}
         self.history.append(entry)
-        print(f"hogwild.distributed tester: {entry}", flush=True)
+        sys.stdout.write(f"hogwild.distributed tester: {entry}\n")
+        sys.stdout.flush()

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -97,3 +100,89 @@ def test_each_algorithm_trains_to_about_the_single_host_loss(tmp_path, single_ho
         tester = results[ranks - 1]
         assert tester["role"] == "tester" and tester["tests"] >= 1
         assert abs(tester["final_metrics"]["loss"] - loss) < 1e-6
+
+
+def test_resume_restores_every_rank(tmp_path):
+    """A job with 2 servers, 1 host and a tester writes its state; resuming it with the same stop condition trains
+    no further and ends with exactly the same model, which comes from the servers' restored partitions."""
+    run = str(tmp_path / "run")
+    args = ["--servers", "2", "--tester", "--epochs", "2", "--checkpoint-dir", run]
+    first = train_tiny(tmp_path, 4, "easgd", *args)
+    assert first[2]["updates"] == 128 and first[2]["exchanges"] >= 1
+    for name in ("distributed/server0.pt", "distributed/server1.pt", "distributed/model.pt", "host0/last.pt"):
+        assert (tmp_path / "run" / name).exists(), name
+    resumed = train_tiny(tmp_path, 4, "easgd", *args, "--resume")
+    assert resumed[2]["updates"] == 128  # the host's engine restored its step count: nothing left to train
+    for rank in range(4):
+        assert resumed[rank]["loss"] == pytest.approx(first[rank]["loss"], rel=1e-6, abs=1e-9)
+    assert first[0]["loss"] < 0.1
+
+
+def _launch_slow_job(tmp_path, timeout: float, flags: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict[int, int]]:
+    """A downpour job (1 server, 2 hosts) slowed to ~20 steps/s per host; returns it once every rank is up."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    command = [str(MPIEXEC), *flags, "-n", "3", sys.executable, str(SCRIPTS / "train_tiny.py"), "downpour", "--out",
+               str(tmp_path), "--epochs", "50", "--sleep-per-step", "0.05", "--timeout", str(timeout)]
+    job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pids: dict[int, int] = {}
+    lines = []
+    while len(pids) < 3:  # ranks write whole lines, but two lines may still meet in the pipe: search the text
+        line = job.stdout.readline()
+        assert line, "".join(lines)
+        lines.append(line)
+        pids = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"rank (\d) \(\w+, pid (\d+) on", "".join(lines))}
+    job.lines = lines
+    deadline = time.monotonic() + 60.0
+    while len(list(tmp_path.glob("training-*"))) < 2:  # both hosts' workers are training
+        assert time.monotonic() < deadline and job.poll() is None, "".join(lines)
+        time.sleep(0.1)
+    time.sleep(1.0)  # ... and exchanging
+    return job, pids
+
+
+def _finish(job: subprocess.Popen, seconds: float) -> tuple[str, float]:
+    start = time.monotonic()
+    try:
+        rest, _ = job.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        rest, _ = job.communicate()
+        pytest.fail(f"the job did not end within {seconds} s:\n{''.join(job.lines)}{rest}")
+    return "".join(job.lines) + rest, time.monotonic() - start
+
+
+@pytest.mark.parametrize("flags", [(), ("-disable-auto-cleanup",)], ids=["launcher-cleanup", "no-launcher-cleanup"])
+def test_a_killed_rank_ends_the_job(tmp_path, flags):
+    """SIGKILL one training host while the job trains: the job must end within the time bound, non-zero.
+
+    MPICH's launcher usually ends the whole job at once ("BAD TERMINATION ... Killed (signal 9)"). When it leaves
+    the survivors running (-disable-auto-cleanup, which it does not always honour), their heartbeats notice the dead
+    rank and abort the job naming it; the deterministic check of that message is the hung-rank test below."""
+    job, pids = _launch_slow_job(tmp_path, 3.0, flags)
+    os.kill(pids[2], signal.SIGKILL)
+    output, seconds = _finish(job, 30.0)
+    assert job.returncode != 0, output
+    assert seconds < 3.0 + 20.0
+    assert not list(tmp_path.glob("rank*.json"))  # no rank claimed success
+    ours = re.search(r"no heartbeat from rank (\d) \(worker, pid (\d+) on .*\) for more than 3.0 s", output)
+    if ours:
+        assert ours.groups() == ("2", str(pids[2])), output
+    else:
+        assert "Killed (signal 9)" in output, output
+
+
+def test_a_hung_rank_is_detected_by_heartbeats_and_named(tmp_path):
+    job, pids = _launch_slow_job(tmp_path, timeout=3.0)
+    try:
+        os.kill(pids[2], signal.SIGSTOP)  # a training host hangs (alive, silent)
+        output, seconds = _finish(job, 30.0)
+    finally:
+        for pid in pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert job.returncode != 0
+    assert re.search(rf"no heartbeat from rank 2 \(worker, pid {pids[2]} on .*\) for more than 3.0 s: dead or hung",
+                     output), output
+    assert seconds < 3.0 + 20.0

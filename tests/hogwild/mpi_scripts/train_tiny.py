@@ -43,7 +43,7 @@ def main() -> None:
                             max_steps=args.max_steps, seed=0, progress=False, tensorboard=False, log_every=10**6,
                             checkpoint_dir=args.checkpoint_dir, resume=args.resume)
     evaluate = (lambda m: {"loss": full_loss(m, batches)}) if args.tester else None
-    loss = SlowLoss(args.sleep_per_step) if args.sleep_per_step else loss_fn
+    loss = SlowLoss(args.sleep_per_step, args.out) if args.sleep_per_step else loss_fn
     start = time.monotonic()
     if args.algorithm == "single":
         local = hogwild.train(model, loss, batches, config)
@@ -63,12 +63,16 @@ def main() -> None:
 
 
 class SlowLoss:
-    """loss_fn that sleeps before each step, so that a test can act while training is under way."""
+    """loss_fn that sleeps before each step, so that a test can act while training is under way; every worker
+    process creates OUT/training-<pid> at its first step."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self, seconds: float, out: str) -> None:
+        self.seconds, self.out, self.started = seconds, out, False
 
     def __call__(self, model, batch):
+        if not self.started:
+            self.started = True
+            open(os.path.join(self.out, f"training-{os.getpid()}"), "w").close()
         time.sleep(self.seconds)
         return loss_fn(model, batch)
 
