@@ -58,7 +58,7 @@ def predict_tags(model: POSTagger, batch: dict[str, Tensor]) -> Tensor:
     finally:
         model.train(was_training)
     steps = predicted.shape[1]
-    real = torch.arange(steps)[None, :] < batch["lengths"][:, None]
+    real = torch.arange(steps, device=predicted.device)[None, :] < batch["lengths"].to(predicted.device)[:, None]
     return predicted.masked_fill(~real, IGNORE_TAG)
 
 

@@ -52,8 +52,8 @@ def greedy_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, max_len_a:
     try:
         encoded = model.encode(src, src_mask)
         state = encoded.initial_state  # (B, H)
-        previous = torch.full((src.shape[0],), BOS, dtype=torch.long)
-        finished = torch.zeros(src.shape[0], dtype=torch.bool)
+        previous = torch.full((src.shape[0],), BOS, dtype=torch.long, device=src.device)
+        finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         limits = _max_steps(src_mask, max_len_a, max_len_b)  # (B,)
         words = []
         for step in range(int(limits.max())):
@@ -81,16 +81,16 @@ def beam_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, beam_size: i
     was_training = model.training
     model.eval()
     try:
-        batch, k = src.shape[0], beam_size
-        encoded = model.encode(src, src_mask).select(torch.arange(batch).repeat_interleave(k))  # B*K rows
+        batch, k, device = src.shape[0], beam_size, src.device
+        encoded = model.encode(src, src_mask).select(torch.arange(batch, device=device).repeat_interleave(k))
         state = encoded.initial_state  # (B*K, H)
-        scores = torch.full((batch, k), float("-inf"))
+        scores = torch.full((batch, k), float("-inf"), device=device)
         scores[:, 0] = 0.0  # all K beams start identical: expand only the first one
-        words = torch.full((batch * k, 0), BOS, dtype=torch.long)
-        previous = torch.full((batch * k,), BOS, dtype=torch.long)
-        finished = torch.zeros(batch * k, dtype=torch.bool)
-        lengths = torch.zeros(batch * k)
-        row_offset = (torch.arange(batch) * k)[:, None]  # (B, 1)
+        words = torch.full((batch * k, 0), BOS, dtype=torch.long, device=device)
+        previous = torch.full((batch * k,), BOS, dtype=torch.long, device=device)
+        finished = torch.zeros(batch * k, dtype=torch.bool, device=device)
+        lengths = torch.zeros(batch * k, device=device)
+        row_offset = (torch.arange(batch, device=device) * k)[:, None]  # (B, 1)
         limits = _max_steps(src_mask, max_len_a, max_len_b).repeat_interleave(k)  # (B*K,)
         for step in range(int(limits.max())):
             log_probs, state = model.decode_step(previous, state, encoded)  # (B*K, V)
@@ -107,5 +107,5 @@ def beam_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, beam_size: i
     finally:
         model.train(was_training)
     normalised = scores / lengths.reshape(batch, k).clamp(min=1.0) ** length_penalty  # (B, K)
-    chosen = (torch.arange(batch) * k + normalised.argmax(-1)).tolist()
+    chosen = (torch.arange(batch, device=device) * k + normalised.argmax(-1)).tolist()
     return _strip(words[chosen].tolist())
