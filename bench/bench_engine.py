@@ -42,9 +42,9 @@ TARGETS = (("engine2", "engine1", 1.9), ("engine1", "plain", 0.97), ("engine2", 
 class Tagger(nn.Module):
     """A small RNN sequence tagger: embedding -> 1-layer LSTM -> linear. (B, T) word ids -> (B, T, n_tags)."""
 
-    def __init__(self, n_words: int, n_tags: int, emb: int, hidden: int):
+    def __init__(self, n_words: int, n_tags: int, emb: int, hidden: int, sparse: bool = False):
         super().__init__()
-        self.embedding = nn.Embedding(n_words, emb)
+        self.embedding = nn.Embedding(n_words, emb, sparse=sparse)  # sparse: updates write only the rows used
         self.lstm = nn.LSTM(emb, hidden, batch_first=True)
         self.out = nn.Linear(hidden, n_tags)
 
@@ -157,7 +157,7 @@ def processes(variant: str) -> int:
 def run_variant(variant: str, args: argparse.Namespace, batches: list[dict], round_: int) -> tuple[float, float, float]:
     """Train a fresh, identically initialised model; return (steady updates/s, CPU ms/update, end-to-end s)."""
     torch.manual_seed(args.seed)
-    model = Tagger(args.words, args.tags, args.emb, args.hidden)
+    model = Tagger(args.words, args.tags, args.emb, args.hidden, args.sparse)
     stamps = torch.zeros(len(batches), 3, dtype=torch.float64).share_memory_()
     window = (10, 10 + len(batches) // (2 * processes(variant)))
     profile = f"{args.profile}/{variant}-round{round_ + 1}" if args.profile else None
@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--tags", type=int, default=20)
     parser.add_argument("--emb", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--sparse", action="store_true", help="sparse embedding gradients (only used rows updated)")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", metavar="DIR", help="write cProfile stats of every training process's steady "
