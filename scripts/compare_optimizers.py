@@ -3,7 +3,7 @@ lock-free Hogwild workers, plus synchronous SGD with N workers; peak held-out me
 reach a target. POS tagging on CoNLL-2000 (WSJ) by default; any run.py task and corpus via the flags.
 
 Writes <out>/compare_optimizers.md, .csv and .png (held-out metric vs time for every run). Defaults fit a 2-core CPU
-machine (11 runs of 60 seconds, about 14 minutes); for a GPU box:
+machine (9 runs of 60 seconds, about 13 minutes); for a GPU box:
     python scripts/compare_optimizers.py --gpus 4 --optimizers sgd msgd nesterov adagrad adadelta rmsprop adam adamax --time-limit 1800
 
 Usage: python scripts/compare_optimizers.py [--optimizers sgd adam] [--workers 2] [--time-limit 60]
@@ -29,7 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--task", choices=("pos", "nmt"), default="pos", help="which model")
     p.add_argument("--train", nargs="+", default=[str(conll / "train.txt")], help="training corpus (run.py --train)")
     p.add_argument("--dev", default=str(conll / "test.txt"), help="held-out corpus")
-    p.add_argument("--optimizers", nargs="+", choices=OPTIMIZERS, default=["sgd", "msgd", "adagrad", "rmsprop", "adam"],
+    p.add_argument("--optimizers", nargs="+", choices=OPTIMIZERS, default=["sgd", "adagrad", "rmsprop", "adam"],
                    help="optimizers to compare")
     p.add_argument("--lr", nargs="*", default=[], metavar="OPT=LR",
                    help="learning-rate overrides, e.g. sgd=0.05 (default: tasks.options.default_lr)")

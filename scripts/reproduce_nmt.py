@@ -3,8 +3,10 @@
 
 Writes <out>/nmt_table1.md and nmt_table1.csv (workers, minutes, train loss, held-out BLEU) and nmt_figure2.png
 (loss and BLEU vs time and vs updates, one line per worker count). Defaults fit a 2-core CPU machine (small model,
-1 and 2 workers, 300 updates of 64 pairs each, BLEU on 300 held-out sentences: about 12-15 minutes); for a GPU box:
-    python scripts/reproduce_nmt.py --gpus 4 --preset paper --updates 90000 --dev-limit 0
+6,000-word vocabularies, pairs of <= 30 words, 1 and 2 workers, 400 updates of 32 pairs each, BLEU on 200 held-out
+sentences: about 15 minutes when the machine is shared); the paper's setting on a GPU box:
+    python scripts/reproduce_nmt.py --gpus 4 --preset paper --vocab-size 15000 --max-len 50 --batch-size 64 \
+        --updates 90000 --dev-limit 0 --eval-every 5000
 
 Usage: python scripts/reproduce_nmt.py [--workers 2] [--updates 300] [--out docs/results]
 """
@@ -35,11 +37,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="Hogwild CPU worker counts 1..N")
     p.add_argument("--gpus", type=int, default=0, help="GPU counts 1..N instead of CPU workers")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model sizes")
-    p.add_argument("--updates", type=int, default=300, help="updates per run, the same for every worker count")
-    p.add_argument("--batch-size", type=int, default=64, help="pairs per update (the paper: 64)")
+    p.add_argument("--vocab-size", type=int, default=6000, help="words per side (the paper: 15,000)")
+    p.add_argument("--max-len", type=int, default=30, help="drop longer training pairs (the paper: 50)")
+    p.add_argument("--updates", type=int, default=400, help="updates per run, the same for every worker count")
+    p.add_argument("--batch-size", type=int, default=32, help="pairs per update (the paper: 64)")
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (the paper: 0.1, constant)")
     p.add_argument("--optimizer", default="sgd", help="shared optimizer (the paper: sgd)")
-    p.add_argument("--dev-limit", type=int, default=300, help="held-out sentences for BLEU (0: all)")
+    p.add_argument("--dev-limit", type=int, default=200, help="held-out sentences for BLEU (0: all)")
     p.add_argument("--eval-every", type=int, default=100, help="updates between greedy BLEU evaluations")
     p.add_argument("--beam", type=int, default=5, help="beam of the final held-out translations")
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
@@ -47,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--runs-dir", default="runs/reproduce_nmt", help="where the run directories go")
     p.add_argument("--reuse", action="store_true", help="read finished runs (summary.json) instead of training")
     args = p.parse_args(argv)
-    for name in ("workers", "updates", "batch_size", "eval_every", "beam"):
+    for name in ("workers", "updates", "batch_size", "eval_every", "beam", "vocab_size", "max_len"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
@@ -56,7 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     common = dict(task="nmt", train=[args.train], dev=args.dev, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
-                  train_limit=args.train_limit or None, preset=args.preset, steps=args.updates,
+                  train_limit=args.train_limit or None, vocab_size=args.vocab_size, max_len=args.max_len,
+                  preset=args.preset, steps=args.updates,
                   batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr, clip_norm=1.0,
                   dev_limit=args.dev_limit or None, eval_every=args.eval_every, beam=args.beam, seed=args.seed)
     device = "GPU" if args.gpus else "worker"

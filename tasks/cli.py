@@ -52,12 +52,12 @@ def train_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("data (no --train: the built-in synthetic task)")
     g.add_argument("--train", nargs="+", metavar="PATH", default=None,
                    help="pos: tagged files or folders; nmt: a file prefix (PREFIX.SRC_LANG, PREFIX.TGT_LANG)")
-    g.add_argument("--dev", metavar="PATH", default=None, help="held-out set (default: a seeded 10%% split)")
+    g.add_argument("--dev", metavar="PATH", default=None, help="held-out set; None: a seeded 10%% split of --train")
     g.add_argument("--test", metavar="PATH", default=None, help="scored with the best checkpoint at the end")
     g.add_argument("--format", choices=FORMATS, default="auto", help="pos: corpus format")
     g.add_argument("--word-column", type=int, default=None, metavar="N", help="pos conll: 1-based word column")
     g.add_argument("--tag-column", type=int, default=None, metavar="N", help="pos conll: 1-based tag column")
-    g.add_argument("--tag", choices=TAGS, default=None, help="pos: which tag (default: the format's main tag)")
+    g.add_argument("--tag", choices=TAGS, default=None, help="pos: which tag; None: the format's main tag")
     g.add_argument("--src-lang", default="fr", help="nmt: source language suffix")
     g.add_argument("--tgt-lang", default="en", help="nmt: target language suffix")
     g.add_argument("--encoding", default="utf-8", help="text encoding of the corpora")
@@ -71,29 +71,29 @@ def train_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("optimisation")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", help="shared, lock-free optimizer")
     g.add_argument("--lr", type=float, default=None,
-                   help="learning rate (default: sgd pos 0.03 / nmt 0.1; adam 0.001; see tasks/options.py)")
+                   help="learning rate; None: sgd pos 0.03 / nmt 0.1, adam 0.001 (tasks/options.py)")
     g.add_argument("--lr-decay", type=float, default=None,
-                   help="linear lr decrease per epoch (default: 0.0135 for pos+sgd as in the paper, else 0)")
+                   help="linear lr decrease per epoch; None: 0.0135 for pos+sgd (the paper), else 0")
     g.add_argument("--warmup-steps", type=int, default=0, help="> 0: warm up from lr to lr x workers")
     g.add_argument("--min-lr", type=float, default=0.0, help="floor of the learning rate")
-    g.add_argument("--momentum", type=float, default=None, help="msgd/nesterov momentum (default 0.9)")
-    g.add_argument("--clip-norm", type=float, default=None, help="gradient norm clipping (default: nmt 1.0)")
+    g.add_argument("--momentum", type=float, default=None, help="msgd/nesterov momentum; None: 0.9")
+    g.add_argument("--clip-norm", type=float, default=None, help="gradient norm clipping; None: nmt 1.0 (the paper), pos off")
     g.add_argument("--batch-size", type=int, default=None,
-                   help="sentences per update (default: pos 1, nmt 64, synthetic nmt 32)")
+                   help="sentences per update; None: pos 1, nmt 64, synthetic nmt 32")
     g.add_argument("--dropout", type=float, default=0.0, help="model dropout")
     g = p.add_argument_group("stopping, evaluation, run directory")
-    g.add_argument("--epochs", type=int, default=None, help="passes over the data (default 1 without other limit)")
+    g.add_argument("--epochs", type=int, default=None, help="passes over the data; None: 1 when no other limit is given")
     g.add_argument("--steps", type=int, default=None, help="stop after this many shared updates")
     g.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this long")
     g.add_argument("--eval-every", type=int, default=None, metavar="UPDATES",
-                   help="evaluate every this many updates (default: every 15 s synthetic, 60 s real data)")
+                   help="evaluate every this many updates; None: every 15 s (synthetic) or 60 s")
     g.add_argument("--eval-every-seconds", type=float, default=None, metavar="SECONDS", help="evaluate this often")
     g.add_argument("--patience", type=int, default=None, help="stop after this many evaluations without a new best")
     g.add_argument("--beam", type=int, default=5, help="nmt: beam size of the final held-out translations")
     g.add_argument("--checkpoint-every", type=int, default=None, metavar="UPDATES", help="write last.pt this often")
     g.add_argument("--log-every", type=int, default=None, metavar="UPDATES",
-                   help="training-loss record every this many updates (default: pos 50, nmt 10)")
-    g.add_argument("--out", default=None, metavar="DIR", help="run directory (default runs/TASK-DATE-TIME)")
+                   help="training-loss record every this many updates; None: pos 50, nmt 10")
+    g.add_argument("--out", default=None, metavar="DIR", help="run directory; None: runs/TASK-DATE-TIME")
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
     g.add_argument("--seed", type=int, default=0, help="data split, batch order and initialisation")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -107,7 +107,7 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--alpha", type=float, default=0.3, help="easgd/eamsgd: elastic coefficient")
     g.add_argument("--tester", action="store_true", help="an extra last rank evaluates the central model")
     g.add_argument("--no-shard-data", dest="shard_data", action="store_false",
-                   help="every host iterates over all batches (default: host i trains on batches[i::hosts])")
+                   help="every host iterates over all batches (else host i trains on batches[i::hosts])")
     del add
     return p
 
@@ -142,23 +142,24 @@ def plot_parser() -> argparse.ArgumentParser:
                                "per run.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
     p.add_argument("--out", default="curves.png", help="PNG file to write")
-    p.add_argument("--labels", nargs="+", default=None, help="legend label per run (default: directory names)")
+    p.add_argument("--labels", nargs="+", default=None, help="legend label per run; None: directory names")
     p.add_argument("--title", default=None, help="figure title")
     return p
 
 
 def _tag(args: argparse.Namespace) -> int:
-    from tasks.inference import read_input, tag_lines, write_output
+    from tasks.inference import load_tagger, read_input, tag_lines, write_output
+    tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     lines = read_input(args.files, args.encoding)
-    write_output(tag_lines(args.checkpoint, lines, args.format, args.batch_size), args.output,
-                 conll=args.format == "conll")
+    write_output(tag_lines(tagger, lines, args.format, args.batch_size), args.output, conll=args.format == "conll")
     return 0
 
 
 def _translate(args: argparse.Namespace) -> int:
-    from tasks.inference import read_input, translate_lines, write_output
+    from tasks.inference import load_translator, read_input, write_output
+    translator = load_translator(args.checkpoint)
     lines = read_input(args.files, args.encoding)
-    write_output(translate_lines(args.checkpoint, lines, args.beam, args.batch_size), args.output)
+    write_output(translator.translate(lines, args.beam, args.batch_size), args.output)
     return 0
 
 

@@ -2,10 +2,11 @@
 
 Input: one sentence per line (tag: whitespace-separated tokens; translate: raw text, Moses-tokenized like the
 training data). Output, in input order: tag -> `word/TAG word/TAG ...` per line (or `--format conll`: one
-`word<TAB>TAG` per line, blank line between sentences); translate -> one detokenized translation per line. Empty
-lines stay empty lines, so the output lines up with the input.
+`word<TAB>TAG` per line, blank line between sentences, empty input lines skipped); translate -> one detokenized
+translation per line. Otherwise empty lines stay empty lines, so the output lines up with the input.
 
-Usage: `tag_lines(run_dir, ["The dog barks ."])` -> `["The/at dog/nn barks/vbz ./."]`
+Usage: `tag_lines(load_tagger(run_dir), ["The dog barks ."])` -> `["The/at dog/nn barks/vbz ./."]`;
+`load_translator(run_dir).translate(["Bonjour ."], beam=5)`
 """
 from __future__ import annotations
 
@@ -50,14 +51,28 @@ def _expect(spec: dict, task: str, run_dir: Path, command: str) -> None:
                           f"{task!r} run")
 
 
-def tag_lines(run_dir: str | Path, lines: Sequence[str], output_format: str = "slash",
-              batch_size: int = 32) -> list[str]:
+def load_tagger(run_dir: str | Path):
+    """The trained POS tagger of a run directory (tasks.pos.PosTagging)."""
     from tasks.pos import PosTagging
 
     run_dir = Path(run_dir)
     spec, state, _ = load_trained(run_dir)
     _expect(spec, "pos", run_dir, "tag")
-    tagger = PosTagging.load(run_dir, spec, state)
+    return PosTagging.load(run_dir, spec, state)
+
+
+def load_translator(run_dir: str | Path):
+    """The trained translator of a run directory (tasks.nmt.Translator)."""
+    from tasks.nmt import Translator
+
+    run_dir = Path(run_dir)
+    spec, state, _ = load_trained(run_dir)
+    _expect(spec, "nmt", run_dir, "translate")
+    return Translator.load(run_dir, spec, state)
+
+
+def tag_lines(tagger, lines: Sequence[str], output_format: str = "slash", batch_size: int = 32) -> list[str]:
+    """Whitespace-tokenized lines -> `word/TAG ...` lines (or CoNLL blocks); empty lines stay empty."""
     sentences = [line.split() for line in lines]
     real = [s for s in sentences if s]
     tagged = iter(tagger.tag(real, batch_size) if real else [])
@@ -65,23 +80,16 @@ def tag_lines(run_dir: str | Path, lines: Sequence[str], output_format: str = "s
     for sentence in sentences:
         tags = next(tagged) if sentence else []
         if output_format == "conll":
-            out.append("".join(f"{w}\t{t}\n" for w, t in zip(sentence, tags)))
+            if sentence:  # CoNLL has no empty sentences: blocks follow the non-empty input lines
+                out.append("".join(f"{w}\t{t}\n" for w, t in zip(sentence, tags)))
         else:
             out.append(" ".join(f"{w}/{t}" for w, t in zip(sentence, tags)))
     return out
 
 
-def translate_lines(run_dir: str | Path, lines: Sequence[str], beam: int = 5, batch_size: int = 32) -> list[str]:
-    from tasks.nmt import Translator
-
-    run_dir = Path(run_dir)
-    spec, state, _ = load_trained(run_dir)
-    _expect(spec, "nmt", run_dir, "translate")
-    return Translator.load(run_dir, spec, state).translate(list(lines), beam, batch_size)
-
-
 def write_output(lines: Sequence[str], output: str | None, conll: bool = False) -> None:
-    text = "".join(line if conll else line + "\n" for line in lines) if not conll else "\n".join(lines)
+    """One line per input line; CoNLL blocks (each ending in a newline) are separated by a blank line."""
+    text = "\n".join(lines) if conll else "".join(line + "\n" for line in lines)
     if output:
         Path(output).write_text(text, encoding="utf-8")
     else:

@@ -1,0 +1,33 @@
+"""tasks.devices: one device per worker, and the --gpus error when fewer GPUs are visible."""
+import pytest
+
+from tasks import devices
+from tasks.devices import DeviceError, worker_devices
+
+
+def test_cpu_workers_and_single_mode():
+    assert worker_devices(0, 3) == ["cpu", "cpu", "cpu"]
+    assert worker_devices(0, 3, mode="single") == ["cpu"]
+
+
+def test_gpus_map_to_cuda_devices_when_visible(monkeypatch):
+    monkeypatch.setattr(devices, "visible_gpus", lambda: 4)
+    assert worker_devices(2, 7) == ["cuda:0", "cuda:1"]
+
+
+def test_too_many_gpus_names_what_is_visible_and_suggests_workers(monkeypatch):
+    monkeypatch.setattr(devices, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(devices, "describe_visible", lambda: "1 CUDA GPU visible")
+    with pytest.raises(DeviceError) as error:
+        worker_devices(4, 2)
+    assert str(error.value) == ("--gpus 4: 1 CUDA GPU visible. Train on CPU cores instead with --workers 4 "
+                                "(or ask for at most --gpus 1)")
+
+
+def test_this_machine_reports_its_real_gpu_count():
+    import torch
+    expected = torch.cuda.device_count() if torch.backends.cuda.is_built() else 0
+    assert devices.visible_gpus() == expected
+    if expected == 0:
+        with pytest.raises(DeviceError, match=r"^--gpus 1: .*no GPU is visible|^--gpus 1: 0 CUDA GPUs visible"):
+            worker_devices(1, 1)

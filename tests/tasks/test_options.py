@@ -1,0 +1,62 @@
+"""tasks.options: validation of every kind of bad value, task defaults, and the mapping onto hogwild.Config."""
+import pytest
+
+from tasks.options import RunOptions, default_lr
+
+
+def test_resolved_fills_the_papers_defaults_per_task():
+    pos = RunOptions(task="pos", train=None).resolved()
+    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.03, 0.0135, None, 1)
+    assert (pos.log_every, pos.eval_every_seconds) == (50, 15.0)
+    nmt = RunOptions(task="nmt").resolved()
+    assert (nmt.batch_size, nmt.lr, nmt.lr_decay, nmt.clip_norm) == (32, 0.1, 0.0, 1.0)  # synthetic batch 32
+    adam = RunOptions(task="pos", optimizer="adam", time_limit=5).resolved()
+    assert (adam.lr, adam.lr_decay, adam.epochs) == (1e-3, 0.0, None)
+    assert default_lr("nmt", "sgd") == 0.1 and default_lr("pos", "adadelta") == 1.0
+
+
+def test_engine_config_carries_every_training_choice():
+    options = RunOptions(task="pos", optimizer="msgd", momentum=0.5, steps=7, eval_every=3, seed=4,
+                         out="/tmp/x", checkpoint_every=2, clip_norm=0.5).resolved()
+    config = options.engine_config(["cpu", "cpu"], "accuracy")
+    assert config.devices == ["cpu", "cpu"] and config.workers == 2
+    assert (config.optimizer, config.lr, config.optimizer_args) == ("msgd", 0.01, {"momentum": 0.5})
+    assert (config.max_steps, config.eval_every, config.seed, config.checkpoint_every) == (7, 3, 4, 2)
+    assert (config.best_metric, config.best_mode, config.clip_norm, config.checkpoint_dir) == (
+        "accuracy", "max", 0.5, "/tmp/x")
+    assert config.lr_schedule == "constant"
+    sgd = RunOptions(task="pos").resolved().engine_config(["cpu"], "accuracy")
+    assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.min_lr) == ("linear_decay", 0.0135, pytest.approx(0.0003))
+    warm = RunOptions(task="nmt", warmup_steps=10).resolved().engine_config(["cpu"] * 2, "bleu")
+    assert (warm.lr_schedule, warm.warmup_steps) == ("warmup_scaled", 10)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"task": "ner"}, "--task: must be one of pos, nmt"),
+    ({"workers": 0}, "--workers: must be >= 1, got 0"),
+    ({"gpus": -1}, "--gpus: must be >= 0"),
+    ({"lr": 0.0}, "--lr: must be a positive number"),
+    ({"lr": float("nan")}, "--lr: must be a positive number"),
+    ({"time_limit": -3.0}, "--time-limit: must be a positive number"),
+    ({"steps": 0}, "--steps: must be >= 1"),
+    ({"dropout": 1.0}, "--dropout: must be in [0, 1)"),
+    ({"momentum": 1.5}, "--momentum: must be in [0, 1)"),
+    ({"optimizer": "lbfgs"}, "--optimizer: must be one of sgd"),
+    ({"resume": True}, "--resume: needs --out DIR"),
+    ({"src_lang": "en"}, "--tgt-lang: must differ from --src-lang"),
+    ({"task": "nmt", "tag": "upos"}, "--task: --word-column, --tag-column and --tag apply to --task pos only"),
+    ({"distributed": "gossip"}, "--distributed: must be one of allreduce"),
+    ({"mode": "sync", "data_assignment": "partition"}, "--data-assignment: --mode sync deals batches in lockstep"),
+    ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
+    ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
+])
+def test_bad_values_are_rejected_naming_the_flag(changes, message):
+    with pytest.raises(ValueError) as error:
+        RunOptions(**changes)
+    assert str(error.value).startswith(message)
+
+
+def test_nmt_prefix_is_accepted_when_its_language_files_exist(tmp_path):
+    (tmp_path / "train.fr").write_text("a\n")
+    (tmp_path / "train.en").write_text("b\n")
+    assert RunOptions(task="nmt", train=[str(tmp_path / "train")]).train == [str(tmp_path / "train")]
