@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -184,12 +185,14 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
             if run_dir:
                 write_checkpoint(os.path.join(run_dir, "best.pt"), model_state, metrics=best, best_step=updates)
 
-        evaluator = Evaluator(model, evaluate, config, save_best) if evaluate is not None else None
+        evaluator = None
         failure, records = None, []
         with graceful_signals(lambda name: stop.request(f"signal {name}")):
             if agent is not None:
                 agent.start(state)
-            supervisor.start()
+            _start_workers(supervisor)
+            # After spawning: an eval_device='cuda' snapshot must not initialise CUDA before the workers exist.
+            evaluator = Evaluator(model, evaluate, config, save_best) if evaluate is not None else None
             if feed is not None:
                 feed.start(lambda: bool(control[0]))
             started, deadline = time.time(), None
@@ -239,6 +242,16 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         if metrics is not None:
             metrics.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _start_workers(supervisor: Supervisor) -> None:
+    try:
+        supervisor.start()
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        if "pickle" not in str(error).lower():
+            raise
+        raise TypeError(f"cannot send the model, loss_fn or batches to the spawned workers: {error}. Define loss_fn "
+                        f"(and custom batch classes) at module level, not as lambdas or nested functions") from error
 
 
 class _StopRequest:

@@ -107,7 +107,7 @@ class Supervisor:
         self._drain_errors(timeout=2.0 if worker not in self.tracebacks else 0.0)
         if worker in self.tracebacks:
             return f"{name} raised an exception:\n{self.tracebacks[worker]}"
-        return f"{name} exited with status {code}"
+        return f"{name} exited with status {code} before reporting an error (its stderr above says why)"
 
     def _drain_errors(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

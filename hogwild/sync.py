@@ -11,10 +11,8 @@ Usage (engine.py): `ctx.Process(target=sync_main, args=(spec, "file:///tmp/x/ren
 """
 from __future__ import annotations
 
-import math
 import os
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -26,7 +24,8 @@ import torch.distributed as dist
 from .feed import epoch_order
 from .replica import make_parameters, move_batch
 from .supervisor import die_with_parent
-from .worker import STOP, WorkerSpec, batch_seed, call_loss, gradient_norm, wait_for_start
+from .worker import (STOP, WorkerSpec, batch_seed, call_loss, exit_now, seed_batch, usable_gradients,
+                     wait_for_start)
 
 
 def _flat_gradients(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -75,14 +74,14 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
                 view.take(epoch * n + mine)
                 index = int(order[mine])
                 batch = move_batch(batches[index], params.device, non_blocking=True)
-                torch.manual_seed(batch_seed(spec.seed, epoch, index))
+                seed_batch(params.device, batch_seed(spec.seed, epoch, index))
                 loss, examples = call_loss(spec.loss_fn, params.pull(), batch)
                 loss.backward()
             flat = _flat_gradients(params.grad_params, params.device)
             dist.all_reduce(flat)
             _set_gradients(params.grad_params, flat.div_(votes[1]))
             if rank == 0:
-                if math.isfinite(gradient_norm(params.grad_params, spec.clip_norm)):
+                if usable_gradients(params.grad_params, spec.clip_norm):
                     params.push()
                     lr = spec.schedule(read_version, epoch)
                     spec.optimizer.step(lr)
@@ -116,5 +115,6 @@ def sync_main(spec: WorkerSpec, init_method: str) -> None:
     except BaseException:  # noqa: BLE001
         spec.errors.put((spec.worker, traceback.format_exc()))
         spec.errors.close()
-        spec.errors.join_thread()
-        sys.exit(1)
+        spec.errors.join_thread()  # the traceback has reached the pipe
+        exit_now(1)
+    exit_now(0)

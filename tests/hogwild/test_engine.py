@@ -102,3 +102,9 @@ def test_bad_inputs_are_refused_clearly():
     model.register_buffer("on_meta", torch.empty(1, device="meta"))
     with pytest.raises(ValueError, match="must be on the CPU"):
         hogwild.train(model, H.mse_loss, H.regression_batches(n=2), config())
+
+
+def test_a_loss_function_that_cannot_be_pickled_is_explained():
+    with pytest.raises(TypeError, match="Define loss_fn .* at module level"):
+        hogwild.train(H.regression_model(), lambda model, batch: H.mse_loss(model, batch),
+                      H.regression_batches(n=2), config())

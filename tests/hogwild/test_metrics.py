@@ -48,3 +48,14 @@ def test_counters_snapshot_is_a_private_copy():
     snapshot = counters.snapshot()
     counters.worker_view(0).applied(0, 1, 1.0, 0.1)
     assert snapshot["ints"][0, UPDATES] == 0 and isinstance(snapshot["ints"], np.ndarray)
+
+
+def test_tensorboard_events_are_written_when_tensorboard_is_installed(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed")
+    counters = SharedCounters(1)
+    log = MetricsLog(str(tmp_path), workers=1, total=None, progress=False, tensorboard=True)
+    counters.worker_view(0).applied(0, 1, 1.0, 0.1)
+    log.record(counters.snapshot())
+    log.close()
+    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hogwild
-from hogwild.worker import batch_examples, gradient_norm
+from hogwild.worker import batch_examples, gradient_norm, usable_gradients
 from tests.hogwild import engine_helpers as H
 
 
@@ -85,6 +85,12 @@ def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
     torch.testing.assert_close(sparse.grad.to_dense()[1], torch.tensor([0.8, 0.0]), atol=1e-6, rtol=0)
     dense.grad = torch.tensor([1.0, math.inf, 0.0])
     assert not math.isfinite(gradient_norm([dense], clip_norm=1.0))
+    assert not usable_gradients([dense, sparse], clip_norm=None)
+    assert not usable_gradients([dense, sparse], clip_norm=1.0)
+    dense.grad = torch.tensor([1.0, -1.0, 0.0])  # finite, summing to zero
+    assert usable_gradients([dense, sparse], clip_norm=None)
+    sparse.grad = torch.sparse_coo_tensor([[3]], torch.tensor([[math.nan, 0.0]]), (4, 2))
+    assert not usable_gradients([dense, sparse], clip_norm=None)
 
 
 def test_batch_examples_reads_the_leading_dimension():
