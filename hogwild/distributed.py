@@ -15,18 +15,18 @@ import dataclasses
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
-import torch
 from torch import nn
 
 from hogwild.agent import CommunicationAgent
 from hogwild.multihost_agents import make_agent
 from hogwild.multihost_checkpoint import DistributedCheckpoint
-from hogwild.multihost_config import SERVER_ALGORITHMS, DistConfig, ranks_with
-from hogwild.multihost_math import FlatParams, partition_bounds
+from hogwild.multihost_config import DistConfig, ranks_with
+from hogwild.multihost_math import FlatParams
 from hogwild.multihost_server import ParameterServer, Tester
 
 MPI_HINT = "multi-host training needs mpi4py and an MPI library: run  pip install '.[mpi]'  (mpi4py + MPICH wheels)"
@@ -151,6 +151,8 @@ class MPITransport:
             self._last_beat = now
             for q in self.peers:
                 previous = self._beat_send.get(q)
+                if q in self._gone:
+                    continue
                 if previous is None or self._call(q, "heartbeat", previous.Test):  # no pile-up for a silent peer
                     self._beat_send[q] = self._call(q, "heartbeat",
                                                     lambda: self.heart.Isend(self._beat_out, dest=q, tag=0))
@@ -283,13 +285,26 @@ class HostCommunication(CommunicationAgent):
         self.t, self.dist, self.roles, self.finals, self.store = transport, dist, roles, finals, store
         self.agent = None
         self.exchanges = 0
+        # until the engine starts the agent (it first builds the optimizer, stores the batches, maybe loads a
+        # checkpoint), a helper thread keeps answering heartbeats so that a slow start is not taken for a hang
+        self._started = threading.Event()
+        self._keepalive = threading.Thread(target=self._keep_alive, name="hogwild-keepalive", daemon=True)
+        self._keepalive.start()
+
+    def _keep_alive(self) -> None:
+        while not self._started.wait(0.05):
+            self.t.service()
 
     def start(self, state) -> None:
+        self._started.set()
+        self._keepalive.join()  # from here on only the agent thread talks to MPI
         self.flat = FlatParams(state.params)
         self.agent = make_agent(self.t, self.flat, self.dist, self.roles, steps=state.global_updates)
         self.agent.start()
 
     def stop(self, state) -> None:
+        if getattr(state, "failure", None):  # a local worker failed: no closing protocol, train() raises, we abort
+            return
         self.agent.finish()
         self.exchanges = self.agent.exchanges
         sync_model(self.t, self.flat, self.finals)

@@ -170,6 +170,13 @@ def test_a_killed_rank_ends_the_job(tmp_path):
         assert "Killed (signal 9)" in output, output
 
 
+def test_a_failing_local_worker_aborts_the_job_naming_its_rank(tmp_path):
+    done = mpirun(3, "train_tiny.py", "easgd", "--epochs", "4", "--fail-rank", "2", "--out", str(tmp_path))
+    assert done.returncode != 0, done.stdout
+    assert re.search(r"rank 2 \(worker, pid \d+ on .*\) aborts the job: WorkerFailed", done.stdout), done.stdout
+    assert "RuntimeError: injected failure at step 10" in done.stdout
+
+
 def test_a_hung_rank_is_detected_by_heartbeats_and_named(tmp_path):
     job, pids = _launch_slow_job(tmp_path, timeout=3.0)
     try:

@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", required=True, help="folder for rank<r>.json")
+    parser.add_argument("--fail-rank", type=int, default=None, help="this rank's worker raises at its 10th step")
     parser.add_argument("--sleep-per-step", type=float, default=0.0, help="slow steps down (fault tests)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -44,6 +45,8 @@ def main() -> None:
                             checkpoint_dir=args.checkpoint_dir, resume=args.resume)
     evaluate = (lambda m: {"loss": full_loss(m, batches)}) if args.tester else None
     loss = SlowLoss(args.sleep_per_step, args.out) if args.sleep_per_step else loss_fn
+    if args.fail_rank is not None and int(os.environ.get("PMI_RANK", "0")) == args.fail_rank:
+        loss = FailingLoss()
     start = time.monotonic()
     if args.algorithm == "single":
         local = hogwild.train(model, loss, batches, config)
@@ -60,6 +63,19 @@ def main() -> None:
     result.update(loss=full_loss(model, batches), seconds=round(time.monotonic() - start, 3))
     with open(os.path.join(args.out, f"rank{result['rank']}.json"), "w") as file:
         json.dump(result, file)
+
+
+class FailingLoss:
+    """loss_fn whose 10th call raises (a bug in a local worker)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, model, batch):
+        self.calls += 1
+        if self.calls == 10:
+            raise RuntimeError("injected failure at step 10")
+        return loss_fn(model, batch)
 
 
 class SlowLoss:
