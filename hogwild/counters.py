@@ -59,7 +59,10 @@ class SharedCounters:
         self.ints.copy_(ints)
         self.floats.copy_(floats)
         self.staleness.copy_(staleness)
+        # Ticket bookkeeping restarts: the checkpoint's data position says where the feed resumes.
         self.ints[:, IN_PROGRESS] = -1
+        self.ints[:, LAST_SEQ] = -1
+        self.ints[:, TAKEN] = 0
 
 
 class WorkerView:

@@ -24,7 +24,7 @@ from torch import nn
 from .agent import CommunicationAgent, SharedTrainingState
 from .checkpoint import build_checkpoint, load_checkpoint, restore_model, restore_rng_states, save_checkpoint
 from .config import Config
-from .counters import EXAMPLES, LAST_SEQ, READY, SKIPPED, UPDATES, SharedCounters
+from .counters import EXAMPLES, READY, SKIPPED, UPDATES, SharedCounters
 from .evaluator import Evaluator
 from .feed import BatchFeed, BatchStore, as_sequence, partition_positions, resume_seq
 from .metrics import MetricsLog, staleness_summary
@@ -75,7 +75,6 @@ def _restore_counters(counters: SharedCounters, saved: dict[str, torch.Tensor]) 
     ints, floats, staleness = saved["ints"], saved["floats"], saved["staleness"]
     if ints.shape[0] != counters.workers:
         ints = torch.cat([ints.sum(0, keepdim=True), torch.zeros_like(ints[:1]).repeat(counters.workers - 1, 1)])
-        ints[:, LAST_SEQ] = -1
         floats = torch.cat([floats.sum(0, keepdim=True), torch.zeros_like(floats[:1]).repeat(counters.workers - 1, 1)])
         staleness = torch.cat([staleness.sum(0, keepdim=True),
                                torch.zeros_like(staleness[:1]).repeat(counters.workers - 1, 1)])

@@ -66,7 +66,7 @@ class DeviceReplica:
         self.replica_buffers = list(self.replica.buffers())
         self.cuda = self.device.type == "cuda"
         # Page-locked host buffers for the dense gradients: device->host copies can then run asynchronously.
-        self.host_grads = [torch.empty_like(p, device="cpu", pin_memory=self.cuda) for p in self.shared]
+        self.host_grads = [torch.empty(p.shape, dtype=p.dtype, pin_memory=self.cuda) for p in self.shared]
 
     @torch.no_grad()
     def pull(self) -> nn.Module:

@@ -57,3 +57,14 @@ def test_resume_refuses_a_model_of_another_shape(tmp_path):
         hogwild.train(wider, H.mse_loss, batches, config(tmp_path, max_steps=4, resume=True))
     with pytest.raises(hogwild.CheckpointMismatch, match="this model has no tensor '3.weight'"):
         C.load_checkpoint(str(tmp_path / "last.pt"), torch.nn.Sequential(torch.nn.Linear(4, 8)))
+
+
+def test_resume_with_more_workers_uses_each_remaining_batch_exactly_once(tmp_path):
+    first = H.Counter(30)  # its shared 'seen' buffer is checkpointed with the parameters
+    hogwild.train(first, H.counting_loss, H.id_batches(30), config(tmp_path, optimizer="sgd", max_steps=10))
+    assert int(first.seen.sum()) == 10
+    second = H.Counter(30)
+    result = hogwild.train(second, H.counting_loss, H.id_batches(30),
+                           config(tmp_path, optimizer="sgd", workers=2, epochs=1, resume=True))
+    assert second.seen.tolist() == [1] * 30  # the 10 trained before and the 20 after, each once
+    assert result.updates == 30 and result.stop_reason == "epochs"
