@@ -177,12 +177,15 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
                         "workers": partition_positions(snapshot["ints"])}
             if config.data_assignment == "partition":
                 position["seq"] = 0
+            if evaluator is not None and "evaluator" not in extra:
+                extra["evaluator"] = evaluator.state_dict()
             save_checkpoint(path, build_checkpoint(model_state or model.state_dict(), optimizer.state_dict(),
                                                    snapshot, position, config.to_dict(), **extra))
 
         def save_best(model_state: dict[str, torch.Tensor], best: dict[str, float], updates: int) -> None:
             if run_dir:
-                write_checkpoint(os.path.join(run_dir, "best.pt"), model_state, metrics=best, best_step=updates)
+                write_checkpoint(os.path.join(run_dir, "best.pt"), model_state, metrics=best, best_step=updates,
+                                 evaluator=None)
 
         evaluator = None
         failure, records = None, []
@@ -192,6 +195,8 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
             _start_workers(supervisor)
             # After spawning: an eval_device='cuda' snapshot must not initialise CUDA before the workers exist.
             evaluator = Evaluator(model, evaluate, config, save_best) if evaluate is not None else None
+            if evaluator is not None and resume_state is not None and resume_state.get("evaluator"):
+                evaluator.load_state_dict(resume_state["evaluator"])
             if feed is not None:
                 feed.start(lambda: bool(control[0]))
             started, deadline = time.time(), None
@@ -215,16 +220,16 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         updates = int(snapshot["ints"][:, UPDATES].sum())
         reason = "failure" if failure else stop.reason or _natural_reason(config, updates, deadline)
         metrics.event("stop", reason=reason, updates=updates, failure=failure)
+        final_metrics = None
+        if evaluator is not None and not failure:
+            final_metrics = evaluator(updates, final=True)  # before last.pt, which keeps the evaluator's best
+            metrics.evaluation(updates, final_metrics, final=True)
         if last_path:
             write_checkpoint(last_path)
         if failure:
             worker = supervisor.failed_worker
             raise WorkerFailed(f"training stopped: {failure}" + (f"\ncheckpoint written to {last_path}"
                                                                   if last_path else ""), worker, last_path)
-        final_metrics = None
-        if evaluator is not None:
-            final_metrics = evaluator(updates, final=True)
-            metrics.evaluation(updates, final_metrics, final=True)
         staleness_mean, histogram = staleness_summary(snapshot["ints"], snapshot["staleness"])
         best_path = os.path.join(run_dir, "best.pt") if run_dir else None
         return TrainResult(

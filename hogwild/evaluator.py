@@ -68,6 +68,20 @@ class Evaluator:
             self.evaluations_without_improvement += 1
         return metrics
 
+    def state_dict(self) -> dict[str, Any]:
+        """Best-so-far and patience bookkeeping, for checkpoints (a resumed run keeps beating the same best)."""
+        return {"metric": self.metric, "best_value": self.best_value, "best_metrics": self.best_metrics,
+                "best_step": self.best_step, "without_improvement": self.evaluations_without_improvement,
+                "history": self.history}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("metric") not in (None, self.metric) and self.metric is not None:
+            return  # a different best_metric now: start its bookkeeping afresh
+        self.metric = self.metric or state.get("metric")
+        self.best_value, self.best_metrics = state["best_value"], state["best_metrics"]
+        self.best_step, self.evaluations_without_improvement = state["best_step"], state["without_improvement"]
+        self.history = list(state["history"])
+
     def _improves(self, value: float) -> bool:
         if math.isnan(value):
             return False

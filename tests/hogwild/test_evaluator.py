@@ -65,3 +65,16 @@ def test_train_keeps_the_best_checkpoint_and_stops_early(tmp_path):
     for name, tensor in seen[1].items():  # the very snapshot that scored 0.7
         assert torch.equal(best["model"][name], tensor)
     assert result.updates < 100 * 16
+
+
+def test_evaluator_state_round_trip_keeps_best_and_patience():
+    model = torch.nn.Linear(2, 1)
+    config = hogwild.Config(best_metric="acc", patience=2)
+    first = Evaluator(model, scripted([0.7, 0.6], []), config)
+    first(1)
+    first(2)
+    resumed = Evaluator(model, scripted([0.65, 0.9], []), config)
+    resumed.load_state_dict(first.state_dict())
+    resumed(3)
+    assert resumed.should_stop and resumed.best_value == 0.7  # 0.65 did not beat the best from before resume
+    assert [h["acc"] for h in resumed.history] == [0.7, 0.6, 0.65]
