@@ -4,7 +4,8 @@ reach a target. POS tagging on CoNLL-2000 (WSJ) by default; any run.py task and 
 
 Writes <out>/compare_optimizers.md, .csv and .png (held-out metric vs time for every run). Defaults fit a 2-core CPU
 machine (9 runs of 60 seconds, about 13 minutes); for a GPU box:
-    python scripts/compare_optimizers.py --gpus 4 --optimizers sgd msgd nesterov adagrad adadelta rmsprop adam adamax --time-limit 1800
+    python scripts/compare_optimizers.py --gpus 4 --time-limit 1800 \
+        --optimizers sgd msgd nesterov adagrad adadelta rmsprop adam adamax
 
 Usage: python scripts/compare_optimizers.py [--optimizers sgd adam] [--workers 2] [--time-limit 60]
 """
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hogwild.config import OPTIMIZERS  # noqa: E402
 from tasks.options import RunOptions, default_lr  # noqa: E402
 from tasks.plotting import plot_curves  # noqa: E402
-from tasks.reproduce import corpora_dir, run_series, write_runs_json, write_table  # noqa: E402
+from tasks.reproduce import corpora_dir, run_series, script_argv, write_runs_json, write_table  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -61,6 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    command = script_argv(__file__, argv)
     n = args.gpus or args.workers
     device = "GPUs" if args.gpus else "workers"
     common = dict(task=args.task, train=args.train, dev=args.dev, preset=args.preset, batch_size=args.batch_size,
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
         lr = args.lr.get("sgd", default_lr(args.task, "sgd"))
         runs.append((f"sgd, {n} {device} sync", f"sgd-{n}-sync",
                      RunOptions(**common, optimizer="sgd", lr=lr, mode="sync", **where(n))))
-    results = run_series(runs, args.runs_dir, args.reuse)
+    results = run_series(runs, args.runs_dir, command, args.reuse)
     out = Path(args.out)
     plot_curves([r.curves for r in results], out / "compare_optimizers.png",
                 title=f"{args.task}: optimizers with 1 worker, {n} Hogwild {device}, and sync SGD")
@@ -98,7 +100,8 @@ def main(argv=None) -> int:
                        notes=[f"Each run trains {args.time_limit:g} s (wall clock, including evaluations by the "
                               f"parent); held-out {metric} on the first {args.dev_limit or 'all'} sentences of "
                               f"{Path(args.dev).name}, evaluated every {args.eval_every_seconds:g} s; time to target "
-                              f"counts from the start of training ('-': not reached). Figure: compare_optimizers.png."])
+                              f"counts from the start of training ('-': not reached). Figure: compare_optimizers.png."],
+                       argv=command)
     write_runs_json(results, out / "compare_optimizers.runs.json")
     print(text)
     return 0

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tasks.options import RunOptions  # noqa: E402
 from tasks.plotting import plot_curves  # noqa: E402
-from tasks.reproduce import corpora_dir, run_series, write_runs_json, write_table  # noqa: E402
+from tasks.reproduce import corpora_dir, run_series, script_argv, write_runs_json, write_table  # noqa: E402
 
 PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
 
@@ -59,6 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    command = script_argv(__file__, argv)
     common = dict(task="nmt", train=[args.train], dev=args.dev, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
                   train_limit=args.train_limit or None, vocab_size=args.vocab_size, max_len=args.max_len,
                   preset=args.preset, steps=args.updates,
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     runs = [(f"{n} {device}{'s' if n > 1 else ''}", f"workers-{n}",
              RunOptions(**common, **({"gpus": n} if args.gpus else {"workers": n})))
             for n in range(1, (args.gpus or args.workers) + 1)]
-    results = run_series(runs, args.runs_dir, args.reuse)
+    results = run_series(runs, args.runs_dir, command, args.reuse)
     out = Path(args.out)
     plot_curves([r.curves for r in results], out / "nmt_figure2.png",
                 title=f"NMT {args.src_lang}->{args.tgt_lang}: {args.updates} updates per worker count", minutes=True)
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
                               f"a per-sentence cost, so the scales differ). Held-out BLEU: sacreBLEU on the first "
                               f"{args.dev_limit or 'all'} sentences of {Path(args.dev).name}; greedy = best periodic "
                               f"evaluation, beam = the best checkpoint at the end. Figure: nmt_figure2.png. "
-                              f"Paper columns: 90,000 updates of the full model on 1.6M pairs, on GPUs."])
+                              f"Paper columns: 90,000 updates of the full model on 1.6M pairs, on GPUs."],
+                       argv=command)
     write_runs_json(results, out / "nmt_table1.runs.json")
     print(text)
     return 0

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tasks.options import RunOptions  # noqa: E402
 from tasks.plotting import plot_curves  # noqa: E402
-from tasks.reproduce import corpora_dir, run_series, write_runs_json, write_table  # noqa: E402
+from tasks.reproduce import corpora_dir, run_series, script_argv, write_runs_json, write_table  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    command = script_argv(__file__, argv)
     common = dict(task="pos", train=args.train, dev=args.dev, format=args.format, tag=args.tag,
                   preset=args.preset, batch_size=args.batch_size, epochs=args.epochs,
                   time_limit=args.time_limit or None, dev_limit=args.dev_limit or None,
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
         runs.append((f"Adam, 1 {device}", "adam-1", RunOptions(**common, optimizer="adam", lr=args.adam_lr,
                                                                lr_decay=0.0, mode="single",
                                                                **({"gpus": 1} if args.gpus else {"workers": 1}))))
-    results = run_series(runs, args.runs_dir, args.reuse)
+    results = run_series(runs, args.runs_dir, command, args.reuse)
     out = Path(args.out)
     plot_curves([r.curves for r in results], out / "pos_figure1.png",
                 title=f"POS tagging ({Path(args.train[0]).name}): Hogwild SGD vs Adam", minutes=True)
@@ -78,7 +79,8 @@ def main(argv=None) -> int:
     text = write_table(rows, columns, out / "pos_figure1.md", out / "pos_figure1.csv",
                        title="POS tagging: Figure 1 of the Hogwild paper at CPU scale",
                        notes=[f"Held-out accuracy on the first {args.dev_limit or 'all'} held-out sentences; "
-                              f"figure: pos_figure1.png. Run directories: {args.runs_dir}."])
+                              f"figure: pos_figure1.png. Run directories: {args.runs_dir}."],
+                       argv=command)
     write_runs_json(results, out / "pos_figure1.runs.json")
     print(text)
     return 0

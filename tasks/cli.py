@@ -77,12 +77,14 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup-steps", type=int, default=0, help="> 0: warm up from lr to lr x workers")
     g.add_argument("--min-lr", type=float, default=0.0, help="floor of the learning rate")
     g.add_argument("--momentum", type=float, default=None, help="msgd/nesterov momentum; None: 0.9")
-    g.add_argument("--clip-norm", type=float, default=None, help="gradient norm clipping; None: nmt 1.0 (the paper), pos off")
+    g.add_argument("--clip-norm", type=float, default=None,
+                   help="gradient norm clipping; None: nmt 1.0 (the paper), pos off")
     g.add_argument("--batch-size", type=int, default=None,
                    help="sentences per update; None: pos 1, nmt 64, synthetic nmt 32")
     g.add_argument("--dropout", type=float, default=0.0, help="model dropout")
     g = p.add_argument_group("stopping, evaluation, run directory")
-    g.add_argument("--epochs", type=int, default=None, help="passes over the data; None: 1 when no other limit is given")
+    g.add_argument("--epochs", type=int, default=None,
+                   help="passes over the data; None: 1 when no other limit is given")
     g.add_argument("--steps", type=int, default=None, help="stop after this many shared updates")
     g.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this long")
     g.add_argument("--eval-every", type=int, default=None, metavar="UPDATES",

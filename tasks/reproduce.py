@@ -2,7 +2,8 @@
 labelled training runs one after another, reading their results, time-to-target, and writing Markdown/CSV tables
 with the command that produced them.
 
-Usage: `results = run_series([("SGD, 1 worker", options)], runs_dir="runs/x")`; `write_table(rows, columns, "t.md")`
+Usage: `results = run_series([("SGD, 1 worker", "sgd-1", options)], "runs/x", script_argv(__file__, argv))`;
+`write_table(rows, columns, "t.md")`
 """
 from __future__ import annotations
 
@@ -39,10 +40,14 @@ def machine() -> str:
             f"torch {torch.__version__}")
 
 
-def command_line() -> str:
-    """The command as a user would type it from the repo root."""
-    script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO_ROOT)
-    return shlex.join(["python", script, *sys.argv[1:]])
+def script_argv(script: str, argv: Sequence[str] | None) -> list[str]:
+    """[script path relative to the repo root, *arguments] (arguments: sys.argv[1:] when None)."""
+    return [os.path.relpath(os.path.abspath(script), REPO_ROOT), *(sys.argv[1:] if argv is None else argv)]
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The command as a user would type it from the repo root, for `script_argv(...)`."""
+    return shlex.join(["python", *argv])
 
 
 @dataclass
@@ -68,10 +73,10 @@ class RunResult:
         return None
 
 
-def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path, reuse: bool = False,
-               say=print) -> list[RunResult]:
+def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path, argv: Sequence[str],
+               reuse: bool = False, say=print) -> list[RunResult]:
     """Train each (label, directory name, options) in turn under runs_dir; with `reuse`, a run directory that
-    already has a summary.json is read instead of trained again."""
+    already has a summary.json is read instead of trained again. argv (script_argv) goes to each command.txt."""
     from tasks.training import run_training
 
     results = []
@@ -85,7 +90,7 @@ def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path
                 import shutil
                 shutil.rmtree(run_dir)
             started = time.time()
-            run_training(dataclasses.replace(options, out=str(run_dir), progress=False), argv=sys.argv)
+            run_training(dataclasses.replace(options, out=str(run_dir), progress=False), argv=list(argv))
             say(f"== {label}: finished in {(time.time() - started) / 60:.1f} minutes")
         summary = read_summary(run_dir)
         results.append(RunResult(label, run_dir, summary, read_curves(run_dir, name=label)))
@@ -101,10 +106,12 @@ def _cell(value: Any) -> str:
 
 
 def write_table(rows: Sequence[dict[str, Any]], columns: Sequence[str], markdown: str | Path,
-                csv_path: str | Path | None = None, title: str = "", notes: Sequence[str] = ()) -> str:
+                csv_path: str | Path | None = None, title: str = "", notes: Sequence[str] = (),
+                argv: Sequence[str] | None = None) -> str:
     """Markdown table (with title, the command, machine and date above it) and optionally the same rows as CSV."""
     lines = [f"# {title}", ""] if title else []
-    lines += [f"Command: `{command_line()}`  ", f"Machine: {machine()}; date {time.strftime('%Y-%m-%d')}", ""]
+    lines += [f"Command: `{command_line(argv or script_argv(sys.argv[0], None))}`  ",
+              f"Machine: {machine()}; date {time.strftime('%Y-%m-%d')}", ""]
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
     lines += [""] + [f"{note}" for note in notes]

@@ -8,9 +8,9 @@ from tasks.cli import main, tag_parser, train_parser, translate_parser
 
 from tests.tasks.helpers import run_py
 
-TRAINING_FLAGS = ["--task", "--gpus", "--workers", "--preset", "--train", "--dev", "--test", "--format", "--word-column",
-                  "--tag-column", "--tag", "--src-lang", "--tgt-lang", "--optimizer", "--lr", "--batch-size",
-                  "--epochs", "--steps", "--time-limit", "--eval-every", "--mode", "--out", "--resume", "--seed",
+TRAINING_FLAGS = ["--task", "--gpus", "--workers", "--preset", "--train", "--dev", "--test", "--format",
+                  "--word-column", "--tag-column", "--tag", "--src-lang", "--tgt-lang", "--optimizer", "--lr",
+                  "--batch-size", "--epochs", "--steps", "--time-limit", "--eval-every", "--mode", "--out", "--resume", "--seed",
                   "--encoding", "--distributed", "--servers", "--period", "--alpha", "--tester"]
 
 

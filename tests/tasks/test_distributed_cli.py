@@ -1,0 +1,47 @@
+"""`mpiexec -n 2 python run.py ... --distributed allreduce --workers 1`: two training hosts (MPI ranks) each with a
+local Hogwild worker, averaging parameters; one summary.json for the job, per-host engine files in host<i>/, and the
+run directory usable for inference."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.tasks.helpers import REPO, run_py
+
+MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
+
+
+def _mpi_missing() -> str | None:
+    if not MPIEXEC.exists():
+        return f"MPI is not installed: no {MPIEXEC} (pip install '.[mpi]')"
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return "mpi4py is not installed (pip install '.[mpi]')"
+    return None
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))]
+
+
+def test_run_py_under_mpiexec_with_allreduce(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, str(REPO / "run.py"), "--task", "pos",
+                           "--synthetic-size", "200", "--optimizer", "adam", "--steps", "40", "--workers", "1",
+                           "--distributed", "allreduce", "--period", "4", "--eval-every", "20", "--out", str(out),
+                           "--no-progress"], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("best held-out accuracy") == 1  # one rank speaks for the job
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["distributed"], summary["hosts"], summary["workers"]) == ("allreduce", 2, 1)
+    assert summary["updates"] >= 40 and summary["best"]["metric"] == "accuracy"
+    assert (out / "host0" / "last.pt").exists() and (out / "host1" / "last.pt").exists()
+    config = json.loads((out / "config.json").read_text())
+    assert config["run"]["distributed"] == "allreduce" and config["run"]["period"] == 4
+    tagged = run_py("tag", "--checkpoint", str(out), input="ta bagor fimat .\n")
+    assert tagged.returncode == 0, tagged.stderr
+    assert [token.rsplit("/", 1)[0] for token in tagged.stdout.split()] == ["ta", "bagor", "fimat", "."]

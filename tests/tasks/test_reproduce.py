@@ -1,0 +1,38 @@
+"""tasks.reproduce and tasks.plotting: tables (Markdown + CSV with the command), time to target, figures."""
+import csv
+from pathlib import Path
+
+import pytest
+
+from tasks.plotting import plot_curves
+from tasks.reproduce import RunResult, write_table
+from tasks.rundir import Curves
+
+
+def test_write_table_markdown_and_csv(tmp_path):
+    rows = [{"workers": 1, "minutes": 12.345678, "bleu": None}, {"workers": 2, "minutes": 6.5, "bleu": 14.46}]
+    text = write_table(rows, ["workers", "minutes", "bleu"], tmp_path / "t.md", tmp_path / "t.csv", title="T",
+                       notes=["a note"])
+    lines = text.splitlines()
+    assert lines[0] == "# T" and lines[2].startswith("Command: `python ") and lines[3].startswith("Machine: ")
+    assert lines[5:9] == ["| workers | minutes | bleu |", "|---|---|---|", "| 1 | 12.35 | - |", "| 2 | 6.5 | 14.46 |"]
+    assert lines[-1] == "a note"
+    with open(tmp_path / "t.csv") as file:
+        assert list(csv.DictReader(file)) == [{"workers": "1", "minutes": "12.345678", "bleu": ""},
+                                              {"workers": "2", "minutes": "6.5", "bleu": "14.46"}]
+
+
+def test_time_to_target_is_the_first_evaluation_reaching_it():
+    curves = Curves("x", "accuracy", eval_seconds=[0.0, 10.0, 20.0, 30.0], eval_updates=[0, 1, 2, 3],
+                    values=[0.1, 0.79, 0.8, 0.7])
+    result = RunResult("x", Path("."), {"best": {"value": 0.8}, "wall_seconds": 90.0}, curves)
+    assert (result.time_to(0.8), result.time_to(0.5), result.time_to(0.9)) == (20.0, 10.0, None)
+    assert (result.heldout(), result.minutes) == (0.8, 1.5)
+
+
+def test_plot_curves_writes_a_png_and_needs_runs(tmp_path):
+    curves = Curves("run", "bleu", [1.0, 2.0], [10, 20], [3.0, 2.5], [0.0, 2.0], [0, 20], [0.0, 1.5])
+    path = plot_curves([curves], tmp_path / "sub" / "f.png", title="t")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="at least one run"):
+        plot_curves([], tmp_path / "g.png")

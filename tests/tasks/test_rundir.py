@@ -1,0 +1,60 @@
+"""tasks.rundir: curves from metrics.jsonl (resumed segments laid end to end), and clear errors for bad run
+directories."""
+import json
+
+import pytest
+
+from tasks.rundir import RunDirError, load_trained, merge_config, read_curves
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def test_curves_join_resumed_segments_and_pick_the_summary_metric(tmp_path):
+    _write(tmp_path / "metrics.jsonl", [
+        {"kind": "eval", "elapsed": 0.0, "updates": 0, "metrics": {"accuracy": 0.1, "unk_accuracy": 0.0}},
+        {"kind": "train", "elapsed": 5.0, "updates": 50, "loss": 2.0},
+        {"kind": "train", "elapsed": 9.0, "updates": 90, "loss": None},  # no loss in the interval: skipped
+        {"kind": "eval", "elapsed": 10.0, "updates": 100, "metrics": {"accuracy": 0.5, "unk_accuracy": 0.3}},
+        {"kind": "stop", "elapsed": 11.0, "reason": "signal SIGINT"},
+        {"kind": "train", "elapsed": 4.0, "updates": 150, "loss": 1.0},  # resumed: the clock restarted
+        {"kind": "final_eval", "elapsed": 6.0, "updates": 160, "metrics": {"accuracy": 0.7, "unk_accuracy": 0.6}},
+    ])
+    (tmp_path / "summary.json").write_text(json.dumps({"best": {"metric": "unk_accuracy"}}))
+    curves = read_curves(tmp_path)
+    assert (curves.name, curves.metric) == (tmp_path.name, "unk_accuracy")
+    assert (curves.loss_seconds, curves.loss_updates, curves.loss) == ([5.0, 15.0], [50, 150], [2.0, 1.0])
+    assert (curves.eval_seconds, curves.eval_updates, curves.values) == ([0.0, 10.0, 17.0], [0, 100, 160],
+                                                                         [0.0, 0.3, 0.6])
+    assert read_curves(tmp_path, metric="accuracy", name="x").values == [0.1, 0.5, 0.7]
+
+
+def test_multi_host_runs_read_host0(tmp_path):
+    (tmp_path / "host0").mkdir()
+    _write(tmp_path / "host0" / "metrics.jsonl", [{"kind": "train", "elapsed": 1.0, "updates": 4, "loss": 3.0}])
+    assert read_curves(tmp_path).loss == [3.0]
+
+
+def test_bad_metrics_line_is_named(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"kind": "train"}\nnot json\n')
+    with pytest.raises(RunDirError, match=r"metrics.jsonl:2: not a JSON record"):
+        read_curves(tmp_path)
+
+
+def test_load_trained_errors_name_what_is_missing(tmp_path):
+    with pytest.raises(RunDirError, match="no model.json there"):
+        load_trained(tmp_path)
+    (tmp_path / "model.json").write_text('{"task": "pos"}')
+    with pytest.raises(RunDirError, match=r"no best.pt or last.pt in"):
+        load_trained(tmp_path)
+    (tmp_path / "last.pt").write_bytes(b"truncated")
+    with pytest.raises(RunDirError, match=r"last.pt: cannot read the checkpoint"):
+        load_trained(tmp_path)
+
+
+def test_merge_config_keeps_the_engines_part(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"config": {"lr": 0.1}, "command": ["run.py"]}))
+    merge_config(tmp_path, run={"task": "pos"})
+    assert json.loads((tmp_path / "config.json").read_text()) == {"config": {"lr": 0.1}, "command": ["run.py"],
+                                                                  "run": {"task": "pos"}}

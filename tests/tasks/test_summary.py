@@ -1,0 +1,32 @@
+"""tasks.summary: summary.json from a TrainResult, for a fresh run and for a resumed one."""
+from hogwild import TrainResult
+from tasks.options import RunOptions
+from tasks.summary import make_summary
+
+
+def _result(updates, wall, best, best_step, reason="max_steps"):
+    return TrainResult(final_metrics={"accuracy": 0.8}, best_metrics=best, best_step=best_step, history=[],
+                       updates=updates, wall_seconds=wall, worker_updates=[updates // 2, updates - updates // 2],
+                       examples=10 * updates, final_loss=0.5, staleness_mean=0.75, staleness_histogram=[1, 2],
+                       skipped_updates=1, stop_reason=reason)
+
+
+def test_fresh_run_summary():
+    options = RunOptions(task="pos", optimizer="adam").resolved()
+    summary = make_summary(options, ["cpu", "cpu"], _result(200, 40.0, {"accuracy": 0.9}, 150), "accuracy", 0,
+                           None, {"dev": {"accuracy": 0.9}}, {"train_sentences": 3})
+    assert {k: summary[k] for k in ("task", "workers", "devices", "mode", "updates", "wall_seconds",
+                                    "updates_per_second", "best", "final_train_loss", "staleness_mean",
+                                    "skipped_updates", "segments", "lr")} == {
+        "task": "pos", "workers": 2, "devices": ["cpu", "cpu"], "mode": "hogwild", "updates": 200,
+        "wall_seconds": 40.0, "updates_per_second": 5.0, "best": {"metric": "accuracy", "value": 0.9, "update": 150},
+        "final_train_loss": 0.5, "staleness_mean": 0.75, "skipped_updates": 1, "segments": 1, "lr": 0.001}
+
+
+def test_resumed_run_adds_wall_time_and_keeps_an_earlier_better_best():
+    options = RunOptions(task="pos").resolved()
+    previous = {"wall_seconds": 30.0, "segments": 1, "best": {"metric": "accuracy", "value": 0.95, "update": 90}}
+    summary = make_summary(options, ["cpu"], _result(300, 20.0, {"accuracy": 0.93}, 250), "accuracy", 100,
+                           previous, None, {})
+    assert (summary["wall_seconds"], summary["updates_per_second"], summary["segments"]) == (50.0, 10.0, 2)
+    assert summary["best"] == {"metric": "accuracy", "value": 0.95, "update": 90}
