@@ -31,6 +31,7 @@ class SharedTrainingState:
     control: torch.Tensor  # (2,) int64; control[0] != 0 means stop
     config: Config
     request_stop: Callable[[str], None]  # ask the engine to stop all local workers, giving the reason
+    failure: str | None = None  # set before agent.stop() when a local worker (or the agent) failed
 
     @property
     def params(self) -> list[torch.Tensor]:

@@ -213,6 +213,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
                 if feed is not None:
                     feed.close()
                 if agent is not None:
+                    state.failure = failure
                     agent.stop(state)
         wall = time.time() - started
         snapshot = counters.snapshot()

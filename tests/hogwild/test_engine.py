@@ -77,7 +77,7 @@ class RecordingAgent(hogwild.CommunicationAgent):
             state.request_stop("agent says stop")
 
     def stop(self, state):
-        self.stopped_flag = state.stopped()
+        self.stopped_flag, self.failure = state.stopped(), state.failure
 
 
 def test_communication_agent_hooks_see_shared_state_and_can_stop_training():
@@ -85,7 +85,7 @@ def test_communication_agent_hooks_see_shared_state_and_can_stop_training():
     result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16),
                            config(workers=1, epochs=50), agent=agent)
     assert agent.shared and agent.polls >= 1 and agent.max_seen >= 5
-    assert agent.stopped_flag
+    assert agent.stopped_flag and agent.failure is None
     assert result.stop_reason == "agent says stop"
     assert 5 <= result.updates < 50 * 16
 
