@@ -108,3 +108,11 @@ def test_a_loss_function_that_cannot_be_pickled_is_explained():
     with pytest.raises(TypeError, match="Define loss_fn .* at module level"):
         hogwild.train(H.regression_model(), lambda model, batch: H.mse_loss(model, batch),
                       H.regression_batches(n=2), config())
+
+
+def test_time_limit_stops_training_and_counts_training_time_only():
+    result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16),
+                           config(workers=2, time_limit=1.5, lr=0.01))
+    assert result.stop_reason == "time_limit"
+    assert 1.5 <= result.wall_seconds < 4.0  # spawning (seconds) is not counted against the limit
+    assert 0 < result.updates < 1.5 / 0.02 * 2 + 2  # each step sleeps 20 ms

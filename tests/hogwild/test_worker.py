@@ -97,3 +97,22 @@ def test_batch_examples_reads_the_leading_dimension():
     assert batch_examples(torch.zeros(7, 3)) == 7
     assert batch_examples((torch.zeros(5, 2), torch.zeros(5))) == 5
     assert batch_examples({"words": torch.zeros(4, 9, dtype=torch.long)}) == 4
+
+
+def test_the_learning_rate_schedule_is_applied_per_epoch():
+    batches = H.regression_batches(n=6)
+    model, reference = H.regression_model(), H.regression_model()
+    result = hogwild.train(model, H.mse_loss, batches, config(lr=0.05, epochs=3, lr_schedule="linear_decay",
+                                                              decay_per_epoch=0.02, min_lr=0.005))
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
+    for epoch, lr in enumerate([0.05, 0.03, 0.01]):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for index in hogwild.feed.epoch_order(6, 3, epoch, True):
+            torch.manual_seed(hogwild.worker.batch_seed(3, epoch, int(index)))
+            optimizer.zero_grad()
+            H.mse_loss(reference, batches[int(index)]).backward()
+            optimizer.step()
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+    assert result.records[-1]["lr"] == pytest.approx(0.01)
