@@ -32,6 +32,7 @@ from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_
 from .worker import START, WorkerSpec, worker_main
 
 _TICK = 0.1  # seconds between the parent's checks
+_START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
 
 
 @dataclass
@@ -289,12 +290,16 @@ def _wait_until_ready(supervisor: Supervisor, counters: SharedCounters, stop: _S
                       agent: CommunicationAgent | None, state: SharedTrainingState) -> str | None:
     """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
     races ahead of the others and wall time and time limits count training only."""
+    deadline = time.monotonic() + _START_TIMEOUT
     while stop.reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
         failure = supervisor.wait(0.02) or (agent.failure() if agent is not None else None)
         if failure is not None:
             return failure
         if supervisor.all_exited():
             return "every worker exited before training started"
+        if time.monotonic() > deadline:
+            late = [w for w in range(counters.workers) if counters.ints[w, READY] != 1]
+            return f"worker(s) {late} did not become ready within {_START_TIMEOUT:.0f} s of spawning"
     return None
 
 
