@@ -1,0 +1,35 @@
+"""tasks.pos: corpus options reach the readers (columns, several --train paths), and text is encoded into the POS
+batch of CONTRACTS.md."""
+import torch
+
+from data.vocab import Vocabulary
+from tasks.options import RunOptions
+from tasks.pos import encode_sentences, load_data
+
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "data"
+
+
+def test_explicit_columns_and_several_training_files(tmp_path):
+    conll = str(FIXTURES / "tiny.conll2000.txt")
+    # column 3 holds the chunk label: choosing it must change the tag vocabulary
+    chunks = load_data(RunOptions(task="pos", train=[conll, conll], dev=conll, format="conll", word_column=1,
+                                  tag_column=3, batch_size=1))
+    assert chunks.info["train_sentences"] == 2 * chunks.info["dev_sentences"]
+    assert "B-NP" in chunks.tags.stoi and "NN" not in chunks.tags.stoi
+    tags = load_data(RunOptions(task="pos", train=[conll], dev=conll, format="conll", word_column=1, tag_column=2,
+                                batch_size=1))
+    assert "NN" in tags.tags.stoi and "B-NP" not in tags.tags.stoi
+
+
+def test_encode_sentences_follows_the_batch_contract():
+    words = Vocabulary(["the", "dog"])
+    chars = Vocabulary(list("thedog"))
+    batch = encode_sentences([["the", "dog"], ["cat"]], words, chars)
+    assert batch["words"].tolist() == [[4, 5], [1, 0]]  # unk 1 for 'cat', pad 0
+    assert batch["lengths"].tolist() == [2, 1]
+    assert batch["tags"].tolist() == [[-100, -100], [-100, -100]]
+    t, h, e = chars.stoi["t"], chars.stoi["h"], chars.stoi["e"]
+    assert batch["prefixes"][0, 0].tolist() == [t, h, e] + [0] * 7  # right-padded
+    assert batch["suffixes"][0, 0].tolist() == [0] * 7 + [t, h, e]  # left-padded
+    assert batch["prefixes"][1, 0].tolist() == [1, 1, chars.stoi["t"]] + [0] * 7  # c, a unknown chars
+    assert batch["prefixes"].dtype == torch.int64 and batch["prefixes"].shape == (2, 2, 10)
