@@ -56,6 +56,8 @@ class Config:
     warmup_steps: int = 0  # warmup_scaled: linear warm-up from lr to lr * workers over these updates
     min_lr: float = 0.0  # floor of every schedule
     clip_norm: float | None = None  # clip each update's gradient to this global L2 norm
+    skip_nonfinite: bool = True  # skip (and count) updates whose gradient holds NaN/inf; False saves a pass over
+    #                              the gradients per step when clip_norm is None (then nothing guards the model)
 
     # --- when to stop (the first one reached wins; none given -> 1 epoch) ---
     max_steps: int | None = None  # total shared updates across all workers
@@ -154,7 +156,7 @@ class Config:
         for name in ("checkpoint_every", "resume"):
             if getattr(self, name) and self.checkpoint_dir is None:
                 _fail(name, "needs checkpoint_dir (the run directory)")
-        for name in ("resume", "progress", "tensorboard", "shuffle", "check_shm"):
+        for name in ("resume", "progress", "tensorboard", "shuffle", "check_shm", "skip_nonfinite"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, f"must be True or False, got {getattr(self, name)!r}")
         if "cuda" in " ".join(self.devices) and self.mode == "sync" and "cpu" in " ".join(self.devices):

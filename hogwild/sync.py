@@ -81,7 +81,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
             dist.all_reduce(flat)
             _set_gradients(params.grad_params, flat.div_(votes[1]))
             if rank == 0:
-                if usable_gradients(params.grad_params, spec.clip_norm):
+                if usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite):
                     params.push()
                     lr = spec.schedule(read_version, epoch)
                     spec.optimizer.step(lr)

@@ -64,6 +64,7 @@ def test_round_trip_through_dict():
     ({"mode": "sync", "workers": 2, "data_assignment": "partition"}, "data_assignment"),
     ({"seed": "1"}, "seed"),
     ({"progress": "yes"}, "progress"),
+    ({"skip_nonfinite": 1}, "skip_nonfinite"),
     ({"threads_per_worker": 0}, "threads_per_worker"),
     ({"eval_device": "tpu"}, "eval_device"),
 ])

@@ -85,6 +85,7 @@ def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
     torch.testing.assert_close(sparse.grad.to_dense()[1], torch.tensor([0.8, 0.0]), atol=1e-6, rtol=0)
     dense.grad = torch.tensor([1.0, math.inf, 0.0])
     assert not math.isfinite(gradient_norm([dense], clip_norm=1.0))
+    assert usable_gradients([dense], clip_norm=None, check=False)  # Config(skip_nonfinite=False): no check
     assert not usable_gradients([dense, sparse], clip_norm=None)
     assert not usable_gradients([dense, sparse], clip_norm=1.0)
     dense.grad = torch.tensor([1.0, -1.0, 0.0])  # finite, summing to zero
