@@ -66,8 +66,19 @@ def _prepare_run_dir(config: Config) -> str | None:
     if config.checkpoint_dir is None:
         return None
     os.makedirs(config.checkpoint_dir, exist_ok=True)
-    with open(os.path.join(config.checkpoint_dir, "config.json"), "w") as file:
-        json.dump({"config": config.to_dict(), "command": sys.argv}, file, indent=2)
+    path = os.path.join(config.checkpoint_dir, "config.json")
+    values = {}
+    if os.path.exists(path):  # keep sections others wrote there (e.g. run.py's options)
+        try:
+            with open(path) as file:
+                values = json.load(file)
+        except (OSError, ValueError):
+            values = {}
+    values = values if isinstance(values, dict) else {}
+    values.update({"config": config.to_dict(), "command": sys.argv})
+    with open(path + ".tmp", "w") as file:
+        json.dump(values, file, indent=2, default=str)
+    os.replace(path + ".tmp", path)
     return config.checkpoint_dir
 
 

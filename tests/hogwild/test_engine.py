@@ -116,3 +116,10 @@ def test_time_limit_stops_training_and_counts_training_time_only():
     assert result.stop_reason == "time_limit"
     assert 1.5 <= result.wall_seconds < 4.0  # spawning (seconds) is not counted against the limit
     assert 0 < result.updates < 1.5 / 0.02 * 2 + 2  # each step sleeps 20 ms
+
+
+def test_config_json_keeps_sections_written_by_the_caller(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"options": {"task": "pos"}}))
+    hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=2), config(checkpoint_dir=str(tmp_path)))
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["options"] == {"task": "pos"} and saved["config"]["checkpoint_dir"] == str(tmp_path)
