@@ -60,19 +60,19 @@ def test_overfits_a_tiny_batch(make_pos_batch):
     assert pos_loss(model, batch)[0].item() < 0.02
 
 
-def test_char_states_read_to_the_word_edges(make_pos_batch):
-    """Changing a word's first character changes the prefix (backward) state; its last one the suffix state."""
+def test_char_lstms_end_on_the_word_edges():
+    """The suffix LSTM reads the left-padded suffix left to right and ends on the LAST char; the prefix LSTM reads the
+    right-padded prefix right to left and ends on the FIRST char (CONTRACTS.md padding)."""
     model = tiny_tagger()
-    chars = torch.tensor([[5, 6, 7, 0, 0, 0, 0, 0, 0, 0]])  # right-padded prefix of "abc"
-    suffix = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 5, 6, 7]])  # left-padded suffix of "abc"
-    word = torch.tensor([4])
-    base = model.word_representations(word, chars, suffix)
-    changed_first = model.word_representations(word, chars.index_fill(1, torch.tensor([0]), 9),
-                                               suffix.index_fill(1, torch.tensor([7]), 9))
-    emb, hc = 12, 10
-    # suffix LSTM (columns emb..emb+hc) sees the first char early; prefix LSTM (last hc columns) ends on it
-    assert not torch.allclose(base[:, emb + hc:], changed_first[:, emb + hc:])
-    torch.testing.assert_close(base[:, :emb], changed_first[:, :emb])
+    prefix = torch.tensor([[5, 6, 7, 0, 0, 0, 0, 0, 0, 0]])  # "abc" right-padded
+    suffix = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 5, 6, 7]])  # "abc" left-padded
+    reps = model.word_representations(torch.tensor([4]), prefix, suffix)  # (1, 12 + 10 + 10)
+    with torch.no_grad():
+        suffix_outputs, _ = model.suffix_lstm(model.char_embedding(suffix))  # (1, 10, 10), step 9 reads "c"
+        prefix_outputs, _ = model.prefix_lstm(model.char_embedding(torch.tensor([[0] * 7 + [7, 6, 5]])))  # ends on "a"
+    torch.testing.assert_close(reps[:, :12], model.word_embedding(torch.tensor([4])))
+    torch.testing.assert_close(reps[:, 12:22], suffix_outputs[:, -1])
+    torch.testing.assert_close(reps[:, 22:], prefix_outputs[:, -1])
 
 
 def test_paper_preset_parameter_count():
