@@ -104,7 +104,8 @@ def run_variant(args) -> None:
     start = float(first.clock[0])
     reached = next((clock for clock, loss in clocks if loss <= args.target), None)
     seconds = clocks[-1][0] - start  # first training step -> final evaluation (worker start-up excluded)
-    result = {"variant": args.variant, "updates": updates, "wall_seconds": wall, "updates_per_second": updates / seconds,
+    result = {"variant": args.variant, "updates": updates, "wall_seconds": wall,
+              "updates_per_second": updates / seconds,
               "final_loss": clocks[-1][1] if clocks else None, "exchanges": exchanges,
               "time_to_target": None if reached is None else reached - start}
     Path(args.out).write_text(json.dumps(result))

@@ -131,12 +131,13 @@ class MPITransport:
     def source(self, request: _Request) -> int:
         return request.status.Get_source()
 
-    def wait(self, requests: Sequence[_Request], what: str) -> None:
-        """Wait for all `requests` while servicing heartbeats; abort after timeout_seconds."""
+    def wait(self, requests: Sequence[_Request], what: str, deadline: bool = True) -> None:
+        """Wait for all `requests` while servicing heartbeats; with `deadline`, abort after timeout_seconds (without:
+        for waits on other ranks' training progress, bounded only by their heartbeats)."""
         start = time.monotonic()
         while not all(self.test(r) for r in requests):
             self.service()
-            if time.monotonic() - start > self.dist.timeout_seconds:
+            if deadline and time.monotonic() - start > self.dist.timeout_seconds:
                 self.abort(f"{what} did not finish within {self.dist.timeout_seconds} s")
             time.sleep(0.001)
 
@@ -316,5 +317,5 @@ def sync_model(t: MPITransport, flat: FlatParams, sources: list[tuple[int, int, 
     """Every rank ends with params[lo:hi] = those of rank `root`, for every (root, lo, hi) in sources."""
     values = flat.snapshot()
     requests = [t.ibcast(values[lo:hi], root) for root, lo, hi in sources]
-    t.wait(requests, f"model broadcast from rank(s) {[s[0] for s in sources]}")
+    t.wait(requests, f"model broadcast from rank(s) {[s[0] for s in sources]}", deadline=False)
     flat.assign_(values)

@@ -34,10 +34,17 @@ def message(kind: float, payload: np.ndarray | None = None) -> np.ndarray:
 
 
 class _Exchange:
-    """One exchange in flight: its requests, what to do when they complete, and a name for error messages."""
+    """One exchange in flight: its requests, what to do when they complete, and a name for error messages.
 
-    def __init__(self, what: str, requests: list, complete: Callable[[], None] | None = None) -> None:
+    deadline=True: the peers answer from their agent loops, so the exchange must finish within timeout_seconds;
+    False (allreduce rounds, the final average): it waits for the other hosts' training progress, which may
+    legitimately take long; a dead or hung peer is then caught by the heartbeats.
+    """
+
+    def __init__(self, what: str, requests: list, complete: Callable[[], None] | None = None,
+                 deadline: bool = True) -> None:
         self.what, self.requests, self.complete, self.started = what, requests, complete, time.monotonic()
+        self.deadline = deadline
 
 
 class HostAgent:
@@ -52,6 +59,7 @@ class HostAgent:
         self.index = self.hosts.index(transport.rank)
         self.local_done = threading.Event()  # set by the caller when the local engine has returned
         self.exchanges = 0
+        self.timeout = dist.timeout_seconds
         self.next_step = dist.period
         self._pending: _Exchange | None = None
         self._thread = threading.Thread(target=self._main, name=f"hogwild-agent-{transport.rank}", daemon=True)
@@ -83,8 +91,8 @@ class HostAgent:
                         pending, self._pending = self._pending, None
                         if pending.complete is not None:
                             pending.complete()
-                    elif time.monotonic() - self._pending.started > self.dist.timeout_seconds:
-                        self.t.abort(f"{self._pending.what} did not finish within {self.dist.timeout_seconds} s")
+                    elif self._pending.deadline and time.monotonic() - self._pending.started > self.timeout:
+                        self.t.abort(f"{self._pending.what} did not finish within {self.timeout} s")
                 elif self.tick(self.local_done.is_set()) and self._tester_gone:
                     return
                 time.sleep(POLL_SECONDS)
@@ -145,7 +153,7 @@ class AllreduceAgent(HostAgent):
                 self._over = True
                 self.stop_tester()
 
-        self._pending = _Exchange(f"allreduce round {self.exchanges + 1}", [request], complete)
+        self._pending = _Exchange(f"allreduce round {self.exchanges + 1}", [request], complete, deadline=False)
         return False
 
 
@@ -213,7 +221,8 @@ class RingAgent(HostAgent):
             self._phase = "over"
             self.stop_tester()
 
-        self._pending = _Exchange("final AD-PSGD averaging", [self.t.iallreduce(snap, total)], complete)
+        self._pending = _Exchange("final AD-PSGD averaging", [self.t.iallreduce(snap, total)], complete,
+                                  deadline=False)
 
 
 class ServerClientAgent(HostAgent):

@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", required=True, help="folder for rank<r>.json")
     parser.add_argument("--fail-rank", type=int, default=None, help="this rank's worker raises at its 10th step")
+    parser.add_argument("--slow-rank", type=int, default=None, help="only this rank sleeps per step")
     parser.add_argument("--sleep-per-step", type=float, default=0.0, help="slow steps down (fault tests)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -44,7 +45,8 @@ def main() -> None:
                             max_steps=args.max_steps, seed=0, progress=False, tensorboard=False, log_every=10**6,
                             checkpoint_dir=args.checkpoint_dir, resume=args.resume)
     evaluate = (lambda m: {"loss": full_loss(m, batches)}) if args.tester else None
-    loss = SlowLoss(args.sleep_per_step, args.out) if args.sleep_per_step else loss_fn
+    slow = args.sleep_per_step and (args.slow_rank is None or int(os.environ.get("PMI_RANK", "0")) == args.slow_rank)
+    loss = SlowLoss(args.sleep_per_step, args.out) if slow else loss_fn
     if args.fail_rank is not None and int(os.environ.get("PMI_RANK", "0")) == args.fail_rank:
         loss = FailingLoss()
     start = time.monotonic()
