@@ -28,17 +28,19 @@ _INT_COLUMNS = 10
 LOSS_SUM = 0
 LOSS_COUNT = 1
 LAST_LR = 2
+PHASES = ("pull", "compute", "push", "update")  # seconds of every applied update, summed, in columns 3..6
+PHASE_COLUMNS = slice(3, 7)
 
 
 class SharedCounters:
-    """ints (W, 10) int64, floats (W, 3) float64, staleness histogram (W, STALENESS_BINS) int64 - all shared."""
+    """ints (W, 10) int64, floats (W, 7) float64, staleness histogram (W, STALENESS_BINS) int64 - all shared."""
 
     def __init__(self, workers: int):
         self.workers = workers
         self.ints = torch.zeros(workers, _INT_COLUMNS, dtype=torch.int64)  # (W, 10)
         self.ints[:, IN_PROGRESS] = -1
         self.ints[:, LAST_SEQ] = -1
-        self.floats = torch.zeros(workers, 3, dtype=torch.float64)  # (W, 3)
+        self.floats = torch.zeros(workers, 7, dtype=torch.float64)  # (W, 7)
         self.staleness = torch.zeros(workers, STALENESS_BINS, dtype=torch.int64)  # (W, BINS)
         for tensor in (self.ints, self.floats, self.staleness):
             tensor.share_memory_()
@@ -71,7 +73,7 @@ class WorkerView:
     def __init__(self, counters: SharedCounters, worker: int):
         self._all_ints = counters.ints.numpy()  # (W, 10) view of shared memory
         self._ints = self._all_ints[worker]  # (10,)
-        self._floats = counters.floats.numpy()[worker]  # (3,)
+        self._floats = counters.floats.numpy()[worker]  # (7,)
         self._hist = counters.staleness.numpy()[worker]  # (BINS,)
 
     def global_updates(self) -> int:
@@ -82,7 +84,9 @@ class WorkerView:
         self._ints[IN_PROGRESS] = seq
         self._ints[TAKEN] += 1
 
-    def applied(self, staleness: int, examples: int, loss: float, lr: float) -> None:
+    def applied(self, staleness: int, examples: int, loss: float, lr: float,
+                phases: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)) -> None:
+        self._floats[PHASE_COLUMNS] += phases
         self._ints[STALENESS_SUM] += staleness
         self._hist[min(staleness, STALENESS_BINS - 1)] += 1
         self._ints[EXAMPLES] += examples

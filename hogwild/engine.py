@@ -27,7 +27,7 @@ from .config import Config
 from .counters import EXAMPLES, READY, SKIPPED, UPDATES, SharedCounters
 from .evaluator import Evaluator
 from .feed import BatchFeed, BatchStore, as_sequence, partition_positions, resume_seq
-from .metrics import MetricsLog, staleness_summary
+from .metrics import MetricsLog, phase_milliseconds, staleness_summary
 from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_signals
 from .worker import START, WorkerSpec, worker_main
 
@@ -51,6 +51,7 @@ class TrainResult:
     staleness_mean: float
     staleness_histogram: list[int]  # [i] = updates with staleness i; the last bin counts >= len - 1
     skipped_updates: int  # non-finite gradients skipped
+    phase_ms: dict[str, float]  # mean ms per update: pull (host->device), compute, push (device->host), update
     stop_reason: str  # 'epochs' | 'max_steps' | 'time_limit' | 'early_stopping' | 'signal SIGINT' | ...
     run_dir: str | None = None
     checkpoint: str | None = None  # last.pt
@@ -254,6 +255,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
             examples=int(snapshot["ints"][:, EXAMPLES].sum()), final_loss=metrics.last_loss,
             staleness_mean=staleness_mean, staleness_histogram=histogram,
             skipped_updates=int(snapshot["ints"][:, SKIPPED].sum()), stop_reason=reason, run_dir=run_dir,
+            phase_ms=phase_milliseconds(snapshot["ints"], snapshot["floats"]),
             checkpoint=last_path, best_checkpoint=best_path if best_path and os.path.exists(best_path) else None,
             records=records)
     finally:

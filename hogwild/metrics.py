@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .counters import EXAMPLES, LAST_LR, LOSS_COUNT, LOSS_SUM, SKIPPED, STALENESS_SUM, UPDATES
+from .counters import EXAMPLES, LAST_LR, LOSS_COUNT, LOSS_SUM, PHASE_COLUMNS, PHASES, SKIPPED, STALENESS_SUM, UPDATES
 
 
 def staleness_summary(ints: np.ndarray, histogram: np.ndarray) -> tuple[float, list[int]]:
@@ -26,6 +26,16 @@ def staleness_summary(ints: np.ndarray, histogram: np.ndarray) -> tuple[float, l
     updates = int(ints[:, UPDATES].sum())
     mean = float(ints[:, STALENESS_SUM].sum()) / updates if updates else 0.0
     return mean, [int(x) for x in histogram.sum(axis=0)]
+
+
+def phase_milliseconds(ints: np.ndarray, floats: np.ndarray, before_ints: np.ndarray | None = None,
+                       before_floats: np.ndarray | None = None) -> dict[str, float]:
+    """Mean milliseconds per applied update in each phase (pull, compute, push, update), over all workers."""
+    seconds, updates = floats[:, PHASE_COLUMNS].sum(axis=0), float(ints[:, UPDATES].sum())
+    if before_floats is not None:
+        seconds = seconds - before_floats[:, PHASE_COLUMNS].sum(axis=0)
+        updates -= float(before_ints[:, UPDATES].sum())
+    return {name: (1000 * float(s) / updates if updates else 0.0) for name, s in zip(PHASES, seconds)}
 
 
 def _mean_loss(floats: np.ndarray, before: np.ndarray | None) -> float | None:
@@ -92,6 +102,7 @@ class MetricsLog:
             "skipped": int(ints[:, SKIPPED].sum()),
             "staleness_mean": staleness_mean,
             "staleness_histogram": histogram,
+            "phase_ms": phase_milliseconds(ints, floats, before_ints, before_floats),
             "workers": per_worker,
         }
         if record["loss"] is not None:

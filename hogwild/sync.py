@@ -69,7 +69,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
             dist.all_reduce(votes)
             if votes[0] > 0:
                 return
-            read_version, loss = view.global_updates(), None
+            read_version, loss, start = view.global_updates(), None, time.perf_counter()
             if mine < n:
                 view.take(epoch * n + mine)
                 index = int(order[mine])
@@ -77,15 +77,18 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
                 seed_batch(params.device, batch_seed(spec.seed, epoch, index))
                 loss, examples = call_loss(spec.loss_fn, params.pull(), batch)
                 loss.backward()
+            computed = time.perf_counter()
             flat = _flat_gradients(params.grad_params, params.device)
-            dist.all_reduce(flat)
+            dist.all_reduce(flat)  # the 'push' phase of a synchronous step
             _set_gradients(params.grad_params, flat.div_(votes[1]))
             if rank == 0:
                 if usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite):
+                    pushed = time.perf_counter()
                     params.push()
                     lr = spec.schedule(read_version, epoch)
                     spec.optimizer.step(lr)
-                    view.applied(0, examples if loss is not None else 0, loss.item() if loss is not None else 0.0, lr)
+                    phases = (0.0, computed - start, pushed - computed, time.perf_counter() - pushed)
+                    view.applied(0, examples, loss.item(), lr, phases)
                 else:
                     view.skipped()
             elif loss is not None:

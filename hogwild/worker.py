@@ -154,15 +154,20 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
         epoch, index = ticket
         batch = batches[index] if params.device.type == "cpu" else move_batch(batches[index], params.device, True)
         seed_batch(params.device, batch_seed(spec.seed, epoch, index))
-        read_version = view.global_updates()
-        loss, examples = call_loss(spec.loss_fn, params.pull(), batch)  # reads the (shared) parameters
+        read_version, start = view.global_updates(), time.perf_counter()
+        net = params.pull()  # a replica: host->device copy of the shared parameters; 'cpu': the shared model
+        pulled = time.perf_counter()
+        loss, examples = call_loss(spec.loss_fn, net, batch)  # reads the (shared) parameters
         loss.backward()
-        if usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite):
+        if usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite):  # .item(): device done
+            computed = time.perf_counter()
             params.push()
+            pushed = time.perf_counter()
             lr = spec.schedule(read_version, epoch)
             staleness = view.global_updates() - read_version  # updates that landed since we read
             spec.optimizer.step(lr)  # lock-free, in place on the shared parameters and state
-            view.applied(staleness, examples, loss.item(), lr)
+            phases = (pulled - start, computed - pulled, pushed - computed, time.perf_counter() - pushed)
+            view.applied(staleness, examples, loss.item(), lr, phases)
         else:
             view.skipped()  # never write a non-finite gradient into the shared parameters
         params.clear()

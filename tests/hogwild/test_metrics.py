@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hogwild.counters import EXAMPLES, STALENESS_BINS, UPDATES, SharedCounters
-from hogwild.metrics import MetricsLog, staleness_summary
+from hogwild.metrics import MetricsLog, phase_milliseconds, staleness_summary
 
 
 def test_worker_view_records_updates_staleness_and_loss():
@@ -13,13 +13,15 @@ def test_worker_view_records_updates_staleness_and_loss():
     view = counters.worker_view(1)
     view.applied(staleness=0, examples=4, loss=2.0, lr=0.1)
     view.applied(staleness=3, examples=4, loss=1.0, lr=0.1)
-    view.applied(staleness=500, examples=4, loss=0.0, lr=0.1)
+    view.applied(staleness=500, examples=4, loss=0.0, lr=0.1, phases=(0.003, 0.006, 0.0, 0.003))
     view.skipped()
     assert counters.global_updates() == 3 == view.global_updates()
     assert counters.ints[1, UPDATES] == 3 and counters.ints[1, EXAMPLES] == 12
     mean, histogram = staleness_summary(counters.ints.numpy(), counters.staleness.numpy())
     assert mean == pytest.approx(503 / 3)
     assert histogram[0] == 1 and histogram[3] == 1 and histogram[STALENESS_BINS - 1] == 1 and sum(histogram) == 3
+    phases = phase_milliseconds(counters.ints.numpy(), counters.floats.numpy())
+    assert phases == pytest.approx({"pull": 1.0, "compute": 2.0, "push": 0.0, "update": 1.0})  # ms per update
 
 
 def test_records_give_interval_rates_and_losses(tmp_path):

@@ -8,15 +8,19 @@ from tests.hogwild import engine_helpers as H
 
 def test_cpu_replica_worker_matches_direct_cpu_worker():
     batches = H.regression_batches(n=12)
-    finals = []
+    finals, phases = [], {}
     for device in ("cpu", "cpu-replica"):
         model = H.regression_model()
         result = hogwild.train(model, H.mse_loss, batches, hogwild.Config(
             devices=[device], optimizer="adam", lr=0.01, epochs=2, seed=4, progress=False, tensorboard=False))
         assert result.updates == 24
+        phases[device] = result.phase_ms
         finals.append([p.detach().clone() for p in model.parameters()])
     for direct, replica in zip(*finals):
         torch.testing.assert_close(direct, replica, rtol=0, atol=0)
+    assert set(phases["cpu-replica"]) == {"pull", "compute", "push", "update"}
+    assert all(ms > 0 for ms in phases["cpu-replica"].values())  # every phase of the replica path ran
+    assert phases["cpu"]["compute"] > 0 and phases["cpu"]["update"] > 0
 
 
 def test_replica_pulls_shared_values_and_pushes_gradients_onto_the_shared_parameters():
