@@ -68,3 +68,16 @@ def test_resume_with_more_workers_uses_each_remaining_batch_exactly_once(tmp_pat
                            config(tmp_path, optimizer="sgd", workers=2, epochs=1, resume=True))
     assert second.seen.tolist() == [1] * 30  # the 10 trained before and the 20 after, each once
     assert result.updates == 30 and result.stop_reason == "epochs"
+
+
+def test_partition_mode_resumes_every_worker_at_its_own_shard_position(tmp_path):
+    first = H.Counter(30)
+    hogwild.train(first, H.counting_loss, H.id_batches(30),
+                  config(tmp_path, optimizer="sgd", workers=2, data_assignment="partition", max_steps=9))
+    saved = torch.load(tmp_path / "last.pt", weights_only=False)
+    positions = saved["data_position"]["workers"]
+    assert sum(position for _, position in positions) == int(first.seen.sum()) >= 9
+    second = H.Counter(30)
+    hogwild.train(second, H.counting_loss, H.id_batches(30),
+                  config(tmp_path, optimizer="sgd", workers=2, data_assignment="partition", epochs=1, resume=True))
+    assert second.seen.tolist() == [1] * 30
