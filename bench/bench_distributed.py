@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="examples per batch (default %(default)s)")
     parser.add_argument("--eval-every", type=int, default=100, help="evaluate every N total updates (a host: every "
                                                                     "N / hosts of its own; default %(default)s)")
-    parser.add_argument("--target", type=float, default=0.05, help="target held-out loss (default %(default)s)")
+    parser.add_argument("--target", type=float, default=0.005, help="target held-out loss (default %(default)s)")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import signal
-import pathlib
 import subprocess
 import sys
 import time
