@@ -243,7 +243,11 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
     if role == "server":
         index = servers.index(rank)
         lo, hi = store.bounds[index]
-        center = store.load_partition(index) if config.resume else flat.snapshot()[lo:hi].copy()
+        center = flat.snapshot()[lo:hi].copy()
+        if config.resume and store.has_partition(index):
+            center = store.load_partition(index)
+        elif config.resume:  # like the engine's resume: nothing saved yet means a fresh start
+            say(f"hogwild.distributed: server {index}: resume found no {store.partition_path(index)}; starting fresh")
         save = None if config.checkpoint_dir is None else lambda c, n: store.save_partition(index, c, n)
         exchanges = ParameterServer(t, dist, roles, center, save).run()
         flat.add_(center - flat.snapshot()[lo:hi], start=lo)

@@ -37,9 +37,16 @@ class DistributedCheckpoint:
         """Server `index` writes its partition of the central model.  # center: (hi - lo,)"""
         if self.checkpoint_dir is None:
             return
-        save_checkpoint(self._path(f"server{index}.pt"), {
+        save_checkpoint(self.partition_path(index), {
             "algorithm": self.algorithm, "numel": self.numel, "bounds": self.bounds[index],
             "center": torch.from_numpy(center.copy()), "updates": updates})
+
+    def partition_path(self, index: int) -> str | None:
+        return None if self.checkpoint_dir is None else self._path(f"server{index}.pt")
+
+    def has_partition(self, index: int) -> bool:
+        path = self.partition_path(index)
+        return path is not None and os.path.exists(path)
 
     def load_partition(self, index: int) -> np.ndarray:
         """The saved partition of server `index`; refuses a file written for another model or server layout."""

@@ -105,3 +105,18 @@ def test_single_host_modules_never_import_mpi4py():
     code = ("import sys, hogwild.distributed, hogwild.multihost_agents, hogwild.multihost_server; "
             "assert 'mpi4py' not in sys.modules, 'mpi4py imported at module level'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
+
+
+def test_distributed_checkpoint_partitions_round_trip_and_refuse_another_layout(tmp_path):
+    from hogwild.multihost_checkpoint import DistributedCheckpoint
+    store = DistributedCheckpoint(str(tmp_path), "easgd", numel=10, servers=3)
+    assert not store.has_partition(1)
+    store.save_partition(1, np.arange(3, dtype=np.float32), updates=7)
+    assert store.has_partition(1)
+    np.testing.assert_array_equal(store.load_partition(1), [0, 1, 2])
+    other = DistributedCheckpoint(str(tmp_path), "easgd", numel=10, servers=2)  # server 1 would now own [5, 10)
+    with pytest.raises(ValueError, match=r"server1\.pt holds partition \(3, 6\) of a 10-parameter model, but this "
+                                         r"job needs partition \(5, 10\)"):
+        other.load_partition(1)
+    with pytest.raises(FileNotFoundError, match=r"server0\.pt does not exist"):
+        store.load_partition(0)
