@@ -123,3 +123,15 @@ def test_config_json_keeps_sections_written_by_the_caller(tmp_path):
     hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=2), config(checkpoint_dir=str(tmp_path)))
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["options"] == {"task": "pos"} and saved["config"]["checkpoint_dir"] == str(tmp_path)
+
+
+def test_periodic_checkpoints_and_timed_evaluations_happen_while_training(tmp_path):
+    result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=40),
+                           config(workers=1, lr=0.01, checkpoint_dir=str(tmp_path), checkpoint_every=10,
+                                  eval_every_seconds=0.2),
+                           evaluate=lambda model: {"loss": 1.0})
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    saved_at = [r["updates"] for r in records if r["kind"] == "checkpoint"]
+    assert len(saved_at) >= 2 and saved_at == sorted(saved_at) and saved_at[-1] < 40
+    assert len([h for h in result.history if not h["final"]]) >= 2  # 40 x 20 ms = 0.8 s of training
+    assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == 40
