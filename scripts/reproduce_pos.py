@@ -87,4 +87,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stop:
+        print(f"{Path(__file__).name}: interrupted: {stop}", file=sys.stderr)
+        sys.exit(130)

@@ -90,7 +90,9 @@ def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path
                 import shutil
                 shutil.rmtree(run_dir)
             started = time.time()
-            run_training(dataclasses.replace(options, out=str(run_dir), progress=False), argv=list(argv))
+            summary = run_training(dataclasses.replace(options, out=str(run_dir), progress=False), argv=list(argv))
+            if str(summary.get("stop_reason", "")).startswith("signal"):
+                raise KeyboardInterrupt(f"{label} was interrupted; finished runs are kept (rerun with --reuse)")
             say(f"== {label}: finished in {(time.time() - started) / 60:.1f} minutes")
         summary = read_summary(run_dir)
         results.append(RunResult(label, run_dir, summary, read_curves(run_dir, name=label)))
