@@ -255,10 +255,15 @@ class ElasticAgent(ServerClientAgent):
     """EASGD / EAMSGD (asynchronous, Zhang et al. 2015): every tau local updates, x -= alpha (x - center) on the host
     and center += alpha (x - center) on the servers (EAMSGD: the same exchange; the local optimizer uses momentum)."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_exchange_done = False
+
     def tick(self, local_done: bool) -> bool:
-        if local_done:
+        if local_done and self._last_exchange_done:
             return self._close()
-        if self.due():
+        if local_done or self.due():  # one last exchange when training ends: the center sees the final steps
+            self._last_exchange_done = local_done
             snap = self.flat.snapshot()
             requests, center = self._to_servers(ELASTIC, snap, reply=True)
 

@@ -46,8 +46,9 @@ def mpirun(n: int, script: str, *args: str, timeout: float = 90.0) -> subprocess
 def test_one_exchange_matches_its_closed_form(ranks):
     """In one job per size, one after the other: allreduce (the average equals the mean across ranks); AD-PSGD
     (with 2 hosts both hold the pair's mean; with 4 the sum over hosts is kept and the closing average is the mean);
-    EASGD (x - a(x - c) on the host, c + a(x - c) on the servers: 2 partitions with -n 4); DOWNPOUR (center = start +
-    the sum of the pushed updates)."""
+    EASGD (x - a(x - c) on the host, c + a(x - c) on the servers, for the periodic and then the last exchange; with
+    -n 4 the center is in 2 partitions and a tester rank waits for the stop); DOWNPOUR (center = start + the sum of
+    the pushed updates)."""
     algorithms = ["allreduce", "adpsgd", "easgd", "downpour"]
     done = mpirun(ranks, "exchange_checks.py", *algorithms)
     assert done.returncode == 0, done.stdout
@@ -89,7 +90,8 @@ def single_host_loss(tmp_path_factory) -> float:
     ("downpour", 4, ["--servers", "2", "--tester"]),  # central model in 2 partitions, plus a tester rank
 ])
 def test_each_algorithm_trains_to_about_the_single_host_loss(tmp_path, single_host_loss, algorithm, ranks, extra):
-    results = train_tiny(tmp_path, ranks, algorithm, "--epochs", "4", *extra)
+    pace = [] if "--sleep-per-step" in extra else ["--sleep-per-step", "0.003"]  # steps of ms, not of µs
+    results = train_tiny(tmp_path, ranks, algorithm, "--epochs", "4", *pace, *extra)
     hosts = [r for r in results.values() if r["role"] == "worker"]
     initial = 0.8245  # full-data loss of the seeded starting model (tiny_task.make_task(seed=0))
     losses = {r["loss"] for r in results.values()}
@@ -110,7 +112,7 @@ def test_resume_restores_every_rank(tmp_path):
     """A job with 2 servers and 1 host writes its state; resuming it with the same stop condition trains no further
     and ends with exactly the same model, which comes from the servers' restored partitions."""
     run = str(tmp_path / "run")
-    args = ["--servers", "2", "--epochs", "2", "--checkpoint-dir", run]
+    args = ["--servers", "2", "--epochs", "2", "--checkpoint-dir", run, "--sleep-per-step", "0.003"]
     first = train_tiny(tmp_path, 3, "easgd", *args)
     assert first[2]["updates"] == 128 and first[2]["exchanges"] >= 1
     for name in ("distributed/server0.pt", "distributed/server1.pt", "distributed/model.pt", "host0/last.pt"):

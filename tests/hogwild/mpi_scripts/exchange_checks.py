@@ -14,7 +14,7 @@ from hogwild.distributed import MPITransport, import_mpi, sync_model
 from hogwild.multihost_agents import make_agent
 from hogwild.multihost_config import DistConfig, ranks_with
 from hogwild.multihost_math import FlatParams, partition_bounds, ring_pairing
-from hogwild.multihost_server import ParameterServer
+from hogwild.multihost_server import ParameterServer, Tester
 
 
 def values_of(rank: int) -> list[torch.Tensor]:
@@ -33,8 +33,10 @@ def wait_until(condition, what: str, transport, seconds: float = 20.0) -> None:
 def main(algorithm: str) -> None:
     MPI = import_mpi()
     world = MPI.COMM_WORLD
-    servers = 2 if algorithm == "easgd" and world.Get_size() >= 4 else 1
-    dist = DistConfig(algorithm=algorithm, servers=servers, period=1, n_push=1,
+    # EASGD: one host only (its exchanges with the center are then order-free): -n 2 = 1 server + 1 host,
+    # -n 4 = 2 servers (2 partitions) + 1 host + a tester rank
+    easgd_wide = algorithm == "easgd" and world.Get_size() >= 4
+    dist = DistConfig(algorithm=algorithm, servers=2 if easgd_wide else 1, period=1, n_push=1, tester=easgd_wide,
                       n_fetch=10**9, alpha=0.25, heartbeat_seconds=0.2, timeout_seconds=20.0)
     roles = dist.roles(world.Get_size())
     t = MPITransport(world, roles, dist)
@@ -50,18 +52,20 @@ def main(algorithm: str) -> None:
         lo, hi = partition_bounds(flat.numel, len(servers))[servers.index(rank)]
         center = flat.snapshot()[lo:hi].copy()
         ParameterServer(t, dist, roles, center).run()
-        if algorithm == "easgd":  # exactly one host (the first) made exactly one exchange with the starting center
-            x = every[hosts[0]][lo:hi]
-            np.testing.assert_allclose(center, every[rank][lo:hi] + 0.25 * (x - every[rank][lo:hi]), rtol=1e-6)
+        if algorithm == "easgd":  # the host's periodic exchange, then its last one when its training ends
+            x, c = easgd_twice(every[hosts[0]][lo:hi], every[rank][lo:hi])
+            np.testing.assert_allclose(center, c, rtol=1e-6)
         else:
             np.testing.assert_allclose(center, start[lo:hi] + sum(deltas(h)[lo:hi] for h in hosts), rtol=1e-6)
+    elif roles[rank] == "tester":
+        history = Tester(t, dist, roles, flat, lambda: {"sum": float(flat.snapshot().sum())}).run()
+        assert history == [], history  # tester_every_seconds (5 s) never came: it only waited for the stop
     else:
         agent = make_agent(t, flat, dist, roles, steps=lambda: step[0])
         if algorithm == "downpour":
             flat.add_(deltas(rank))
         agent.start()
-        # one exchange is due (EASGD: on the first host only, so that the center's closed form is order-free)
-        step[0] = 0 if algorithm == "easgd" and rank != hosts[0] else 1
+        step[0] = 1  # one exchange is due
         if algorithm == "allreduce":
             wait_until(lambda: agent.exchanges >= 1, "allreduce round", t)
             np.testing.assert_allclose(flat.snapshot(), every[hosts].mean(axis=0), rtol=1e-6)
@@ -76,7 +80,7 @@ def main(algorithm: str) -> None:
             assert not np.allclose(mixed, every[hosts]), "no mixing happened"
             if len(hosts) == 2:
                 np.testing.assert_allclose(mixed, np.repeat(every[hosts].mean(axis=0, keepdims=True), 2, 0))
-        elif algorithm == "easgd" and rank == hosts[0]:
+        elif algorithm == "easgd":
             wait_until(lambda: agent.exchanges >= 1, "elastic exchange", t)
             center0 = np.concatenate([every[s][lo:hi] for s, (lo, hi) in
                                       zip(servers, partition_bounds(flat.numel, len(servers)))])
@@ -85,10 +89,22 @@ def main(algorithm: str) -> None:
         elif algorithm == "downpour":
             wait_until(lambda: agent.exchanges >= 1, "downpour push", t)
         agent.finish()
+        if algorithm == "easgd":
+            center0 = np.concatenate([every[s][lo:hi] for s, (lo, hi) in
+                                      zip(servers, partition_bounds(flat.numel, len(servers)))])
+            np.testing.assert_allclose(flat.snapshot(), easgd_twice(every[rank], center0)[0], rtol=1e-6)
         if algorithm in ("allreduce", "adpsgd"):  # the closing protocol leaves every host at the mean
             np.testing.assert_allclose(flat.snapshot(), every[hosts].mean(axis=0), rtol=1e-6)
     t.close()
     print(f"CHECKED {algorithm} rank {rank}", flush=True)
+
+
+def easgd_twice(x: np.ndarray, center: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host and center after two elastic exchanges (alpha 0.25) with no training in between."""
+    for _ in range(2):
+        d = 0.25 * (x - center)
+        x, center = x - d, center + d
+    return x, center
 
 
 def deltas(rank: int) -> np.ndarray:
