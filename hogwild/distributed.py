@@ -210,7 +210,8 @@ def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, co
     batches: the whole data set; with dist.shard_data training host i trains on batches[i::hosts].
     config: the hogwild.Config of each host's engine (workers per host, optimizer, stop condition...); its
     checkpoint_dir is the job's run directory (hosts write to host<i>/ inside, servers to distributed/).
-    evaluate(model) -> metrics: run by the tester on the latest central model, or else by the first host's engine.
+    evaluate(model) -> metrics: run by the first host's engine (Config.eval_every..., best checkpoint, early stopping,
+    on that host's model) and, with DistConfig.tester, also by the tester on the latest central/averaged model.
     """
     start = time.monotonic()
     MPI = import_mpi()
@@ -267,7 +268,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
         agent = HostCommunication(t, dist, roles, finals, store if index == 0 else None)
         from hogwild import train
         local = train(model, loss_fn, shard, dataclasses.replace(config, **changes),
-                      evaluate if index == 0 and not dist.tester else None, agent=agent)
+                      evaluate if index == 0 else None, agent=agent)
         exchanges = agent.exchanges
     t.close()
     final = None
