@@ -319,3 +319,35 @@ def test_sparse_gradients_leave_untouched_rows_and_their_state_bit_identical(nam
         if tensor.dim():
             assert torch.equal(tensor[untouched], state_before[key][untouched]), key
             assert tensor.is_shared()
+
+
+def _child_sparse_steps(params, opt, rows, steps):
+    """Spawned Hogwild worker: `steps` lazy updates touching only `rows` of the shared table."""
+    torch.set_num_threads(1)
+    params = [p.requires_grad_() for p in params]
+    opt.attach(params)
+    for _ in range(steps):
+        sparse_backward(params, rows, sparse=True)
+        params[1].grad = None  # only the table: the workers' rows are disjoint, so no write can collide
+        opt.step()
+
+
+def test_concurrent_workers_on_disjoint_rows_match_a_serial_run():
+    hyper = {"momentum": 0.5, "weight_decay": 0.1}  # lazy path: momentum rows and decay on touched rows only
+    worker_rows = [torch.tensor([[0, 1], [2, 1]]), torch.tensor([[5, 6], [9, 5]])]
+    params = sparse_params()
+    opt = SharedOptimizer(params, "msgd", lr=0.05, **hyper)
+    context = mp.get_context("spawn")
+    children = [context.Process(target=_child_sparse_steps, args=(params, opt, rows, 6)) for rows in worker_rows]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    ref = sparse_params()
+    ref_opt = SharedOptimizer(ref, "msgd", lr=0.05, **hyper)
+    for rows in worker_rows:  # lazy updates of disjoint rows commute: any interleaving gives this result
+        _child_sparse_steps(ref, ref_opt, rows, 6)
+    torch.testing.assert_close(params[0].detach(), ref[0].detach(), rtol=0, atol=0)
+    torch.testing.assert_close(opt.state[0]["momentum_buffer"], ref_opt.state[0]["momentum_buffer"], rtol=0, atol=0)
+    assert torch.equal(params[0].detach()[[3, 4, 7, 8]], sparse_params()[0].detach()[[3, 4, 7, 8]])
