@@ -18,8 +18,8 @@ SKIPPED = 1  # updates skipped because the gradient was not finite
 EXAMPLES = 2  # examples (or tokens, when loss_fn returns a count) trained on
 STALENESS_SUM = 3  # sum of the staleness of every applied update
 TAKEN = 4  # batches (tickets) this worker took from the feed
-IN_PROGRESS = 5  # sequence number of the batch being trained, -1 when idle
-LAST_SEQ = 6  # sequence number of the last batch this worker took, -1 before the first
+IN_PROGRESS = 5  # first sequence number this worker holds untrained (being trained or received), -1 if none
+LAST_SEQ = 6  # the highest sequence number this worker received, -1 before the first
 EPOCH = 7  # partition mode: the worker's current epoch
 POSITION = 8  # partition mode: batches of its shard finished in that epoch
 READY = 9  # 1 once the worker has mapped the batches and is about to train
@@ -79,8 +79,13 @@ class WorkerView:
     def global_updates(self) -> int:
         return int(self._all_ints[:, UPDATES].sum())
 
+    def received(self, first_seq: int, last_seq: int) -> None:
+        """Queue mode: a chunk of consecutive tickets first_seq..last_seq arrived."""
+        self._ints[IN_PROGRESS] = first_seq
+        self._ints[LAST_SEQ] = last_seq
+
     def take(self, seq: int) -> None:
-        self._ints[LAST_SEQ] = seq
+        self._ints[LAST_SEQ] = max(self._ints[LAST_SEQ], seq)
         self._ints[IN_PROGRESS] = seq
         self._ints[TAKEN] += 1
 
@@ -107,8 +112,9 @@ class WorkerView:
     def ready(self) -> None:
         self._ints[READY] = 1
 
-    def finished(self, epoch: int | None = None, position: int | None = None) -> None:
+    def finished(self, epoch: int | None = None, position: int | None = None, pending: int = -1) -> None:
+        """The batch is trained. pending: the next ticket this worker holds but has not started (-1: none)."""
         if epoch is not None:
             self._ints[EPOCH] = epoch
             self._ints[POSITION] = position
-        self._ints[IN_PROGRESS] = -1
+        self._ints[IN_PROGRESS] = pending

@@ -22,9 +22,9 @@ def regression_batches(n: int = 24, size: int = 8, features: int = 4, seed: int 
     return batches
 
 
-def regression_model(seed: int = 0, features: int = 4) -> nn.Module:
+def regression_model(seed: int = 0, features: int = 4, dropout: float = 0.1) -> nn.Module:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(features, 8), nn.Tanh(), nn.Dropout(0.1), nn.Linear(8, 1))
+    return nn.Sequential(nn.Linear(features, 8), nn.Tanh(), nn.Dropout(dropout), nn.Linear(8, 1))
 
 
 def mse_loss(model: nn.Module, batch: tuple) -> torch.Tensor:

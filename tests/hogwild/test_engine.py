@@ -14,16 +14,16 @@ def config(**kwargs):
 
 def test_two_workers_reach_the_loss_of_one_worker():
     batches = H.regression_batches(n=32)
-    start = H.dataset_loss(H.regression_model(), batches)
+    start = H.dataset_loss(H.regression_model(dropout=0.0), batches)
     finals = {}
     for workers in (1, 2):
-        model = H.regression_model()
-        result = hogwild.train(model, H.mse_loss, batches, config(workers=workers, lr=0.05, epochs=4))
-        assert result.updates == 4 * 32
+        model = H.regression_model(dropout=0.0)
+        result = hogwild.train(model, H.mse_loss, batches, config(workers=workers, lr=0.05, epochs=6))
+        assert result.updates == 6 * 32
         assert sum(result.worker_updates) == result.updates
         finals[workers] = H.dataset_loss(model, batches)
-    assert finals[1] < 0.1 * start
-    assert finals[2] == pytest.approx(finals[1], rel=0.25, abs=0.01)
+    assert finals[1] < 0.02 * start  # 6.9 -> about 0.06 (the 1-worker run is the serial loop)
+    assert finals[2] == pytest.approx(finals[1], abs=0.015)
 
 
 @pytest.mark.parametrize("assignment, epochs", [("queue", 1), ("partition", 2)])
@@ -132,6 +132,6 @@ def test_periodic_checkpoints_and_timed_evaluations_happen_while_training(tmp_pa
                            evaluate=lambda model: {"loss": 1.0})
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     saved_at = [r["updates"] for r in records if r["kind"] == "checkpoint"]
-    assert len(saved_at) >= 2 and saved_at == sorted(saved_at) and saved_at[-1] < 40
+    assert len(saved_at) >= 2 and saved_at == sorted(saved_at) and saved_at[0] < 40
     assert len([h for h in result.history if not h["final"]]) >= 2  # 40 x 20 ms = 0.8 s of training
     assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == 40

@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 
 from hogwild.counters import IN_PROGRESS, LAST_SEQ, TAKEN, SharedCounters
 from hogwild.feed import (BatchFeed, BatchStore, PartitionReader, QueueReader, as_sequence, epoch_order,
-                          partition_order, resume_seq)
+                          partition_order, resume_seq, tickets_per_item)
 
 
 def test_epoch_order_is_a_seeded_permutation():
@@ -29,9 +29,10 @@ def test_partition_shards_are_fixed_disjoint_and_cover_the_batches():
     assert partition_order(11, 3, 2, seed=1, epoch=0, shuffle=False).tolist() == [2, 5, 8]
 
 
-def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order():
+@pytest.mark.parametrize("n", [10, 64])  # one ticket per queue item, and chunks of 4
+def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order(n):
     ctx, counters, stop = mp.get_context("spawn"), SharedCounters(2), threading.Event()
-    feed = BatchFeed(ctx, n_batches=10, workers=2, epochs=3, seed=4, shuffle=True, depth=4)
+    feed = BatchFeed(ctx, n_batches=n, workers=2, epochs=3, seed=4, shuffle=True, depth=4)
     feed.start(stop.is_set)
     taken = [[], []]
 
@@ -49,12 +50,30 @@ def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order()
     feed.close()
     both = taken[0] + taken[1]
     assert Counter((epoch, index) for epoch, index in both) == Counter(
-        (epoch, index) for epoch in range(3) for index in range(10))
+        (epoch, index) for epoch in range(3) for index in range(n))
     for worker in range(2):  # each consumer sees tickets in feed order
-        expected = [(e, int(i)) for e in range(3) for i in epoch_order(10, 4, e, True)]
+        expected = [(e, int(i)) for e in range(3) for i in epoch_order(n, 4, e, True)]
         assert taken[worker] == [t for t in expected if t in taken[worker]]
-    assert counters.ints[:, TAKEN].sum() == 30
-    assert resume_seq(counters.ints.numpy(), 0) == 30
+    assert counters.ints[:, TAKEN].sum() == 3 * n
+    assert resume_seq(counters.ints.numpy(), 0) == 3 * n
+
+
+def test_larger_data_sends_chunks_and_a_stop_mid_chunk_keeps_the_rest_for_resume():
+    assert [tickets_per_item(n, 2) for n in (12, 16, 64, 1000)] == [1, 1, 4, 8]
+    ctx, counters, stop = mp.get_context("spawn"), SharedCounters(2), threading.Event()
+    feed = BatchFeed(ctx, n_batches=64, workers=2, epochs=1, seed=0, shuffle=False, depth=2)
+    feed.start(stop.is_set)
+    reader = QueueReader(feed.queue, stop.is_set, counters.worker_view(0))
+    assert reader.next() == (0, 0)
+    assert counters.ints[0, IN_PROGRESS] == 0 and counters.ints[0, LAST_SEQ] == 3  # holds tickets 0..3
+    reader.done()
+    assert counters.ints[0, IN_PROGRESS] == 1  # 1..3 received, not trained
+    assert reader.next() == (0, 1)
+    reader.done()
+    stop.set()  # stop with tickets 2 and 3 still held
+    assert reader.next() is None
+    assert resume_seq(counters.ints.numpy(), 0) == 2
+    feed.close()
 
 
 def test_feed_resumes_at_a_sequence_number():
@@ -64,7 +83,7 @@ def test_feed_resumes_at_a_sequence_number():
     tickets = [feed.queue.get(timeout=5) for _ in range(4)]
     feed.close()
     order = epoch_order(10, 4, 1, True)
-    assert tickets == [(17, 1, int(order[7])), (18, 1, int(order[8])), (19, 1, int(order[9])), None]
+    assert tickets == [[(17, 1, int(order[7]))], [(18, 1, int(order[8]))], [(19, 1, int(order[9]))], None]
 
 
 def test_resume_seq_counts_in_progress_batches_as_not_trained():
