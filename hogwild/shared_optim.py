@@ -186,6 +186,7 @@ class SharedOptimizer:
                     self._sgd_counts[i] += g is not None
 
     def _detach_first_momentum(self) -> list[int]:
+        """Parameters on their first step: torch.optim.SGD will create their momentum buffer (a copy of the grad)."""
         first = [i for i, (p, s) in enumerate(zip(self._params, self.state))
                  if p.grad is not None and s["step"].item() == 0]
         for i in first:
