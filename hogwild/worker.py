@@ -61,7 +61,7 @@ class WorkerSpec:
 
 def batch_seed(seed: int, epoch: int, index: int) -> int:
     """The torch RNG seed of one batch (dropout masks): the same whichever worker trains it, and after resume."""
-    return (seed * 1_000_003 + epoch) * 10_000_019 + index
+    return ((seed * 1_000_003 + epoch) * 10_000_019 + index) % (2**63 - 1)  # any Config.seed fits the generator
 
 
 def seed_batch(device: torch.device, seed: int) -> None:

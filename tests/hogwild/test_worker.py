@@ -94,6 +94,15 @@ def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
     assert not usable_gradients([dense, sparse], clip_norm=None)
 
 
+def test_batch_seeds_differ_per_batch_and_fit_the_generator_for_any_seed():
+    from hogwild.worker import batch_seed, seed_batch
+    assert len({batch_seed(0, e, i) for e in range(3) for i in range(100)}) == 300
+    seed_batch(torch.device("cpu"), batch_seed(2**62, 7, 99))  # would overflow torch's generator unreduced
+    first = torch.rand(3)
+    seed_batch(torch.device("cpu"), batch_seed(2**62, 7, 99))
+    assert torch.equal(torch.rand(3), first)
+
+
 def test_batch_examples_reads_the_leading_dimension():
     assert batch_examples(torch.zeros(7, 3)) == 7
     assert batch_examples((torch.zeros(5, 2), torch.zeros(5))) == 5
