@@ -78,7 +78,8 @@ def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
     dense = torch.zeros(3, requires_grad=True)
     dense.grad = torch.tensor([3.0, 0.0, 0.0])
     sparse = torch.zeros(4, 2, requires_grad=True)
-    sparse.grad = torch.sparse_coo_tensor([[1, 1]], torch.tensor([[2.0, 0.0], [2.0, 0.0]]), (4, 2))  # row 1 twice
+    sparse.grad = torch.sparse_coo_tensor([[1, 1]], torch.tensor([[2.0, 0.0], [2.0, 0.0]]), (4, 2),
+                                          check_invariants=True)  # row 1 twice
     assert gradient_norm([dense, sparse], clip_norm=None) == pytest.approx(5.0)  # sqrt(3^2 + (2+2)^2)
     assert gradient_norm([dense, sparse], clip_norm=1.0) == pytest.approx(5.0)
     torch.testing.assert_close(dense.grad, torch.tensor([0.6, 0.0, 0.0]), atol=1e-6, rtol=0)
@@ -90,7 +91,7 @@ def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
     assert not usable_gradients([dense, sparse], clip_norm=1.0)
     dense.grad = torch.tensor([1.0, -1.0, 0.0])  # finite, summing to zero
     assert usable_gradients([dense, sparse], clip_norm=None)
-    sparse.grad = torch.sparse_coo_tensor([[3]], torch.tensor([[math.nan, 0.0]]), (4, 2))
+    sparse.grad = torch.sparse_coo_tensor([[3]], torch.tensor([[math.nan, 0.0]]), (4, 2), check_invariants=True)
     assert not usable_gradients([dense, sparse], clip_norm=None)
 
 
