@@ -84,11 +84,11 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--dropout", type=float, default=0.0, help="model dropout")
     g = p.add_argument_group("stopping, evaluation, run directory")
     g.add_argument("--epochs", type=int, default=None,
-                   help="passes over the data; None: 1 when no other limit is given")
+                   help="passes over the data; None: 2 (synthetic) or 1 when no other limit is given")
     g.add_argument("--steps", type=int, default=None, help="stop after this many shared updates")
     g.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this long")
     g.add_argument("--eval-every", type=int, default=None, metavar="UPDATES",
-                   help="evaluate every this many updates; None: every 15 s (synthetic) or 60 s")
+                   help="evaluate every this many updates; None: 250 on the synthetic task, else every 60 s")
     g.add_argument("--eval-every-seconds", type=float, default=None, metavar="SECONDS", help="evaluate this often")
     g.add_argument("--patience", type=int, default=None, help="stop after this many evaluations without a new best")
     g.add_argument("--beam", type=int, default=5, help="nmt: beam size of the final held-out translations")

@@ -171,11 +171,14 @@ class RunOptions:
         if values["lr_decay"] is None:
             values["lr_decay"] = 0.0135 if (self.task == "pos" and self.optimizer == "sgd") else 0.0
         if values["steps"] is None and values["epochs"] is None and values["time_limit"] is None:
-            values["epochs"] = 1
+            values["epochs"] = 2 if self.synthetic else 1  # the default job: about a minute on 2 CPU workers
         if values["log_every"] is None:
             values["log_every"] = 50 if self.task == "pos" else 10
         if values["eval_every"] is None and values["eval_every_seconds"] is None:
-            values["eval_every_seconds"] = 15.0 if self.synthetic else 60.0
+            if self.synthetic:
+                values["eval_every"] = 250  # 8 evaluations per epoch of the default job, however fast the machine
+            else:
+                values["eval_every_seconds"] = 60.0
         return RunOptions(**values)
 
     def optimizer_args(self) -> dict[str, Any]:

@@ -6,8 +6,10 @@ from tasks.options import RunOptions, default_lr
 
 def test_resolved_fills_the_papers_defaults_per_task():
     pos = RunOptions(task="pos", train=None).resolved()
-    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.03, 0.0135, None, 1)
-    assert (pos.log_every, pos.eval_every_seconds) == (50, 15.0)
+    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.03, 0.0135, None, 2)
+    assert (pos.log_every, pos.eval_every, pos.eval_every_seconds) == (50, 250, None)
+    real = RunOptions(task="pos", train=["tests/fixtures/data/tiny.conllu"]).resolved()
+    assert (real.epochs, real.eval_every, real.eval_every_seconds) == (1, None, 60.0)
     nmt = RunOptions(task="nmt").resolved()
     assert (nmt.batch_size, nmt.lr, nmt.lr_decay, nmt.clip_norm) == (32, 0.1, 0.0, 1.0)  # synthetic batch 32
     adam = RunOptions(task="pos", optimizer="adam", time_limit=5).resolved()

@@ -1,11 +1,13 @@
 """tasks.summary: summary.json from a TrainResult, for a fresh run and for a resumed one."""
-from hogwild import TrainResult
+from types import SimpleNamespace
+
 from tasks.options import RunOptions
 from tasks.summary import make_summary
 
 
 def _result(updates, wall, best, best_step, reason="max_steps"):
-    return TrainResult(final_metrics={"accuracy": 0.8}, best_metrics=best, best_step=best_step, history=[],
+    """The TrainResult fields make_summary reads (hogwild.TrainResult has more)."""
+    return SimpleNamespace(final_metrics={"accuracy": 0.8}, best_metrics=best, best_step=best_step, history=[],
                        updates=updates, wall_seconds=wall, worker_updates=[updates // 2, updates - updates // 2],
                        examples=10 * updates, final_loss=0.5, staleness_mean=0.75, staleness_histogram=[1, 2],
                        skipped_updates=1, stop_reason=reason)
