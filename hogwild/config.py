@@ -58,6 +58,8 @@ class Config:
     clip_norm: float | None = None  # clip each update's gradient to this global L2 norm
     skip_nonfinite: bool = True  # skip (and count) updates whose gradient holds NaN/inf; False saves a pass over
     #                              the gradients per step when clip_norm is None (then nothing guards the model)
+    max_nonfinite_in_a_row: int | None = 1000  # a worker that skips this many updates in a row fails the run (the
+    #                              shared parameters have diverged; skipped updates never reach max_steps); None: never
 
     # --- when to stop (the first one reached wins; none given -> 1 epoch) ---
     max_steps: int | None = None  # total shared updates across all workers
@@ -136,6 +138,8 @@ class Config:
             _integer(name, getattr(self, name))
             _positive(name, getattr(self, name))
         _integer("seed", self.seed)
+        _integer("max_nonfinite_in_a_row", self.max_nonfinite_in_a_row)
+        _positive("max_nonfinite_in_a_row", self.max_nonfinite_in_a_row)
         _positive("time_limit", self.time_limit)
         _positive("eval_every_seconds", self.eval_every_seconds)
         _positive("join_timeout", self.join_timeout)

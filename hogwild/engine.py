@@ -167,7 +167,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
             store=store, counters=counters, control=control, tickets=feed.queue if feed else None, errors=errors,
             parent_pid=os.getpid(), workers=workers, seed=config.seed, shuffle=config.shuffle, epochs=config.epochs,
             max_steps=config.max_steps, time_limit=config.time_limit, clip_norm=config.clip_norm,
-            skip_nonfinite=config.skip_nonfinite,
+            skip_nonfinite=config.skip_nonfinite, max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
             threads=config.threads_per_worker, partition_start=partition_start[w] if partition_start else (0, 0),
             start_seq=start_seq) for w, device in enumerate(config.devices)]
         if config.mode == "sync":

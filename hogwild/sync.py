@@ -24,8 +24,8 @@ import torch.distributed as dist
 from .feed import epoch_order
 from .replica import make_parameters, move_batch
 from .supervisor import die_with_parent
-from .worker import (STOP, WorkerSpec, batch_seed, call_loss, exit_now, seed_batch, usable_gradients,
-                     wait_for_start)
+from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, call_loss, exit_now, seed_batch,
+                     usable_gradients, wait_for_start)
 
 
 def _flat_gradients(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -59,6 +59,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     first = position - position % world
     view.ready()
     deadline = wait_for_start(spec.control, stopped, spec.time_limit)
+    streak = NonFiniteStreak(spec.worker, spec.max_nonfinite_in_a_row)
     while spec.epochs is None or epoch < spec.epochs:
         order = epoch_order(n, spec.seed, epoch, spec.shuffle)
         for group in range(first, n, world):
@@ -89,8 +90,10 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
                     spec.optimizer.step(lr)
                     phases = (0.0, computed - start, pushed - computed, time.perf_counter() - pushed)
                     view.applied(0, examples, loss.item(), lr, phases)
+                    streak.applied()
                 else:
                     view.skipped()
+                    streak.skipped()
             elif loss is not None:
                 view.contributed(examples, loss.item())
             params.clear()

@@ -54,6 +54,7 @@ class WorkerSpec:
     time_limit: float | None  # seconds of training, counted from the parent's start signal
     clip_norm: float | None
     skip_nonfinite: bool
+    max_nonfinite_in_a_row: int | None
     threads: int
     partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
     start_seq: int = 0  # sync mode: the first ticket to train (resume)
@@ -128,6 +129,26 @@ def usable_gradients(params: list[torch.Tensor], clip_norm: float | None, check:
     return not sums or math.isfinite(torch.stack(sums).sum().item())
 
 
+class NonFiniteStreak:
+    """Counts a worker's consecutive skipped (non-finite) updates. Skipped updates never count towards max_steps,
+    so once the shared parameters themselves are NaN/inf every step is skipped and the run would never end: past
+    `limit` in a row, fail loudly instead (the supervisor stops the run and writes the checkpoint)."""
+
+    def __init__(self, worker: int, limit: int | None):
+        self.worker, self.limit, self.in_a_row = worker, limit, 0
+
+    def applied(self) -> None:
+        self.in_a_row = 0
+
+    def skipped(self) -> None:
+        self.in_a_row += 1
+        if self.limit is not None and self.in_a_row >= self.limit:
+            raise FloatingPointError(
+                f"worker {self.worker}: {self.in_a_row} updates in a row had non-finite (NaN/inf) gradients, so "
+                f"none was applied; the shared parameters have probably diverged. Lower the learning rate or set "
+                f"clip_norm (Config.max_nonfinite_in_a_row={self.limit} sets this limit)")
+
+
 def wait_for_start(control: torch.Tensor, stopped: Callable[[], bool], time_limit: float | None) -> float | None:
     """Block until the parent says go (every worker is ready); returns the deadline (time.time()) or None."""
     flags = control.numpy()
@@ -143,6 +164,7 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
     spec.optimizer.attach(params.shared)
     view.ready()
     deadline = wait_for_start(spec.control, stopped, spec.time_limit)
+    streak = NonFiniteStreak(spec.worker, spec.max_nonfinite_in_a_row)
     while not stopped():
         if spec.max_steps is not None and view.global_updates() >= spec.max_steps:
             break
@@ -168,8 +190,10 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
             spec.optimizer.step(lr)  # lock-free, in place on the shared parameters and state
             phases = (pulled - start, computed - pulled, pushed - computed, time.perf_counter() - pushed)
             view.applied(staleness, examples, loss.item(), lr, phases)
+            streak.applied()
         else:
             view.skipped()  # never write a non-finite gradient into the shared parameters
+            streak.skipped()
         params.clear()
         reader.done()
 

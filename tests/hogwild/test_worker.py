@@ -127,3 +127,23 @@ def test_the_learning_rate_schedule_is_applied_per_epoch():
     for got, expected in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
     assert result.records[-1]["lr"] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("mode, workers", [("hogwild", 2), ("sync", 2)])
+@pytest.mark.timeout(120)
+def test_diverged_parameters_fail_the_run_instead_of_skipping_forever(tmp_path, mode, workers):
+    """NaN shared parameters make every gradient non-finite: nothing is applied, so max_steps is never reached.
+    After max_nonfinite_in_a_row skips in a row the run fails, naming a worker, with the checkpoint written."""
+    model = H.regression_model()
+    with torch.no_grad():
+        model[0].weight.fill_(float("nan"))
+    failure = r"(?s)worker \d \(cpu, pid \d+\) raised.*: 5 updates in a row had non-finite"
+    with pytest.raises(hogwild.WorkerFailed, match=failure):
+        hogwild.train(model, H.mse_loss, H.regression_batches(n=8), config(
+            workers=workers, mode=mode, max_steps=100, max_nonfinite_in_a_row=5, checkpoint_dir=str(tmp_path)))
+    assert (tmp_path / "last.pt").exists()
+
+
+def test_max_nonfinite_in_a_row_is_validated():
+    with pytest.raises(ValueError, match="max_nonfinite_in_a_row"):
+        config(max_nonfinite_in_a_row=0)
