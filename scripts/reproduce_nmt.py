@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tasks.options import RunOptions  # noqa: E402
 from tasks.plotting import plot_curves  # noqa: E402
-from tasks.reproduce import corpora_dir, run_series, script_argv, write_runs_json, write_table  # noqa: E402
+from tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402
+                             write_table)  # noqa: E402
 
 PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
 
@@ -99,8 +100,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt as stop:
-        print(f"{Path(__file__).name}: interrupted: {stop}", file=sys.stderr)
-        sys.exit(130)
+    script_entry(main, __file__)

@@ -18,7 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tasks.options import RunOptions  # noqa: E402
 from tasks.plotting import plot_curves  # noqa: E402
-from tasks.reproduce import corpora_dir, run_series, script_argv, write_runs_json, write_table  # noqa: E402
+from tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402
+                             write_table)  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -87,8 +88,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt as stop:
-        print(f"{Path(__file__).name}: interrupted: {stop}", file=sys.stderr)
-        sys.exit(130)
+    script_entry(main, __file__)

@@ -133,3 +133,13 @@ def write_runs_json(results: Sequence[RunResult], path: str | Path) -> None:
     records = [{"label": r.label, "run_dir": str(r.run_dir), **{k: v for k, v in r.summary.items()
                                                                  if k not in ("data",)}} for r in results]
     Path(path).write_text(json.dumps(records, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def script_entry(main: Any, script: str) -> None:
+    """`if __name__ == "__main__": script_entry(main, __file__)`: exit with main()'s code; Ctrl-C stops the whole
+    series with exit 130 and a one-line message (finished runs stay for --reuse)."""
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stop:
+        print(f"{Path(script).name}: interrupted: {stop}", file=sys.stderr)
+        sys.exit(130)
