@@ -89,6 +89,9 @@ class MPITransport:
 
     def abort(self, reason: str) -> NoReturn:
         say(f"hogwild.distributed: {self.describe(self.rank)} aborts the job: {reason}", sys.stderr)
+        # MPICH's launcher tears the job down at once on Abort and can drop the line above before forwarding it
+        # (seen in about 1 of 8 test runs); a short pause lets it reach the user's terminal first.
+        time.sleep(0.5)
         self.world.Abort(1)
         os._exit(1)  # not reached: Abort ends the process
 

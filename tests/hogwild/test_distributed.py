@@ -16,22 +16,12 @@ import time
 
 import pytest
 
+from tests.mpi import MPIEXEC, mpi_missing
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "mpi_scripts"
-MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
 
-
-def _mpi_missing() -> str | None:
-    if not MPIEXEC.exists():
-        return f"MPI is not installed: no {MPIEXEC} (pip install '.[mpi]')"
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return "mpi4py is not installed (pip install '.[mpi]')"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
+pytestmark = pytest.mark.skipif(mpi_missing() is not None, reason=str(mpi_missing()))
 
 
 def mpirun(n: int, script: str, *args: str, timeout: float = 90.0) -> subprocess.CompletedProcess:
@@ -177,10 +167,13 @@ def test_a_killed_rank_ends_the_job(tmp_path):
 
 
 def test_a_failing_local_worker_aborts_the_job_naming_its_rank(tmp_path):
-    done = mpirun(3, "train_tiny.py", "easgd", "--epochs", "4", "--fail-rank", "2", "--out", str(tmp_path))
+    # rank 1 is paced (10 epochs x 32 steps x 20 ms, > 6 s) so that it is still training when rank 2 fails at its
+    # 3rd step, however late rank 2 starts on a busy machine (unpaced, rank 1 could finish first: a clean end)
+    done = mpirun(3, "train_tiny.py", "easgd", "--epochs", "10", "--fail-rank", "2", "--slow-rank", "1",
+                  "--sleep-per-step", "0.02", "--out", str(tmp_path))
     assert done.returncode != 0, done.stdout
     assert re.search(r"rank 2 \(worker, pid \d+ on .*\) aborts the job: WorkerFailed", done.stdout), done.stdout
-    assert "RuntimeError: injected failure at step 10" in done.stdout
+    assert "RuntimeError: injected failure at step 3" in done.stdout
 
 
 def test_a_hung_rank_is_detected_by_heartbeats_and_named(tmp_path):

@@ -3,28 +3,15 @@ local Hogwild worker, averaging parameters; one summary.json for the job, per-ho
 run directory usable for inference."""
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
+from tests.mpi import MPIEXEC, mpi_missing
 from tests.tasks.helpers import REPO, run_py
 
-MPIEXEC = pathlib.Path(sys.executable).parent / "mpiexec"
-
-
-def _mpi_missing() -> str | None:
-    if not MPIEXEC.exists():
-        return f"MPI is not installed: no {MPIEXEC} (pip install '.[mpi]')"
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return "mpi4py is not installed (pip install '.[mpi]')"
-    return None
-
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(mpi_missing() is not None, reason=str(mpi_missing()))]
 
 
 def test_run_py_under_mpiexec_with_allreduce(tmp_path):

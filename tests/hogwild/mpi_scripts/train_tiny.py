@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", required=True, help="folder for rank<r>.json")
-    parser.add_argument("--fail-rank", type=int, default=None, help="this rank's worker raises at its 10th step")
+    parser.add_argument("--fail-rank", type=int, default=None, help="this rank's worker raises at its 3rd step")
     parser.add_argument("--slow-rank", type=int, default=None, help="only this rank sleeps per step")
     parser.add_argument("--sleep-per-step", type=float, default=0.0, help="slow steps down (fault tests)")
     args = parser.parse_args()
@@ -75,8 +75,8 @@ class FailingLoss:
 
     def __call__(self, model, batch):
         self.calls += 1
-        if self.calls == 10:
-            raise RuntimeError("injected failure at step 10")
+        if self.calls == 3:
+            raise RuntimeError("injected failure at step 3")
         return loss_fn(model, batch)
 
 
