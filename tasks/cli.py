@@ -12,6 +12,7 @@ import sys
 from typing import Callable
 
 from hogwild.config import MODES, OPTIMIZERS
+from hogwild.multihost_config import DistConfig
 from tasks.options import ALGORITHMS, FORMATS, PRESETS, TAGS, TASKS, RunOptions
 
 SUBCOMMANDS = ("tag", "translate", "plot")
@@ -102,11 +103,12 @@ def train_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("multi-host (run under mpiexec; see hogwild/distributed.py)")
     g.add_argument("--distributed", choices=ALGORITHMS, default=None, metavar="ALGO",
                    help=f"exchange parameters between hosts with {', '.join(ALGORITHMS)}")
-    g.add_argument("--servers", type=int, default=1, help="parameter-server ranks (downpour/easgd/eamsgd)")
-    g.add_argument("--period", type=int, default=4, help="local updates between exchanges")
-    g.add_argument("--n-push", type=int, default=4, help="downpour: push every n local updates")
-    g.add_argument("--n-fetch", type=int, default=4, help="downpour: fetch every n local updates")
-    g.add_argument("--alpha", type=float, default=0.3, help="easgd/eamsgd: elastic coefficient")
+    g.add_argument("--servers", type=int, default=DistConfig.servers,
+                   help="parameter-server ranks (downpour/easgd/eamsgd)")
+    g.add_argument("--period", type=int, default=DistConfig.period, help="local updates between exchanges")
+    g.add_argument("--n-push", type=int, default=DistConfig.n_push, help="downpour: push every n local updates")
+    g.add_argument("--n-fetch", type=int, default=DistConfig.n_fetch, help="downpour: fetch every n local updates")
+    g.add_argument("--alpha", type=float, default=DistConfig.alpha, help="easgd/eamsgd: elastic coefficient")
     g.add_argument("--tester", action="store_true", help="an extra last rank evaluates the central model")
     g.add_argument("--no-shard-data", dest="shard_data", action="store_false",
                    help="every host iterates over all batches (else host i trains on batches[i::hosts])")

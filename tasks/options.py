@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hogwild.config import MODES, OPTIMIZERS, Config
+from hogwild.multihost_config import DistConfig
 
 TASKS = ("pos", "nmt")
 PRESETS = ("small", "paper")
@@ -95,13 +96,13 @@ class RunOptions:
     progress: bool = True
     # --- multi-host (MPI) ---
     distributed: str | None = None  # None: one host; else the algorithm (run under mpiexec)
-    servers: int = 1
-    period: int = 4
-    n_push: int = 4
-    n_fetch: int = 4
-    alpha: float = 0.3
-    tester: bool = False
-    shard_data: bool = True
+    servers: int = DistConfig.servers  # the MPI module's defaults (multihost_config never imports mpi4py)
+    period: int = DistConfig.period
+    n_push: int = DistConfig.n_push
+    n_fetch: int = DistConfig.n_fetch
+    alpha: float = DistConfig.alpha
+    tester: bool = DistConfig.tester
+    shard_data: bool = DistConfig.shard_data
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (reproduction scripts label runs)
 
     def __post_init__(self) -> None:
@@ -201,8 +202,7 @@ class RunOptions:
             seed=self.seed, data_assignment=self.data_assignment)
 
     def dist_config(self):
-        """The MPI module's DistConfig (imported lazily: single-host runs never need it)."""
-        from hogwild.multihost_config import DistConfig
+        """The MPI module's DistConfig for these options."""
         return DistConfig(algorithm=self.distributed, servers=self.servers, period=self.period, n_push=self.n_push,
                           n_fetch=self.n_fetch, alpha=self.alpha, tester=self.tester, shard_data=self.shard_data)
 
