@@ -7,6 +7,8 @@ The update arithmetic is torch.optim's own: each process builds the torch.optim 
 parameter objects and plugs the pre-allocated shared state tensors (the tensor `step` counters included)
 into `optimizer.state[p]`. torch.optim updates those tensors in place, so every process reads and writes
 the same moments and counters, and one process with a fixed batch order reproduces serial torch.optim.
+Plain SGD (no momentum, weight decay or maximize) skips torch.optim's per-step machinery and applies
+torch.optim.SGD's own arithmetic, param.add_(grad, alpha=-lr), directly (bit-identical, tested).
 
 Sparse gradients (nn.Embedding(sparse=True)) follow lazy, row-wise semantics for every optimizer: only the
 rows present in the gradient move, in the parameter and in every per-element state tensor (momentum and
@@ -138,6 +140,10 @@ class SharedOptimizer:
             and self.hyper.get("dampening", 0) != 0
         self._native_sparse = self._is_sgd and not self.hyper.get("momentum", 0) \
             and not self.hyper.get("weight_decay", 0) and not self.hyper.get("fused")
+        # Plain SGD is param -= lr * grad: applied directly (torch.optim.SGD's own arithmetic, param.add_(grad,
+        # alpha=-lr)), one foreach call for the dense gradients, it skips ~35 us of torch.optim's per-step
+        # machinery (profiler hooks, grad-mode guards, group scans): ~1-2% of a small RNN's step.
+        self._plain_sgd = self._native_sparse and not self.hyper.get("maximize")
 
     def __getstate__(self) -> dict[str, Any]:
         # Shared tensors pickle as shared-memory handles through torch.multiprocessing; the parameter
@@ -160,6 +166,9 @@ class SharedOptimizer:
             raise RuntimeError("SharedOptimizer.step() before attach(): call opt.attach(list(model.parameters())) "
                                "in this process first")
         group_lr = self.lr if lr is None else _check_lr(lr)
+        if self._plain_sgd:
+            self._plain_sgd_step(group_lr)
+            return
         for group in self._optimizer.param_groups:
             group["lr"] = group_lr
         grads = [p.grad for p in self._params]
@@ -184,6 +193,26 @@ class SharedOptimizer:
             else:
                 for i, g in enumerate(grads):
                     self._sgd_counts[i] += g is not None
+
+    @torch.no_grad()
+    def _plain_sgd_step(self, lr: float) -> None:
+        dense_params, dense_grads = [], []
+        for p in self._params:
+            grad = p.grad
+            if grad is None:
+                continue
+            if grad.is_sparse:
+                p.add_(grad, alpha=-lr)  # row-wise in torch
+            else:
+                dense_params.append(p)
+                dense_grads.append(grad)
+        if dense_params:
+            torch._foreach_add_(dense_params, dense_grads, alpha=-lr)
+        if len(dense_params) == len(self._params):
+            self._sgd_counts += 1
+        else:
+            for i, p in enumerate(self._params):
+                self._sgd_counts[i] += p.grad is not None
 
     def _detach_first_momentum(self) -> list[int]:
         """Parameters on their first step: torch.optim.SGD will create their momentum buffer (a copy of the grad)."""

@@ -95,6 +95,24 @@ def test_matches_serial_torch_optim_and_updates_shared_state_in_place(name, hype
                 torch.testing.assert_close(tensor, theirs[key], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("hyper", [{}, {"maximize": True}], ids=["plain", "maximize"])
+def test_plain_sgd_is_bit_identical_to_torch_sgd_and_counts_only_parameters_with_a_gradient(hyper):
+    # Plain SGD takes a direct path (no torch.optim machinery); its arithmetic must stay torch.optim.SGD's exactly.
+    mine = [p.requires_grad_() for p in shared_params()] + [torch.zeros(2).share_memory_().requires_grad_()]
+    theirs = [p.detach().clone().requires_grad_() for p in mine]
+    opt, ref_opt = SharedOptimizer(mine, "sgd", lr=0.05, **hyper), torch.optim.SGD(theirs, lr=0.05, **hyper)
+    for lr, (x, y) in zip(LRS, batches()):
+        for params in (mine, theirs):
+            backward(params[:2], x, y)  # the third parameter never gets a gradient
+            params[2].grad = None
+        opt.step(lr=lr)
+        ref_opt.param_groups[0]["lr"] = lr
+        ref_opt.step()
+    for p, ref in zip(mine, theirs):
+        assert torch.equal(p.detach(), ref.detach())
+    assert [s["step"].item() for s in opt.state] == [STEPS, STEPS, 0]
+
+
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_all_state_is_allocated_up_front_in_shared_memory(name):
     params = shared_params()
