@@ -25,11 +25,11 @@ from .counters import EPOCH, IN_PROGRESS, LAST_SEQ, POSITION, TAKEN
 
 Ticket = tuple[int, int, int]  # (seq, epoch, batch index)
 _POLL = 0.2  # seconds between stop checks while waiting on the queue
-_MAX_CHUNK = 8  # most tickets per queue item
+_MAX_CHUNK = 32  # most tickets per queue item (each put wakes the parent's feeder thread: ~150 us of its CPU)
 
 
 def tickets_per_item(n_batches: int, workers: int) -> int:
-    """1 on small data (tests, short epochs stay balanced); up to 8 when every worker gets >= 8 items an epoch."""
+    """1 on small data (tests, short epochs stay balanced); up to 32 when every worker gets >= 8 items an epoch."""
     return max(1, min(_MAX_CHUNK, n_batches // (8 * workers)))
 
 
@@ -191,8 +191,9 @@ class PartitionReader:
 
 def resume_seq(ints: np.ndarray, start_seq: int) -> int:
     """Queue mode: the first ticket not known to be trained. Tickets being trained, or received and not yet
-    started, count as not trained (so a mid-training checkpoint may repeat a few batches other workers finished;
-    after a graceful stop, or with one worker, it is exact)."""
+    started, count as not trained (so with several workers a checkpoint may repeat batches other workers finished
+    after the earliest held ticket: at most one queue item, up to 32 tickets, per worker; with one worker it is
+    exact)."""
     busy = ints[:, IN_PROGRESS][ints[:, IN_PROGRESS] >= 0]
     if len(busy):
         return int(busy.min())

@@ -129,6 +129,30 @@ def usable_gradients(params: list[torch.Tensor], clip_norm: float | None, check:
     return not sums or math.isfinite(torch.stack(sums).sum().item())
 
 
+class GradientCheck:
+    """Are all of this step's gradients finite? Each parameter's gradient is summed the moment backward has
+    accumulated it (a post-accumulate-grad hook, while the gradient is still in cache), so after backward only a
+    few scalars remain to add: a separate pass over every gradient after backward cost ~80 us of a ~2.9 ms step
+    on the engine benchmark's RNN, mostly cache misses. A NaN or inf anywhere makes the sum non-finite."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        self.sums: list[torch.Tensor] = []
+        self.handles = [param.register_post_accumulate_grad_hook(self._record) for param in params]
+
+    def _record(self, param: torch.Tensor) -> None:
+        grad = param.grad
+        self.sums.append((grad._values() if grad.is_sparse else grad).sum())
+
+    def finite(self) -> bool:
+        """True when every gradient accumulated since the last call is finite (.item(): waits for the device)."""
+        sums, self.sums = self.sums, []
+        return not sums or math.isfinite(torch.stack(sums).sum().item())
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
 class NonFiniteStreak:
     """Counts a worker's consecutive skipped (non-finite) updates. Skipped updates never count towards max_steps,
     so once the shared parameters themselves are NaN/inf every step is skipped and the run would never end: past
@@ -165,6 +189,8 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
     view.ready()
     deadline = wait_for_start(spec.control, stopped, spec.time_limit)
     streak = NonFiniteStreak(spec.worker, spec.max_nonfinite_in_a_row)
+    # Without clipping, finiteness is checked by hooks during backward; clipping computes the norm anyway.
+    check = GradientCheck(params.grad_params) if spec.skip_nonfinite and spec.clip_norm is None else None
     while not stopped():
         if spec.max_steps is not None and view.global_updates() >= spec.max_steps:
             break
@@ -181,7 +207,9 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
         pulled = time.perf_counter()
         loss, examples = call_loss(spec.loss_fn, net, batch)  # reads the (shared) parameters
         loss.backward()
-        if usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite):  # .item(): device done
+        usable = check.finite() if check is not None else \
+            usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite)  # .item(): device done
+        if usable:
             computed = time.perf_counter()
             params.push()
             pushed = time.perf_counter()

@@ -59,7 +59,7 @@ def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order(n
 
 
 def test_larger_data_sends_chunks_and_a_stop_mid_chunk_keeps_the_rest_for_resume():
-    assert [tickets_per_item(n, 2) for n in (12, 16, 64, 1000)] == [1, 1, 4, 8]
+    assert [tickets_per_item(n, 2) for n in (12, 16, 64, 1000)] == [1, 1, 4, 32]
     ctx, counters, stop = mp.get_context("spawn"), SharedCounters(2), threading.Event()
     feed = BatchFeed(ctx, n_batches=64, workers=2, epochs=1, seed=0, shuffle=False, depth=2)
     feed.start(stop.is_set)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hogwild
-from hogwild.worker import batch_examples, gradient_norm, usable_gradients
+from hogwild.worker import GradientCheck, batch_examples, gradient_norm, usable_gradients
 from tests.hogwild import engine_helpers as H
 
 
@@ -93,6 +93,29 @@ def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
     assert usable_gradients([dense, sparse], clip_norm=None)
     sparse.grad = torch.sparse_coo_tensor([[3]], torch.tensor([[math.nan, 0.0]]), (4, 2), check_invariants=True)
     assert not usable_gradients([dense, sparse], clip_norm=None)
+
+
+def test_gradient_check_sums_each_gradient_during_backward_and_finds_nan_and_inf():
+    weight = torch.tensor([0.0, 4.0], requires_grad=True)
+    embed = torch.nn.Embedding(5, 2, sparse=True)
+    params = [weight, embed.weight]
+    check = GradientCheck(params)
+
+    def step(loss):
+        for param in params:
+            param.grad = None
+        loss.backward()
+        return check.finite()
+
+    assert step((weight + 1).sqrt().sum() + embed(torch.tensor([1, 1, 3])).sum())  # dense and sparse, finite
+    assert check.sums == []  # finite() starts the next step afresh
+    assert not step(weight.sqrt().sum())  # d sqrt(w)/dw at w = 0 is inf although the loss (2.0) is finite
+    assert step(-weight[1].sqrt() + weight[1] / 4)  # finite gradients that sum to zero are fine
+    assert not step((embed(torch.tensor([2])) * torch.tensor([math.nan, 1.0])).sum())  # NaN in a sparse gradient
+    assert embed.weight.grad.is_sparse and weight.grad is None  # only the parameters backward reached
+    check.remove()
+    weight.sqrt().sum().backward()
+    assert check.sums == [] and check.finite()  # no hooks left
 
 
 def test_batch_seeds_differ_per_batch_and_fit_the_generator_for_any_seed():
