@@ -7,7 +7,7 @@ machine (9 runs of 60 seconds, about 13 minutes); for a GPU box:
     python scripts/compare_optimizers.py --gpus 4 --time-limit 1800 \
         --optimizers sgd msgd nesterov adagrad adadelta rmsprop adam adamax
 
-Usage: python scripts/compare_optimizers.py [--optimizers sgd adam] [--workers 2] [--time-limit 60]
+Usage: python scripts/compare_optimizers.py [--optimizers sgd adam] [--workers 2] [--time-limit 90]
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-sync", action="store_true", help="skip synchronous SGD")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model sizes")
     p.add_argument("--batch-size", type=int, default=None, help="run.py --batch-size (default: the task's)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per run")
+    p.add_argument("--time-limit", type=float, default=90.0, help="seconds per run")
     p.add_argument("--dev-limit", type=int, default=500, help="held-out sentences evaluated (0: all)")
     p.add_argument("--eval-every-seconds", type=float, default=10.0, help="evaluation period")
     p.add_argument("--target", type=float, default=0.80, help="held-out metric whose first reach is timed")

@@ -6,7 +6,7 @@ Writes <out>/pos_figure1.png (loss and accuracy vs time and vs updates), pos_fig
 Defaults fit a 2-core CPU machine (3 runs of 3 minutes each, about 12 minutes in all); for a GPU box:
     python scripts/reproduce_pos.py --gpus 4 --preset paper --epochs 2 --time-limit 0 --dev-limit 0
 
-Usage: python scripts/reproduce_pos.py [--workers 2] [--time-limit 180] [--out docs/results]
+Usage: python scripts/reproduce_pos.py [--workers 2] [--time-limit 300] [--out docs/results]
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="Hogwild CPU worker counts 1..N")
     p.add_argument("--gpus", type=int, default=0, help="Hogwild GPU counts 1..N instead of CPU workers")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="tagger sizes")
-    p.add_argument("--time-limit", type=float, default=180.0, help="seconds per run (0: no limit)")
+    p.add_argument("--time-limit", type=float, default=300.0, help="seconds per run (0: no limit)")
     p.add_argument("--epochs", type=int, default=2, help="epochs per run (the paper: 2)")
     p.add_argument("--batch-size", type=int, default=1, help="sentences per update (the paper: 1)")
     p.add_argument("--dev-limit", type=int, default=500, help="held-out sentences evaluated (0: all)")
