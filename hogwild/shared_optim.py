@@ -188,31 +188,26 @@ class SharedOptimizer:
             for i in lazy:
                 self._sparse_step(i, group_lr)
         if self._is_sgd:
-            if all(g is not None for g in grads):
-                self._sgd_counts += 1
-            else:
-                for i, g in enumerate(grads):
-                    self._sgd_counts[i] += g is not None
+            self._count_sgd_steps(grads)
+
+    def _count_sgd_steps(self, grads: list[Tensor | None]) -> None:
+        """SGD's step counters (torch.optim.SGD keeps none): +1 for every parameter that had a gradient."""
+        if all(g is not None for g in grads):
+            self._sgd_counts += 1
+        else:
+            for i, g in enumerate(grads):
+                self._sgd_counts[i] += g is not None
 
     @torch.no_grad()
     def _plain_sgd_step(self, lr: float) -> None:
-        dense_params, dense_grads = [], []
-        for p in self._params:
-            grad = p.grad
-            if grad is None:
-                continue
-            if grad.is_sparse:
-                p.add_(grad, alpha=-lr)  # row-wise in torch
-            else:
-                dense_params.append(p)
-                dense_grads.append(grad)
-        if dense_params:
-            torch._foreach_add_(dense_params, dense_grads, alpha=-lr)
-        if len(dense_params) == len(self._params):
-            self._sgd_counts += 1
-        else:
-            for i, p in enumerate(self._params):
-                self._sgd_counts[i] += p.grad is not None
+        grads = [p.grad for p in self._params]
+        dense = [(p, g) for p, g in zip(self._params, grads) if g is not None and not g.is_sparse]
+        for p, g in zip(self._params, grads):
+            if g is not None and g.is_sparse:
+                p.add_(g, alpha=-lr)  # row-wise in torch
+        if dense:
+            torch._foreach_add_([p for p, _ in dense], [g for _, g in dense], alpha=-lr)
+        self._count_sgd_steps(grads)
 
     def _detach_first_momentum(self) -> list[int]:
         """Parameters on their first step: torch.optim.SGD will create their momentum buffer (a copy of the grad)."""

@@ -132,12 +132,14 @@ def usable_gradients(params: list[torch.Tensor], clip_norm: float | None, check:
 class GradientCheck:
     """Are all of this step's gradients finite? Each parameter's gradient is summed the moment backward has
     accumulated it (a post-accumulate-grad hook, while the gradient is still in cache), so after backward only a
-    few scalars remain to add: a separate pass over every gradient after backward cost ~80 us of a ~2.9 ms step
-    on the engine benchmark's RNN, mostly cache misses. A NaN or inf anywhere makes the sum non-finite."""
+    few scalars remain to add: a separate pass over every gradient after backward cost 65-84 us of a ~2.9 ms step
+    on the engine benchmark's RNN (23 us when the same pass repeats hot in a loop); after the hooks, 14-35 us
+    remain. A NaN or inf anywhere makes the sum non-finite."""
 
     def __init__(self, params: list[torch.Tensor]):
         self.sums: list[torch.Tensor] = []
-        self.handles = [param.register_post_accumulate_grad_hook(self._record) for param in params]
+        for param in params:
+            param.register_post_accumulate_grad_hook(self._record)
 
     def _record(self, param: torch.Tensor) -> None:
         grad = param.grad
@@ -147,10 +149,6 @@ class GradientCheck:
         """True when every gradient accumulated since the last call is finite (.item(): waits for the device)."""
         sums, self.sums = self.sums, []
         return not sums or math.isfinite(torch.stack(sums).sum().item())
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
 
 
 class NonFiniteStreak:
