@@ -21,7 +21,7 @@ import torch
 
 from data.batching import PosBatcher, TaggedData
 from data.cache import ArrayCache
-from data.features import AFFIX_LENGTH
+from data.features import AFFIX_LENGTH, affix_arrays
 from data.readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
 from data.synthetic import synthetic_tagged
 from data.vocab import IGNORE_INDEX, TAG_SPECIALS, Vocabulary
@@ -78,14 +78,8 @@ class PosTask:
 
     def encode_sentences(self, sentences: Sequence[Sequence[str]]) -> dict[str, torch.Tensor]:
         """Untagged, tokenized sentences -> one POS batch (CONTRACTS.md) with every tag -100 (for tagging text)."""
-        if not sentences or not all(sentences):
-            raise ValueError("encode_sentences needs at least one sentence and no empty sentence")
-        tagged = [[(word, "") for word in sentence] for sentence in sentences]
         length = self.config.affix_length if self.config else AFFIX_LENGTH
-        data = TaggedData.tensorize(tagged, self.words, self.chars, self.tags, length)
-        batch = PosBatcher(data, len(sentences), shuffle=False).batch(np.arange(len(sentences)))
-        batch["tags"].fill_(IGNORE_INDEX)
-        return batch
+        return encode_sentences(sentences, self.words, self.chars, length)
 
     def save(self, run_dir: str | os.PathLike) -> None:
         """Write ``vocab.words.json``, ``vocab.chars.json``, ``vocab.tags.json`` and ``data.json`` into a run folder."""
@@ -94,6 +88,19 @@ class PosTask:
         for name in ("words", "chars", "tags"):
             getattr(self, name).save(run_dir / f"vocab.{name}.json")
         (run_dir / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def encode_sentences(sentences: Sequence[Sequence[str]], words: Vocabulary, chars: Vocabulary,
+                     affix_length: int = AFFIX_LENGTH) -> dict[str, torch.Tensor]:
+    """Untagged, tokenized sentences -> one POS batch (CONTRACTS.md) with every tag -100, padded by PosBatcher."""
+    if not sentences or not all(sentences):
+        raise ValueError("encode_sentences needs at least one sentence and no empty sentence")
+    tokens = [word for sentence in sentences for word in sentence]
+    prefixes, suffixes = affix_arrays(tokens, chars, affix_length)  # (N, L) each
+    offsets = np.concatenate([[0], np.cumsum([len(sentence) for sentence in sentences])]).astype(np.int64)  # (S+1,)
+    data = TaggedData(np.asarray(words.encode(tokens), dtype=np.int64), prefixes, suffixes,
+                      np.full(len(tokens), IGNORE_INDEX, dtype=np.int64), offsets)
+    return PosBatcher(data, len(sentences), shuffle=False).batch(np.arange(len(sentences)))
 
 
 def split_sentences(sentences: Sequence, dev_fraction: float = 0.1, seed: int = 0) -> tuple[list, list]:

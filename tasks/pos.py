@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from data.batching import PosBatcher, TaggedData
-from data.features import affix_arrays
-from data.pos_task import PosDataConfig, PosTask, build_pos_task, load_pos_task, split_sentences, synthetic_pos_task
+from data.pos_task import (PosDataConfig, PosTask, build_pos_task, encode_sentences, load_pos_task,
+                           split_sentences, synthetic_pos_task)
 from data.readers import read_tagged
 from data.vocab import Vocabulary
 from models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
@@ -43,22 +42,6 @@ def load_data(options) -> PosTask:
     else:
         train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
     return build_pos_task(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
-
-
-def encode_sentences(sentences: Sequence[Sequence[str]], words: Vocabulary, chars: Vocabulary) -> dict[str, Any]:
-    """Tokenized sentences -> a POS batch (CONTRACTS.md) without gold tags (tags are -100)."""
-    lengths = [len(s) for s in sentences]
-    b, t = len(sentences), max(lengths)
-    batch_words = np.zeros((b, t), dtype=np.int64)  # (B, T)
-    prefixes = np.zeros((b, t, 10), dtype=np.int64)  # (B, T, 10)
-    suffixes = np.zeros((b, t, 10), dtype=np.int64)  # (B, T, 10)
-    for row, sentence in enumerate(sentences):
-        n = len(sentence)
-        batch_words[row, :n] = words.encode(sentence)
-        prefixes[row, :n], suffixes[row, :n] = affix_arrays(list(sentence), chars)
-    return {"words": torch.from_numpy(batch_words), "prefixes": torch.from_numpy(prefixes),
-            "suffixes": torch.from_numpy(suffixes), "tags": torch.full((b, t), -100, dtype=torch.int64),
-            "lengths": torch.tensor(lengths, dtype=torch.int64)}
 
 
 def pos_job(options) -> TaskJob:
