@@ -56,8 +56,8 @@ class Config:
     warmup_steps: int = 0  # warmup_scaled: linear warm-up from lr to lr * workers over these updates
     min_lr: float = 0.0  # floor of every schedule
     clip_norm: float | None = None  # clip each update's gradient to this global L2 norm
-    skip_nonfinite: bool = True  # skip (and count) updates whose gradient holds NaN/inf; False saves a pass over
-    #                              the gradients per step when clip_norm is None (then nothing guards the model)
+    skip_nonfinite: bool = True  # skip (and count) updates whose gradient holds NaN/inf; False saves summing each
+    #                              gradient per step when clip_norm is None (then nothing guards the model)
     max_nonfinite_in_a_row: int | None = 1000  # a worker that skips this many updates in a row fails the run (the
     #                              shared parameters have diverged; skipped updates never reach max_steps); None: never
 

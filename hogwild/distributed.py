@@ -312,7 +312,7 @@ class HostCommunication(CommunicationAgent):
         self.agent.start()
 
     def stop(self, state) -> None:
-        if getattr(state, "failure", None):  # a local worker failed: no closing protocol, train() raises, we abort
+        if state.failure:  # a local worker failed: no closing protocol, train() raises, we abort
             return
         self.agent.finish()
         self.exchanges = self.agent.exchanges

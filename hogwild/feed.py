@@ -1,12 +1,12 @@
 """Batch feed: which batch each worker trains on next, exactly once per epoch, in a seeded order.
 
 Batches never travel through the queue: every worker maps the same batch store (see `BatchStore`), and the
-parent's producer thread only sends tickets `(seq, epoch, index)` through a bounded queue, a few consecutive
-tickets per queue item on larger data (each get wakes the producer: a context switch worth amortising), so a
-step costs a fraction of one small pickle instead of shared-memory handles for every tensor. `seq = epoch * n + position` numbers tickets in
-feed order; a checkpoint stores the first sequence number not yet trained (`resume_seq`) and a resumed run
-continues from exactly there with the same order. In 'partition' mode each worker walks its own fixed shard
-(`indices[w::W]`, reshuffled within the shard every epoch) and no queue is used.
+parent's producer thread only sends tickets `(seq, epoch, index)` through a bounded queue, up to 32 consecutive
+tickets per queue item on larger data (each item wakes the parent's feeder thread: a cost worth amortising), so a
+step costs a fraction of one small pickle instead of shared-memory handles for every tensor.
+`seq = epoch * n + position` numbers tickets in feed order; a checkpoint stores the first sequence number not yet
+trained (`resume_seq`) and a resumed run continues from exactly there with the same order. In 'partition' mode each
+worker walks its own fixed shard (`indices[w::W]`, reshuffled within the shard every epoch) and no queue is used.
 
 Usage: `feed = BatchFeed(ctx, n_batches=100, workers=2, epochs=3, seed=0, shuffle=True, depth=16); feed.start(stop)`
 """

@@ -3,7 +3,7 @@ lock-free Hogwild workers, plus synchronous SGD with N workers; peak held-out me
 reach a target. POS tagging on CoNLL-2000 (WSJ) by default; any run.py task and corpus via the flags.
 
 Writes <out>/compare_optimizers.md, .csv and .png (held-out metric vs time for every run). Defaults fit a 2-core CPU
-machine (9 runs of 60 seconds, about 13 minutes); for a GPU box:
+machine (9 runs of 90 seconds, 15 minutes in all on 2026-11-22); for a GPU box:
     python scripts/compare_optimizers.py --gpus 4 --time-limit 1800 \
         --optimizers sgd msgd nesterov adagrad adadelta rmsprop adam adamax
 

@@ -3,12 +3,12 @@
 
 Writes <out>/nmt_table1.md and nmt_table1.csv (workers, minutes, train loss, held-out BLEU) and nmt_figure2.png
 (loss and BLEU vs time and vs updates, one line per worker count). Defaults fit a 2-core CPU machine (small model,
-6,000-word vocabularies, pairs of <= 30 words, 1 and 2 workers, 400 updates of 32 pairs each, BLEU on 200 held-out
-sentences: about 15 minutes when the machine is shared); the paper's setting on a GPU box:
+6,000-word vocabularies, pairs of <= 30 words, 1 and 2 workers, 1,500 updates of 32 pairs each, BLEU on 200 held-out
+sentences: 10 minutes in all on 2026-11-22); the paper's setting on a GPU box:
     python scripts/reproduce_nmt.py --gpus 4 --preset paper --vocab-size 15000 --max-len 50 --batch-size 64 \
         --updates 90000 --dev-limit 0 --eval-every 5000
 
-Usage: python scripts/reproduce_nmt.py [--workers 2] [--updates 300] [--out docs/results]
+Usage: python scripts/reproduce_nmt.py [--workers 2] [--updates 1500] [--out docs/results]
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ SGD and the linear learning-rate decay (lr 0.03, -0.0135 per epoch), plus 1 work
 default (the paper used TIGER, which cannot be redistributed; give --train/--dev for TIGER or UD CoNLL files).
 
 Writes <out>/pos_figure1.png (loss and accuracy vs time and vs updates), pos_figure1.md and pos_figure1.csv.
-Defaults fit a 2-core CPU machine (3 runs of 3 minutes each, about 12 minutes in all); for a GPU box:
+Defaults fit a 2-core CPU machine (3 runs of 5 minutes each, 16 minutes in all on 2026-11-22); for a GPU box:
     python scripts/reproduce_pos.py --gpus 4 --preset paper --epochs 2 --time-limit 0 --dev-limit 0
 
 Usage: python scripts/reproduce_pos.py [--workers 2] [--time-limit 300] [--out docs/results]
