@@ -88,8 +88,8 @@ def run_variant(args) -> None:
                             seed=0)
     first = FirstStepClock()
     if distributed:
-        from hogwild.distributed import train_distributed
-        from hogwild.multihost_config import DistConfig
+        from hogwild.multihost import train_distributed
+        from hogwild.multihost.config import DistConfig
         dist = DistConfig(algorithm=args.variant, servers=1, period=args.period, n_push=args.period,
                           n_fetch=args.period, alpha=args.alpha)
         out = train_distributed(model, first, batches, config, dist, evaluate)

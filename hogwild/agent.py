@@ -4,7 +4,7 @@ The engine hands an agent a `SharedTrainingState` - the shared parameters and op
 update count and the stop flag - and calls it from the parent process: `start` before the workers train, `poll`
 on every tick of the parent's loop (cheap; heavy exchanges belong in the agent's own thread or process),
 `failure` to learn that the agent (e.g. a remote host) failed, and `stop` once the workers have stopped and
-before the final checkpoint. Nothing here imports MPI; `hogwild/distributed.py` implements agents with it.
+before the final checkpoint. Nothing here imports MPI; `hogwild/multihost/` implements agents with it.
 
 Usage: `hogwild.train(model, loss_fn, batches, config, agent=MyAgent())`
 """

@@ -12,7 +12,7 @@ import sys
 from typing import Callable
 
 from hogwild.config import MODES, OPTIMIZERS
-from hogwild.multihost_config import DistConfig
+from hogwild.multihost.config import DistConfig
 from tasks.options import ALGORITHMS, FORMATS, PRESETS, TAGS, TASKS, RunOptions
 
 SUBCOMMANDS = ("tag", "translate", "plot")
@@ -100,7 +100,7 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
     g.add_argument("--seed", type=int, default=0, help="data split, batch order and initialisation")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    g = p.add_argument_group("multi-host (run under mpiexec; see hogwild/distributed.py)")
+    g = p.add_argument_group("multi-host (run under mpiexec; see docs/multihost.md)")
     g.add_argument("--distributed", choices=ALGORITHMS, default=None, metavar="ALGO",
                    help=f"exchange parameters between hosts with {', '.join(ALGORITHMS)}")
     g.add_argument("--servers", type=int, default=DistConfig.servers,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hogwild.config import MODES, OPTIMIZERS, Config
-from hogwild.multihost_config import DistConfig
+from hogwild.multihost.config import DistConfig
 
 TASKS = ("pos", "nmt")
 PRESETS = ("small", "paper")

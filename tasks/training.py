@@ -74,8 +74,8 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     torch.set_num_threads(options.threads_per_worker)
     rank_is_first, dist = True, None
     if options.distributed:
-        from hogwild.distributed import import_mpi
-        from hogwild.multihost_config import ranks_with
+        from hogwild.multihost import import_mpi
+        from hogwild.multihost.config import ranks_with
         dist = options.dist_config()
         world = import_mpi().COMM_WORLD
         rank_is_first = world.Get_rank() == ranks_with(dist.roles(world.Get_size()), "worker")[0]
@@ -109,7 +109,7 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     started[0] = time.time()
     hosts = 1
     if dist is not None:
-        from hogwild.distributed import train_distributed
+        from hogwild.multihost import train_distributed
         outcome = train_distributed(job.model, job.loss_fn, job.batches, config, dist, evaluate)
         if not rank_is_first:
             return {"rank": outcome.rank, "role": outcome.role}

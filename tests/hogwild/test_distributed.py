@@ -1,4 +1,4 @@
-"""Multi-host training under a real `mpiexec -n 2..4` on localhost (hogwild.distributed and its agents/servers).
+"""Multi-host training under a real `mpiexec -n 2..4` on localhost (hogwild.multihost and its agents/servers).
 
 Each test launches a tiny script from tests/hogwild/mpi_scripts/ and asserts on its output; the scripts themselves
 assert the closed forms on every rank (a failed assertion aborts the whole MPI job, so rc != 0).

@@ -1,13 +1,13 @@
-"""Serial tests of the multi-host arithmetic and configuration (no MPI needed): hogwild.multihost_math,
-hogwild.multihost_config, and the clear error of hogwild.distributed without mpi4py."""
+"""Serial tests of the multi-host arithmetic and configuration (no MPI needed): hogwild.multihost.math,
+hogwild.multihost.config, and the clear error of hogwild.multihost without mpi4py."""
 import sys
 
 import numpy as np
 import pytest
 import torch
 
-from hogwild.multihost_config import DistConfig, ranks_with
-from hogwild.multihost_math import (DownpourTracker, FlatParams, elastic_difference, pair_average_delta,
+from hogwild.multihost.config import DistConfig, ranks_with
+from hogwild.multihost.math import (DownpourTracker, FlatParams, elastic_difference, pair_average_delta,
                                     partition_bounds, ring_pairing)
 
 
@@ -94,21 +94,21 @@ def test_dist_config_roles_and_validation():
 
 
 def test_without_mpi4py_the_error_says_how_to_install(monkeypatch):
-    from hogwild import distributed
+    from hogwild import multihost
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py now raises ImportError
     with pytest.raises(RuntimeError, match=r"pip install '\.\[mpi\]'"):
-        distributed.import_mpi()
+        multihost.import_mpi()
 
 
 def test_single_host_modules_never_import_mpi4py():
     import subprocess
-    code = ("import sys, hogwild.distributed, hogwild.multihost_agents, hogwild.multihost_server; "
+    code = ("import sys, hogwild.multihost, hogwild.multihost.host, hogwild.multihost.agents, hogwild.multihost.server; "
             "assert 'mpi4py' not in sys.modules, 'mpi4py imported at module level'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
 
 
 def test_distributed_checkpoint_partitions_round_trip_and_refuse_another_layout(tmp_path):
-    from hogwild.multihost_checkpoint import DistributedCheckpoint
+    from hogwild.multihost.checkpoint import DistributedCheckpoint
     store = DistributedCheckpoint(str(tmp_path), "easgd", numel=10, servers=3)
     assert not store.has_partition(1)
     store.save_partition(1, np.arange(3, dtype=np.float32), updates=7)

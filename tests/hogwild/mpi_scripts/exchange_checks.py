@@ -10,11 +10,12 @@ import time
 import numpy as np
 import torch
 
-from hogwild.distributed import MPITransport, import_mpi, sync_model
-from hogwild.multihost_agents import make_agent
-from hogwild.multihost_config import DistConfig, ranks_with
-from hogwild.multihost_math import FlatParams, partition_bounds, ring_pairing
-from hogwild.multihost_server import ParameterServer, Tester
+from hogwild.multihost.host import sync_model
+from hogwild.multihost.transport import MPITransport, import_mpi
+from hogwild.multihost.agents import make_agent
+from hogwild.multihost.config import DistConfig, ranks_with
+from hogwild.multihost.math import FlatParams, partition_bounds, ring_pairing
+from hogwild.multihost.server import ParameterServer, Tester
 
 
 def values_of(rank: int) -> list[torch.Tensor]:

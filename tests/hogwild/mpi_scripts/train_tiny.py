@@ -1,4 +1,4 @@
-"""Train the tiny task with hogwild.distributed.train_distributed (under mpiexec) or single-host hogwild.train.
+"""Train the tiny task with hogwild.multihost.train_distributed (under mpiexec) or single-host hogwild.train.
 
 Usage: mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py easgd --epochs 4 --out OUT [--servers 1]
        python tests/hogwild/mpi_scripts/train_tiny.py single --epochs 4 --workers 2 --out OUT
@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import hogwild  # noqa: E402
-from hogwild.multihost_config import DistConfig  # noqa: E402
+from hogwild.multihost.config import DistConfig  # noqa: E402
 from tiny_task import full_loss, loss_fn, make_task  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def main() -> None:
         local = hogwild.train(model, loss, batches, config)
         result = {"rank": 0, "role": "single", "updates": local.updates, "exchanges": 0}
     else:
-        from hogwild.distributed import train_distributed
+        from hogwild.multihost import train_distributed
         dist = DistConfig(algorithm=args.algorithm, period=args.period, n_push=args.period, n_fetch=args.period,
                           servers=args.servers, alpha=args.alpha, tester=args.tester, tester_every_seconds=0.5,
                           heartbeat_seconds=0.2, timeout_seconds=args.timeout)

@@ -2,23 +2,23 @@
 the optional tester (periodically evaluates the latest central or averaged model).
 
 Usage: `ParameterServer(transport, dist, roles, center_part, save).run()`; `Tester(transport, dist, roles, flat,
-evaluate).run()` -> history (hogwild.distributed.train_distributed picks the role from the rank).
+evaluate).run()` -> history (hogwild.multihost.train_distributed picks the role from the rank).
 
 Like the agents, both are non-blocking event loops over `transport` that keep servicing heartbeats; no mpi4py here.
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Callable
 
 import numpy as np
 
-from hogwild.multihost_agents import (BYE, ELASTIC, FETCH, POLL_SECONDS, PUSH, TAG_REPLY, TAG_SERVER, TAG_STOP,
-                                      TAG_TESTER, TAG_TESTER_REPLY, message)
-from hogwild.multihost_config import DistConfig, ranks_with
-from hogwild.multihost_math import FlatParams, elastic_difference, partition_bounds
+from .config import DistConfig, ranks_with
+from .math import FlatParams, elastic_difference, partition_bounds
+from .protocol import BYE, ELASTIC, FETCH, POLL_SECONDS, PUSH, TAG_REPLY, TAG_SERVER, TAG_STOP, TAG_TESTER, \
+    TAG_TESTER_REPLY, message
+from .transport import say
 
 
 class ParameterServer:
@@ -137,5 +137,4 @@ class Tester:
     def record(self, metrics: dict) -> None:
         entry = {"seconds": round(time.monotonic() - self._start, 3), **{k: float(v) for k, v in metrics.items()}}
         self.history.append(entry)
-        sys.stdout.write(f"hogwild.distributed tester: {entry}\n")
-        sys.stdout.flush()
+        say(f"hogwild.distributed tester: {entry}")

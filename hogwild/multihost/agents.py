@@ -2,11 +2,11 @@
 hosts (allreduce, AD-PSGD ring, EASGD/EAMSGD elastic averaging, DOWNPOUR push/fetch) while the workers keep training.
 
 Usage: `agent = make_agent(transport, FlatParams(params), dist, roles, steps=lambda: counter); agent.start(); ...;
-agent.finish()` (hogwild.distributed.train_distributed does this around the local engine).
+agent.finish()` (hogwild.multihost.train_distributed does this around the local engine).
 
 The agent never blocks: every exchange is a set of non-blocking requests polled in one event loop that also services
 heartbeats (`transport.service()`), so a dead or hung peer is noticed while waiting. All MPI goes through `transport`
-(hogwild.distributed.MPITransport); this module never imports mpi4py.
+(.transport.MPITransport); this module never imports mpi4py.
 """
 from __future__ import annotations
 
@@ -17,21 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from hogwild.multihost_config import DistConfig, ranks_with
-from hogwild.multihost_math import (DownpourTracker, FlatParams, elastic_difference, pair_average_delta,
-                                    partition_bounds, ring_pairing)
-
-# message tags and kinds (the kind travels in element 0 of a float32 message)
-TAG_SERVER, TAG_REPLY, TAG_MIX, TAG_MIX_REPLY, TAG_TESTER, TAG_TESTER_REPLY, TAG_STOP = range(10, 17)
-PUSH, FETCH, ELASTIC, BYE, MIX = 1.0, 2.0, 3.0, 4.0, 5.0
-POLL_SECONDS = 0.002
-
-
-def message(kind: float, payload: np.ndarray | None = None) -> np.ndarray:
-    """A float32 message [kind, payload...].  # (1 + n,)"""
-    head = np.array([kind], dtype=np.float32)
-    return head if payload is None else np.concatenate([head, payload.astype(np.float32)])
-
+from .config import DistConfig, ranks_with
+from .math import DownpourTracker, FlatParams, elastic_difference, pair_average_delta, partition_bounds, ring_pairing
+from .protocol import BYE, ELASTIC, FETCH, MIX, POLL_SECONDS, PUSH, TAG_MIX, TAG_MIX_REPLY, TAG_REPLY, TAG_SERVER, \
+    TAG_STOP, TAG_TESTER, TAG_TESTER_REPLY, message
 
 class _Exchange:
     """One exchange in flight: its requests, what to do when they complete, and a name for error messages.

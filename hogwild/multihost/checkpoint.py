@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hogwild.checkpoint import save_checkpoint
-from hogwild.multihost_math import partition_bounds
+from ..checkpoint import save_checkpoint
+from .math import partition_bounds
 
 
 class DistributedCheckpoint:

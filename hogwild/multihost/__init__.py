@@ -1,0 +1,18 @@
+"""Multi-host training over MPI: one rank per host, each with local Hogwild workers; hosts synchronise by DOWNPOUR
+(parameter servers), EASGD/EAMSGD, AD-PSGD (ring) or periodic allreduce.
+
+Usage (under `mpiexec -n H python script.py`):
+    from hogwild.multihost import DistConfig, train_distributed
+    result = train_distributed(model, loss_fn, batches, hogwild.Config(workers=2, max_steps=200),
+                               DistConfig(algorithm="easgd", period=4))
+
+Modules: config (DistConfig, roles), math (flat parameters, the algorithms' arithmetic), protocol (message tags and
+kinds), transport (the only importer of mpi4py, lazily), agents (the training hosts' exchange thread), server
+(parameter servers and the tester), checkpoint (distributed run directories), host (the entry point). Importing this
+package never imports mpi4py: single-host use never needs MPI.
+"""
+from .config import ALGORITHMS, DistConfig
+from .host import DistributedResult, train_distributed
+from .transport import MPI_HINT, import_mpi
+
+__all__ = ["ALGORITHMS", "DistConfig", "DistributedResult", "MPI_HINT", "import_mpi", "train_distributed"]
