@@ -4,7 +4,7 @@ Usage: `python run.py` (built-in synthetic task, 2 CPU workers); `python run.py 
 """
 import sys
 
-from tasks.cli import main
+from hogwild.tasks.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,10 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from data.cache import ArrayCache  # noqa: E402
-from data.nmt_task import NmtDataConfig, load_nmt_task  # noqa: E402
-from data.pos_task import PosDataConfig, load_pos_task  # noqa: E402
-from data.text import default_processes  # noqa: E402
+from hogwild.data.cache import ArrayCache  # noqa: E402
+from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset  # noqa: E402
+from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset  # noqa: E402
+from hogwild.data.text import default_processes  # noqa: E402
 
 
 def corpora_dir() -> Path:
@@ -61,10 +61,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-cache-") as root:
         cache = ArrayCache(root)
         start = time.perf_counter()
-        task = load_nmt_task(config, cache)
+        task = load_nmt_dataset(config, cache)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        cached = load_nmt_task(config, cache)
+        cached = load_nmt_dataset(config, cache)
         second = time.perf_counter() - start
         assert cached.info["cached"] and not task.info["cached"]
         print(f"europarl fr-en train: {task.info['train']} -> {task.info['train_pairs']} pairs, "
@@ -79,7 +79,7 @@ def main() -> int:
     brown = corpora_dir() / "brown"
     if brown.exists():
         with tempfile.TemporaryDirectory(prefix="hogwild-bench-cache-") as root:
-            pos = load_pos_task(PosDataConfig(train=str(brown)), ArrayCache(root))
+            pos = load_pos_dataset(PosDataConfig(train=str(brown)), ArrayCache(root))
             rate, batches, seconds = batcher_speed(pos.train, args.batches, lambda b: int(b["lengths"].sum()))
             print(f"POS batcher (Brown, B=1):     {rate:12,.0f} tokens/s ({batches} batches in {seconds:.2f} s, "
                   f"{batches / seconds:,.0f} sentences/s)")

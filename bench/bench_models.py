@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
+from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
 
 AFFIX = 10
 POS_VOCAB = dict(n_words=10_000, n_chars=100, n_tags=470)  # about Brown's sizes (8,296 words, 86 chars, 469 tags)

@@ -1,6 +1,6 @@
 """hogwild's data pipeline: corpus files -> tokens -> vocabularies -> tensorized, cached corpora -> batch dicts.
 
-Usage: ``from data.pos_task import synthetic_pos_task; task = synthetic_pos_task(); batch = next(task.train.epoch(0))``
+Usage: ``from data.pos_dataset import synthetic_pos_dataset; task = synthetic_pos_dataset(); batch = next(task.train.epoch(0))``
 
 Modules (data flows down this list; none imports one below it):
 - ``errors``     CorpusError: bad input, named by file and line.
@@ -14,10 +14,10 @@ Modules (data flows down this list; none imports one below it):
 - ``batching``   TaggedData/ParallelData arrays, PosBatcher/NmtBatcher -> CONTRACTS.md batch dicts.
 - ``cache``      ArrayCache: tensorized corpora on disk under $HOGWILD_CACHE.
 - ``synthetic``  seeded synthetic tagging and translation corpora.
-- ``pos_task``   PosDataConfig, load_pos_task, synthetic_pos_task -> PosTask.
-- ``nmt_task``   NmtDataConfig, load_nmt_task, synthetic_nmt_task -> NmtTask.
-- ``prepare``    ``python -m data.prepare europarl|ud ...``: download with checksums, or take local files.
+- ``pos_dataset``   PosDataConfig, load_pos_dataset, synthetic_pos_dataset -> PosDataset.
+- ``nmt_dataset``   NmtDataConfig, load_nmt_dataset, synthetic_nmt_dataset -> NmtDataset.
+- ``prepare``    ``python -m hogwild.data.prepare europarl|ud ...``: download with checksums, or take local files.
 """
-from data.errors import CorpusError
+from .errors import CorpusError
 
 __all__ = ["CorpusError"]

@@ -19,8 +19,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from data.features import AFFIX_LENGTH, affix_arrays
-from data.vocab import BOS, EOS, IGNORE_INDEX, PAD, Vocabulary
+from .features import AFFIX_LENGTH, affix_arrays
+from .vocab import BOS, EOS, IGNORE_INDEX, PAD, Vocabulary
 
 
 def _offsets(lengths: Sequence[int]) -> np.ndarray:

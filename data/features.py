@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from data.vocab import PAD, UNK, Vocabulary
+from .vocab import PAD, UNK, Vocabulary
 
 AFFIX_LENGTH = 10
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from data.errors import CorpusError
-from data.textio import find_compressed, read_lines
+from .errors import CorpusError
+from .textio import find_compressed, read_lines
 
 # tokenize(lines, lang) -> token lists; e.g. functools.partial(data.text.tokenize_lines, processes=2)
 Tokenize = Callable[[Sequence[str], str], list[list[str]]]
@@ -33,7 +33,7 @@ class ParallelCorpus:
     total: int = 0                                   # pairs in the files (before filtering)
     dropped_empty: int = 0                           # pairs with an empty side
     dropped_long: int = 0                            # pairs with a side longer than max_len tokens
-    held_out: int = 0                                # kept pairs moved to a dev set (data.nmt_task)
+    held_out: int = 0                                # kept pairs moved to a dev set (data.nmt_dataset)
 
     def __len__(self) -> int:
         return len(self.src)

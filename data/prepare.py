@@ -1,8 +1,8 @@
 """Get corpora into a folder the tasks read: download from official URLs with sha256 checks, or take local files.
 
 Usage:
-    python -m data.prepare europarl --src fr --tgt en --out corpora/europarl-fr-en [--source PATH|URL] [--sha256 HEX]
-    python -m data.prepare ud --treebank UD_German-GSD --out corpora/ud-german-gsd [--source DIR|URL] [--code de_gsd]
+    python -m hogwild.data.prepare europarl --src fr --tgt en --out corpora/europarl-fr-en [--source PATH|URL] [--sha256 HEX]
+    python -m hogwild.data.prepare ud --treebank UD_German-GSD --out corpora/ud-german-gsd [--source DIR|URL] [--code de_gsd]
 
 Without ``--source`` the official location is used (statmt.org Europarl v7; the UD GitHub repositories); offline, pass
 ``--source`` a local folder (e.g. ../shared/corpora/europarl-fr-en) or a ``file://`` URL. Europarl archives are
@@ -25,10 +25,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from data.errors import CorpusError
-from data.parallel import read_parallel_lines
-from data.readers import read_tagged
-from data.textio import strip_compression
+from .errors import CorpusError
+from .parallel import read_parallel_lines
+from .readers import read_tagged
+from .textio import strip_compression
 
 EUROPARL_URL = "https://www.statmt.org/europarl/v7/{pair}.tgz"
 UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/{treebank}/master/{code}-ud-{split}.conllu"
@@ -194,7 +194,7 @@ def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data.prepare", description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m hogwild.data.prepare", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     commands = parser.add_subparsers(dest="corpus", required=True)
     europarl = commands.add_parser("europarl", help="Europarl v7 parallel text",

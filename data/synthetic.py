@@ -1,7 +1,7 @@
 """Seeded synthetic corpora for the built-in default run and fast tests; they feed the same batching as real corpora.
 
 Usage: ``sentences = synthetic_tagged(2000, seed=0)``; ``pairs = synthetic_parallel(5000, seed=0)``
-(ready-made tasks: ``data.pos_task.synthetic_pos_task()`` and ``data.nmt_task.synthetic_nmt_task()``).
+(ready-made tasks: ``data.pos_dataset.synthetic_pos_dataset()`` and ``data.nmt_dataset.synthetic_nmt_dataset()``).
 
 Tagging: a small grammar over invented words. Open-class words are a random stem plus a suffix that decides the tag
 (``-or/-um`` NOUN, ``-at/-iz`` VERB, ``-ic/-al`` ADJ, ``-ly`` ADV); stems are drawn from a large pool so most words
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 
-from data.readers import TaggedSentence
+from .readers import TaggedSentence
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"

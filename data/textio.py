@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import IO, Iterator
 
-from data.errors import CorpusError
+from .errors import CorpusError
 
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
 _OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}

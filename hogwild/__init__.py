@@ -1,7 +1,15 @@
 """hogwild: lock-free Hogwild! training of PyTorch models on several CPU cores or GPUs.
 
 Usage: `result = hogwild.train(model, loss_fn, batches, hogwild.Config(workers=2, lr=0.1, epochs=2))`
+
+The models, the data pipeline and the task jobs are `hogwild.models`, `hogwild.data` and `hogwild.tasks`.
 """
+from pathlib import Path as _Path
+
+from ._checkout import install_if_checkout as _install_if_checkout
+
+_install_if_checkout(_Path(__file__).resolve().parent)
+
 from .agent import CommunicationAgent, SharedTrainingState
 from .checkpoint import CheckpointMismatch
 from .config import Config

@@ -3,15 +3,15 @@ and evaluation functions. Nothing here knows about parallelism (no torch.multipr
 batches are the dicts of CONTRACTS.md, and evaluation takes id -> text callables as arguments.
 
 Usage:
-    from models import POSTagger, pos_preset, pos_loss, evaluate_pos
-    from models import AttentionNMT, nmt_preset, nmt_loss, beam_search, evaluate_nmt
+    from hogwild.models import POSTagger, pos_preset, pos_loss, evaluate_pos
+    from hogwild.models import AttentionNMT, nmt_preset, nmt_loss, beam_search, evaluate_nmt
 """
-from models.attention import AdditiveAttention
-from models.nmt import AttentionNMT, EncoderOutput, NMTConfig, nmt_loss, nmt_preset
-from models.nmt_eval import BleuResult, corpus_bleu, evaluate_nmt, heldout_loss, translate
-from models.pos_eval import AccuracyCounts, evaluate_pos, predict_tags, tag_sentences
-from models.pos_tagger import POSConfig, POSTagger, pos_loss, pos_preset
-from models.search import beam_search, greedy_search
+from .attention import AdditiveAttention
+from .nmt import AttentionNMT, EncoderOutput, NMTConfig, nmt_loss, nmt_preset
+from .nmt_eval import BleuResult, corpus_bleu, evaluate_nmt, heldout_loss, translate
+from .pos_eval import AccuracyCounts, evaluate_pos, predict_tags, tag_sentences
+from .pos_tagger import POSConfig, POSTagger, pos_loss, pos_preset
+from .search import beam_search, greedy_search
 
 __all__ = [
     "AdditiveAttention", "AttentionNMT", "EncoderOutput", "NMTConfig", "nmt_loss", "nmt_preset",

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from models.attention import AdditiveAttention
+from .attention import AdditiveAttention
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 

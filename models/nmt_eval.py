@@ -17,8 +17,8 @@ import sacrebleu
 import torch
 from torch import Tensor
 
-from models.nmt import AttentionNMT
-from models.search import beam_search, greedy_search
+from .nmt import AttentionNMT
+from .search import beam_search, greedy_search
 
 
 @dataclass

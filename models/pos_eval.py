@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from models.pos_tagger import IGNORE_TAG, UNK, POSTagger
+from .pos_tagger import IGNORE_TAG, UNK, POSTagger
 
 
 @dataclass

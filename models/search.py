@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from models.nmt import BOS, EOS, PAD, AttentionNMT
+from .nmt import BOS, EOS, PAD, AttentionNMT
 
 
 def _max_steps(src_mask: Tensor, max_len_a: float, max_len_b: int) -> Tensor:

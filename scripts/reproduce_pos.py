@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tasks.options import RunOptions  # noqa: E402
-from tasks.plotting import plot_curves  # noqa: E402
-from tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402
+from hogwild.tasks.options import RunOptions  # noqa: E402
+from hogwild.tasks.plotting import plot_curves  # noqa: E402
+from hogwild.tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402
                              write_table)  # noqa: E402
 
 

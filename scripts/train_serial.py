@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from hogwild.schedules import make_schedule  # noqa: E402
-from models import (AttentionNMT, POSTagger, evaluate_nmt, evaluate_pos, heldout_loss, nmt_loss,  # noqa: E402
+from hogwild.models import (AttentionNMT, POSTagger, evaluate_nmt, evaluate_pos, heldout_loss, nmt_loss,  # noqa: E402
                     nmt_preset, pos_loss, pos_preset)
 
 
@@ -95,10 +95,10 @@ class Job:
 
 
 def pos_job(args: argparse.Namespace) -> Job:
-    from data.pos_task import PosDataConfig, load_pos_task, synthetic_pos_task
+    from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset, synthetic_pos_dataset
 
-    task = (synthetic_pos_task(batch_size=args.batch_size, seed=args.seed) if args.synthetic else
-            load_pos_task(PosDataConfig(train=str(args.corpora / "brown"), batch_size=args.batch_size, seed=args.seed)))
+    task = (synthetic_pos_dataset(batch_size=args.batch_size, seed=args.seed) if args.synthetic else
+            load_pos_dataset(PosDataConfig(train=str(args.corpora / "brown"), batch_size=args.batch_size, seed=args.seed)))
     config = pos_preset(args.preset, n_words=len(task.words), n_chars=len(task.chars), n_tags=len(task.tags),
                         dropout=args.dropout)
     dev = lambda model: evaluate_pos(model, task.dev.epoch(0))  # noqa: E731
@@ -107,17 +107,17 @@ def pos_job(args: argparse.Namespace) -> Job:
 
 
 def nmt_job(args: argparse.Namespace) -> Job:
-    from data.batching import NmtBatcher, ParallelData
-    from data.nmt_task import NmtDataConfig, load_nmt_task, synthetic_nmt_task
-    from data.parallel import read_parallel
-    from data.text import tokenize_lines
+    from hogwild.data.batching import NmtBatcher, ParallelData
+    from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset, synthetic_nmt_dataset
+    from hogwild.data.parallel import read_parallel
+    from hogwild.data.text import tokenize_lines
 
     if args.synthetic:  # no test set: the synthetic dev set plays its part
-        task = synthetic_nmt_task(batch_size=args.batch_size, seed=args.seed)
+        task = synthetic_nmt_dataset(batch_size=args.batch_size, seed=args.seed)
         test_batches, test_references, test_counts = task.dev, task.dev_references, {"kept": len(task.dev_references)}
     else:
         corpus = args.corpora / "europarl-fr-en"
-        task = load_nmt_task(NmtDataConfig(train=str(corpus / "train"), dev=str(corpus / "dev"), src_lang="fr",
+        task = load_nmt_dataset(NmtDataConfig(train=str(corpus / "train"), dev=str(corpus / "dev"), src_lang="fr",
                                            tgt_lang="en", max_len=args.max_len, vocab_size=args.vocab,
                                            batch_size=args.batch_size, seed=args.seed))
         # The test set: every non-empty pair, whatever its length, encoded with the training vocabularies.

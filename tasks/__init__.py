@@ -3,7 +3,7 @@ directories and summary.json, inference from a run directory, and plots.
 
 Usage: `from tasks import RunOptions, run_training; summary = run_training(RunOptions(task="pos", time_limit=60))`
 """
-from tasks.options import RunOptions
-from tasks.training import run_training
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.training import run_training
 
 __all__ = ["RunOptions", "run_training"]

@@ -13,7 +13,7 @@ from typing import Callable
 
 from hogwild.config import MODES, OPTIMIZERS
 from hogwild.multihost.config import DistConfig
-from tasks.options import ALGORITHMS, FORMATS, PRESETS, TAGS, TASKS, RunOptions
+from hogwild.tasks.options import ALGORITHMS, FORMATS, PRESETS, TAGS, TASKS, RunOptions
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):
@@ -152,7 +152,7 @@ def plot_parser() -> argparse.ArgumentParser:
 
 
 def _tag(args: argparse.Namespace) -> int:
-    from tasks.inference import load_tagger, read_input, tag_lines, write_output
+    from hogwild.tasks.inference import load_tagger, read_input, tag_lines, write_output
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     lines = read_input(args.files, args.encoding)
     write_output(tag_lines(tagger, lines, args.format, args.batch_size), args.output, conll=args.format == "conll")
@@ -160,7 +160,7 @@ def _tag(args: argparse.Namespace) -> int:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    from tasks.inference import load_translator, read_input, write_output
+    from hogwild.tasks.inference import load_translator, read_input, write_output
     translator = load_translator(args.checkpoint)
     lines = read_input(args.files, args.encoding)
     write_output(translator.translate(lines, args.beam, args.batch_size), args.output)
@@ -168,13 +168,13 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from tasks.plotting import plot_runs
+    from hogwild.tasks.plotting import plot_runs
     print(plot_runs(args.runs, args.out, args.labels, args.title))
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
-    from tasks.training import run_training
+    from hogwild.tasks.training import run_training
     summary = run_training(RunOptions(**vars(args)), argv=_argv)
     return 130 if str(summary.get("stop_reason", "")).startswith("signal") else 0
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from tasks.rundir import RunDirError, load_trained
+from hogwild.tasks.rundir import RunDirError, load_trained
 
 
 class InputError(ValueError):
@@ -53,7 +53,7 @@ def _expect(spec: dict, task: str, run_dir: Path, command: str) -> None:
 
 def load_tagger(run_dir: str | Path):
     """The trained POS tagger of a run directory (tasks.pos.PosTagging)."""
-    from tasks.pos import PosTagging
+    from hogwild.tasks.pos import PosTagging
 
     run_dir = Path(run_dir)
     spec, state, _ = load_trained(run_dir)
@@ -63,7 +63,7 @@ def load_tagger(run_dir: str | Path):
 
 def load_translator(run_dir: str | Path):
     """The trained translator of a run directory (tasks.nmt.Translator)."""
-    from tasks.nmt import Translator
+    from hogwild.tasks.nmt import Translator
 
     run_dir = Path(run_dir)
     spec, state, _ = load_trained(run_dir)

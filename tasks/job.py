@@ -40,9 +40,9 @@ class TaskJob:
 def build_job(options) -> TaskJob:
     """The job for `options.task` (options must be `RunOptions.resolved()`)."""
     if options.task == "pos":
-        from tasks.pos import pos_job
+        from hogwild.tasks.pos import pos_job
         return pos_job(options)
-    from tasks.nmt import nmt_job
+    from hogwild.tasks.nmt import nmt_job
     return nmt_job(options)
 
 

@@ -16,24 +16,24 @@ from typing import Any
 
 import torch
 
-from data.batching import NmtBatcher, ParallelData
-from data.nmt_task import NmtDataConfig, NmtTask, TextDecoder, load_nmt_task, synthetic_nmt_task
-from data.parallel import read_parallel
-from data.text import MosesText, tokenize_lines
-from data.vocab import Vocabulary
-from models import AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset, translate
-from tasks.job import TaskJob, limit_batches
+from hogwild.data.batching import NmtBatcher, ParallelData
+from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, TextDecoder, load_nmt_dataset, synthetic_nmt_dataset
+from hogwild.data.parallel import read_parallel
+from hogwild.data.text import MosesText, tokenize_lines
+from hogwild.data.vocab import Vocabulary
+from hogwild.models import AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset, translate
+from hogwild.tasks.job import TaskJob, limit_batches
 
 TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
 
 
-def load_data(options) -> NmtTask:
+def load_data(options) -> NmtDataset:
     if options.synthetic:
-        return synthetic_nmt_task(num_train=options.synthetic_size or 5000, seed=options.seed,
+        return synthetic_nmt_dataset(num_train=options.synthetic_size or 5000, seed=options.seed,
                                   batch_size=options.batch_size)
     if len(options.train) > 1:
         raise ValueError("--train: --task nmt takes one corpus prefix (e.g. europarl-fr-en/train)")
-    return load_nmt_task(NmtDataConfig(train=options.train[0], dev=options.dev, src_lang=options.src_lang,
+    return load_nmt_dataset(NmtDataConfig(train=options.train[0], dev=options.dev, src_lang=options.src_lang,
                                        tgt_lang=options.tgt_lang, max_len=options.max_len,
                                        vocab_size=options.vocab_size, train_limit=options.train_limit,
                                        batch_size=options.batch_size, seed=options.seed, encoding=options.encoding))

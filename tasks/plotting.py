@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tasks.rundir import Curves, read_curves
+from hogwild.tasks.rundir import Curves, read_curves
 
 _METRIC_NAMES = {"accuracy": "held-out accuracy", "bleu": "held-out BLEU"}
 

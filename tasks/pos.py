@@ -12,13 +12,13 @@ from typing import Any
 
 import torch
 
-from data.batching import PosBatcher, TaggedData
-from data.pos_task import (PosDataConfig, PosTask, build_pos_task, encode_sentences, load_pos_task,
-                           split_sentences, synthetic_pos_task)
-from data.readers import read_tagged
-from data.vocab import Vocabulary
-from models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
-from tasks.job import TaskJob, limit_batches
+from hogwild.data.batching import PosBatcher, TaggedData
+from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, encode_sentences, load_pos_dataset,
+                           split_sentences, synthetic_pos_dataset)
+from hogwild.data.readers import read_tagged
+from hogwild.data.vocab import Vocabulary
+from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
+from hogwild.tasks.job import TaskJob, limit_batches
 
 
 def _read(path: str, options) -> list:
@@ -26,22 +26,22 @@ def _read(path: str, options) -> list:
                        tag_column=options.tag_column, encoding=options.encoding)
 
 
-def load_data(options) -> PosTask:
+def load_data(options) -> PosDataset:
     """The synthetic task, the cached single-corpus task, or (several --train paths, explicit columns) a task
     built from the concatenated corpora."""
     if options.synthetic:
-        return synthetic_pos_task(num_train=options.synthetic_size or 2000, seed=options.seed,
+        return synthetic_pos_dataset(num_train=options.synthetic_size or 2000, seed=options.seed,
                                   batch_size=options.batch_size)
     config = PosDataConfig(train=options.train[0], dev=options.dev, format=options.format, tag=options.tag,
                            encoding=options.encoding, batch_size=options.batch_size, seed=options.seed)
     if len(options.train) == 1 and options.word_column is None and options.tag_column is None:
-        return load_pos_task(config)
+        return load_pos_dataset(config)
     sentences = [s for path in options.train for s in _read(path, options)]
     if options.dev:
         train, dev = sentences, _read(options.dev, options)
     else:
         train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
-    return build_pos_task(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
+    return build_pos_dataset(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
 
 
 def pos_job(options) -> TaskJob:

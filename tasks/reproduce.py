@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from tasks.options import RunOptions
-from tasks.rundir import Curves, read_curves
-from tasks.summary import read_summary
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.rundir import Curves, read_curves
+from hogwild.tasks.summary import read_summary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,7 @@ def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path
                reuse: bool = False, say=print) -> list[RunResult]:
     """Train each (label, directory name, options) in turn under runs_dir; with `reuse`, a run directory that
     already has a summary.json is read instead of trained again. argv (script_argv) goes to each command.txt."""
-    from tasks.training import run_training
+    from hogwild.tasks.training import run_training
 
     results = []
     for number, (label, name, options) in enumerate(runs, 1):

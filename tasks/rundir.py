@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from tasks.job import MODEL_FILE
+from hogwild.tasks.job import MODEL_FILE
 
 
 class RunDirError(ValueError):

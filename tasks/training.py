@@ -20,11 +20,11 @@ import torch
 from tqdm.auto import tqdm
 
 import hogwild
-from tasks.devices import worker_devices
-from tasks.job import TaskJob, build_job
-from tasks.options import RunOptions
-from tasks.rundir import merge_config, write_command
-from tasks.summary import make_summary, read_summary, write_summary
+from hogwild.tasks.devices import worker_devices
+from hogwild.tasks.job import TaskJob, build_job
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.rundir import merge_config, write_command
+from hogwild.tasks.summary import make_summary, read_summary, write_summary
 
 
 def _say(message: str) -> None:

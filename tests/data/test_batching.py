@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from data.batching import NmtBatcher, ParallelData, PosBatcher, TaggedData
-from data.synthetic import synthetic_parallel
-from data.vocab import TAG_SPECIALS, Vocabulary
+from hogwild.data.batching import NmtBatcher, ParallelData, PosBatcher, TaggedData
+from hogwild.data.synthetic import synthetic_parallel
+from hogwild.data.vocab import TAG_SPECIALS, Vocabulary
 
 SENTENCES = [[("the", "D"), ("dog", "N")], [("a", "D"), ("cat", "N"), ("runs", "V")], [("dogs", "N")]]
 

@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from data.cache import ArrayCache, cache_root
+from hogwild.data.cache import ArrayCache, cache_root
 
 
 def test_store_load_round_trip(tmp_path):

@@ -1,7 +1,7 @@
 """CorpusError: the message starts with file and line so that a command line can print it alone."""
 import pathlib
 
-from data import CorpusError
+from hogwild.data import CorpusError
 
 
 def test_message_forms():

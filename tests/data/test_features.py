@@ -1,6 +1,6 @@
 """Prefix/suffix character ids: length 10, prefix right-padded, suffix left-padded (CONTRACTS.md)."""
-from data.features import affix_arrays, affix_ids
-from data.vocab import UNK, Vocabulary
+from hogwild.data.features import affix_arrays, affix_ids
+from hogwild.data.vocab import UNK, Vocabulary
 
 CHARS = Vocabulary(list("abcdefghijklmnopqrstuvwxyz"))  # a=4 ... z=29
 

@@ -4,8 +4,8 @@ import pathlib
 
 import pytest
 
-from data.errors import CorpusError
-from data.parallel import read_parallel, read_parallel_lines
+from hogwild.data.errors import CorpusError
+from hogwild.data.parallel import read_parallel, read_parallel_lines
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
 

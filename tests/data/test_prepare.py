@@ -9,8 +9,8 @@ import tarfile
 
 import pytest
 
-from data.errors import CorpusError
-from data.prepare import DownloadError, download, main, prepare_europarl, prepare_ud
+from hogwild.data.errors import CorpusError
+from hogwild.data.prepare import DownloadError, download, main, prepare_europarl, prepare_ud
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ def test_main_returns_nonzero_with_one_line_message(tmp_path, capsys):
 
 def test_command_line_as_documented(tmp_path):
     make_archive(tmp_path / "fr-en.tgz", [f"p {i}" for i in range(6)], [f"s {i}" for i in range(6)])
-    command = [sys.executable, "-m", "data.prepare", "europarl", "--src", "fr", "--tgt", "en", "--out",
+    command = [sys.executable, "-m", "hogwild.data.prepare", "europarl", "--src", "fr", "--tgt", "en", "--out",
                str(tmp_path / "out"), "--source", (tmp_path / "fr-en.tgz").as_uri(), "--held-out", "1"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from data.errors import CorpusError
-from data.readers import corpus_files, detect_format, read_tagged
+from hogwild.data.errors import CorpusError
+from hogwild.data.readers import corpus_files, detect_format, read_tagged
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
 

@@ -3,8 +3,8 @@ import pickle
 
 import pytest
 
-from data.subwords import SubwordModel
-from data.synthetic import synthetic_parallel
+from hogwild.data.subwords import SubwordModel
+from hogwild.data.synthetic import synthetic_parallel
 
 LINES = [" ".join(src) for src, _ in synthetic_parallel(400, seed=0)] + ["Ça coûte 3,5 € aujourd'hui."]
 

@@ -1,7 +1,7 @@
 """Synthetic corpora: seeded, well-formed, and shaped so that character features and reordering matter."""
 from collections import Counter
 
-from data.synthetic import synthetic_lexicon, synthetic_parallel, synthetic_tagged
+from hogwild.data.synthetic import synthetic_lexicon, synthetic_parallel, synthetic_tagged
 
 SUFFIX_TAG = {"or": "NOUN", "um": "NOUN", "at": "VERB", "iz": "VERB", "ic": "ADJ", "al": "ADJ", "ly": "ADV"}
 

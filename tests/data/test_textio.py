@@ -5,8 +5,8 @@ import lzma
 
 import pytest
 
-from data.errors import CorpusError
-from data.textio import find_compressed, numbered_lines, read_lines, strip_compression
+from hogwild.data.errors import CorpusError
+from hogwild.data.textio import find_compressed, numbered_lines, read_lines, strip_compression
 
 TEXT = "première ligne\r\nzweite Zeile\n\nlast"
 

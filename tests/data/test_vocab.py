@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from data.vocab import BOS, EOS, PAD, SPECIALS, TAG_SPECIALS, UNK, Vocabulary
+from hogwild.data.vocab import BOS, EOS, PAD, SPECIALS, TAG_SPECIALS, UNK, Vocabulary
 
 SENTENCES = [["le", "chat", "dort"], ["le", "chien", "dort"], ["le", "chat", "mange"]]
 

@@ -4,9 +4,9 @@ search and scoring fit together."""
 import pytest
 import torch
 
-from data.nmt_task import synthetic_nmt_task
-from data.pos_task import synthetic_pos_task
-from models import (AttentionNMT, NMTConfig, POSConfig, POSTagger, evaluate_nmt, evaluate_pos, nmt_loss, pos_loss,
+from hogwild.data.nmt_dataset import synthetic_nmt_dataset
+from hogwild.data.pos_dataset import synthetic_pos_dataset
+from hogwild.models import (AttentionNMT, NMTConfig, POSConfig, POSTagger, evaluate_nmt, evaluate_pos, nmt_loss, pos_loss,
                     tag_sentences)
 
 
@@ -22,7 +22,7 @@ def fit(model, loss_fn, batcher, epochs, lr=0.01):
 
 @pytest.mark.slow
 def test_pos_tagger_learns_suffix_driven_tags_of_unknown_words():
-    task = synthetic_pos_task(num_train=1000, num_dev=200, batch_size=16)
+    task = synthetic_pos_dataset(num_train=1000, num_dev=200, batch_size=16)
     assert task.info["dev_unk_word_rate"] > 0.5  # most open-class words are unk: only char features can tag them
     torch.manual_seed(0)
     model = POSTagger(POSConfig(n_words=len(task.words), n_chars=len(task.chars), n_tags=len(task.tags),
@@ -34,7 +34,7 @@ def test_pos_tagger_learns_suffix_driven_tags_of_unknown_words():
     assert after["accuracy"] >= 0.97 and after["unk_accuracy"] >= 0.95
 
     def encode(sentences):
-        from data.batching import PosBatcher, TaggedData
+        from hogwild.data.batching import PosBatcher, TaggedData
         tagged = [[(w, task.tags.itos[4]) for w in s] for s in sentences]
         data = TaggedData.tensorize(tagged, task.words, task.chars, task.tags, 10)
         return PosBatcher(data, batch_size=len(sentences), shuffle=False).batch(list(range(len(sentences))))
@@ -44,7 +44,7 @@ def test_pos_tagger_learns_suffix_driven_tags_of_unknown_words():
 
 @pytest.mark.slow
 def test_nmt_learns_the_synthetic_translation_task():
-    task = synthetic_nmt_task(num_train=2000, num_dev=100, batch_size=32)
+    task = synthetic_nmt_dataset(num_train=2000, num_dev=100, batch_size=32)
     torch.manual_seed(0)
     model = AttentionNMT(NMTConfig(src_words=len(task.src_vocab), tgt_words=len(task.tgt_vocab), embedding=32,
                                    hidden=64, attention=64, readout=32))

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from models.attention import AdditiveAttention
-from models.nmt import AttentionNMT, NMTConfig, nmt_loss, nmt_preset
+from hogwild.models.attention import AdditiveAttention
+from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss, nmt_preset
 
 
 def tiny_nmt(seed=0, **overrides):

@@ -3,9 +3,9 @@ import pytest
 import sacrebleu
 import torch
 
-from models.nmt import AttentionNMT, NMTConfig, nmt_loss
-from models.nmt_eval import corpus_bleu, evaluate_nmt, heldout_loss, translate
-from models.search import beam_search
+from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
+from hogwild.models.nmt_eval import corpus_bleu, evaluate_nmt, heldout_loss, translate
+from hogwild.models.search import beam_search
 
 HYPOTHESES = ["The cat sat on the mat.", "It is raining today in Paris", "Hello world!"]
 REFERENCES = ["The cat is sitting on the mat.", "Today it is raining in Paris.", "Hello, world!"]

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from models.pos_eval import AccuracyCounts, evaluate_pos, predict_tags, tag_sentences
-from models.pos_tagger import POSConfig, POSTagger, pos_loss
+from hogwild.models.pos_eval import AccuracyCounts, evaluate_pos, predict_tags, tag_sentences
+from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
 
 
 def test_accuracy_counts_hand_made_example():

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from models.pos_tagger import POSConfig, POSTagger, pos_loss, pos_preset
+from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss, pos_preset
 
 
 def tiny_tagger(seed=0, **overrides):

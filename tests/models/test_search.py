@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from models.nmt import EOS, AttentionNMT, EncoderOutput, NMTConfig, nmt_loss
-from models.search import beam_search, greedy_search
+from hogwild.models.nmt import EOS, AttentionNMT, EncoderOutput, NMTConfig, nmt_loss
+from hogwild.models.search import beam_search, greedy_search
 
 
 def train_tiny(batch, steps=200):

@@ -7,7 +7,7 @@ import pathlib
 import subprocess
 import sys
 
-from data.synthetic import synthetic_parallel, synthetic_tagged
+from hogwild.data.synthetic import synthetic_parallel, synthetic_tagged
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from tasks.cli import main, tag_parser, train_parser, translate_parser
+from hogwild.tasks.cli import main, tag_parser, train_parser, translate_parser
 
 from tests.tasks.helpers import run_py
 

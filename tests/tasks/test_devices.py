@@ -1,8 +1,8 @@
 """tasks.devices: one device per worker, and the --gpus error when fewer GPUs are visible."""
 import pytest
 
-from tasks import devices
-from tasks.devices import DeviceError, worker_devices
+from hogwild.tasks import devices
+from hogwild.tasks.devices import DeviceError, worker_devices
 
 
 def test_cpu_workers_and_single_mode():

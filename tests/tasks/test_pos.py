@@ -2,9 +2,9 @@
 batch of CONTRACTS.md."""
 import torch
 
-from data.vocab import Vocabulary
-from tasks.options import RunOptions
-from tasks.pos import encode_sentences, load_data
+from hogwild.data.vocab import Vocabulary
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.pos import encode_sentences, load_data
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "data"
 

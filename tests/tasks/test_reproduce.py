@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.plotting import plot_curves
-from tasks.reproduce import RunResult, write_table
-from tasks.rundir import Curves
+from hogwild.tasks.plotting import plot_curves
+from hogwild.tasks.reproduce import RunResult, write_table
+from hogwild.tasks.rundir import Curves
 
 
 def test_write_table_markdown_and_csv(tmp_path):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tasks.rundir import RunDirError, load_trained, merge_config, read_curves
+from hogwild.tasks.rundir import RunDirError, load_trained, merge_config, read_curves
 
 
 def _write(path, records):

@@ -1,8 +1,8 @@
 """tasks.summary: summary.json from a TrainResult, for a fresh run and for a resumed one."""
 from types import SimpleNamespace
 
-from tasks.options import RunOptions
-from tasks.summary import make_summary
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.summary import make_summary
 
 
 def _result(updates, wall, best, best_step, reason="max_steps"):

@@ -1,7 +1,7 @@
 """POS tagging data, end to end: corpus -> vocabularies -> tensorized train/dev sets -> batchers (cached on disk).
 
-Usage: ``task = load_pos_task(PosDataConfig(train="../shared/corpora/brown"))``;
-``for batch in task.train.epoch(0): ...``; ``task.dev`` for accuracy; ``synthetic_pos_task()`` for a fast default.
+Usage: ``task = load_pos_dataset(PosDataConfig(train="../shared/corpora/brown"))``;
+``for batch in task.train.epoch(0): ...``; ``task.dev`` for accuracy; ``synthetic_pos_dataset()`` for a fast default.
 
 Vocabularies follow the POS paper: words seen fewer than ``word_min_freq`` (10) times and characters seen fewer than
 ``char_min_freq`` (2, i.e. seen once) times in the training set become unk. Tags seen only in dev map to the tag
@@ -19,12 +19,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from data.batching import PosBatcher, TaggedData
-from data.cache import ArrayCache
-from data.features import AFFIX_LENGTH, affix_arrays
-from data.readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
-from data.synthetic import synthetic_tagged
-from data.vocab import IGNORE_INDEX, TAG_SPECIALS, Vocabulary
+from .batching import PosBatcher, TaggedData
+from .cache import ArrayCache
+from .features import AFFIX_LENGTH, affix_arrays
+from .readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
+from .synthetic import synthetic_tagged
+from .vocab import IGNORE_INDEX, TAG_SPECIALS, Vocabulary
 
 
 @dataclass
@@ -58,7 +58,7 @@ class PosDataConfig:
 
 
 @dataclass
-class PosTask:
+class PosDataset:
     """What a POS run needs: batchers, vocabularies (``len(tags)`` = output classes) and corpus statistics."""
     train: PosBatcher
     dev: PosBatcher
@@ -114,8 +114,8 @@ def split_sentences(sentences: Sequence, dev_fraction: float = 0.1, seed: int = 
     return ([s for s, d in zip(sentences, is_dev) if not d], [s for s, d in zip(sentences, is_dev) if d])
 
 
-def build_pos_task(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], config: PosDataConfig,
-                   info: dict | None = None) -> PosTask:
+def build_pos_dataset(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], config: PosDataConfig,
+                   info: dict | None = None) -> PosDataset:
     """Vocabularies from ``train``, tensorized train and dev sets, batchers (no cache, no file access)."""
     words = Vocabulary.build(([w for w, _ in s] for s in train), config.max_words, config.word_min_freq)
     chars = Vocabulary.build((w for s in train for w, _ in s), None, config.char_min_freq)
@@ -125,17 +125,17 @@ def build_pos_task(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence
     return _assemble(train_data, dev_data, words, chars, tags, config, info or {})
 
 
-def _assemble(train_data, dev_data, words, chars, tags, config, info) -> PosTask:
+def _assemble(train_data, dev_data, words, chars, tags, config, info) -> PosDataset:
     info = dict(info, train_sentences=len(train_data), dev_sentences=len(dev_data),
                 train_tokens=train_data.num_tokens, dev_tokens=dev_data.num_tokens,
                 words=len(words), chars=len(chars), tags=len(tags),
                 dev_unk_word_rate=float(np.mean(dev_data.words == 1)) if dev_data.num_tokens else 0.0)
-    return PosTask(PosBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
+    return PosDataset(PosBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
                    PosBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
                    words, chars, tags, info, None if config.train == "<synthetic>" else config)
 
 
-def load_pos_task(config: PosDataConfig, cache: ArrayCache | None = None) -> PosTask:
+def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> PosDataset:
     """Read, split, build and cache a POS task from real corpora. Raises CorpusError for bad input."""
     if not config.train:
         raise ValueError("PosDataConfig.train: give a tagged corpus path")
@@ -156,7 +156,7 @@ def load_pos_task(config: PosDataConfig, cache: ArrayCache | None = None) -> Pos
         train, dev = sentences, read_tagged(config.dev, **read)
     else:
         train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
-    task = build_pos_task(train, dev, config, {"train_path": str(config.train), "dev_path": config.dev})
+    task = build_pos_dataset(train, dev, config, {"train_path": str(config.train), "dev_path": config.dev})
     arrays = {f"{part}.{name}": array for part, batcher in (("train", task.train), ("dev", task.dev))
               for name, array in batcher.data.arrays().items()}
     cache.store(key, arrays, {"info": task.info, "words": task.words.to_dict(), "chars": task.chars.to_dict(),
@@ -165,10 +165,10 @@ def load_pos_task(config: PosDataConfig, cache: ArrayCache | None = None) -> Pos
     return task
 
 
-def synthetic_pos_task(num_train: int = 2000, num_dev: int = 200, seed: int = 0, batch_size: int = 1,
-                       word_min_freq: int = 10, char_min_freq: int = 2) -> PosTask:
-    """The synthetic tagging task (data.synthetic) as a PosTask; train and dev come from different seeds."""
+def synthetic_pos_dataset(num_train: int = 2000, num_dev: int = 200, seed: int = 0, batch_size: int = 1,
+                       word_min_freq: int = 10, char_min_freq: int = 2) -> PosDataset:
+    """The synthetic tagging task (data.synthetic) as a PosDataset; train and dev come from different seeds."""
     config = PosDataConfig(train="<synthetic>", word_min_freq=word_min_freq, char_min_freq=char_min_freq,
                            batch_size=batch_size, seed=seed)
-    return build_pos_task(synthetic_tagged(num_train, seed=seed), synthetic_tagged(num_dev, seed=seed + 1_000_003),
+    return build_pos_dataset(synthetic_tagged(num_train, seed=seed), synthetic_tagged(num_dev, seed=seed + 1_000_003),
                           config, {"train_path": "<synthetic>", "dev_path": "<synthetic>"})

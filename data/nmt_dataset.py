@@ -1,8 +1,8 @@
 """NMT data, end to end: parallel files -> Moses tokens or subwords -> vocabularies -> cached arrays -> batchers.
 
-Usage: ``task = load_nmt_task(NmtDataConfig(train=".../europarl-fr-en/train", dev=".../europarl-fr-en/dev"))``;
+Usage: ``task = load_nmt_dataset(NmtDataConfig(train=".../europarl-fr-en/train", dev=".../europarl-fr-en/dev"))``;
 ``for batch in task.train.epoch(0): ...``; to score BLEU: ``hyps = [task.decode(ids) for ids in outputs]`` and
-``sacrebleu.corpus_bleu(hyps, [task.dev_references])``; ``synthetic_nmt_task()`` for the fast default.
+``sacrebleu.corpus_bleu(hyps, [task.dev_references])``; ``synthetic_nmt_dataset()`` for the fast default.
 
 Training pairs longer than ``max_len`` units (Moses tokens, or pieces with subwords) on either side are dropped (paper:
 50). Dev pairs are kept whatever their length (only empty ones are dropped), in file order, so that dev batch i holds
@@ -21,14 +21,14 @@ from typing import Sequence
 
 import torch
 
-from data.batching import NmtBatcher, ParallelData
-from data.cache import ArrayCache
-from data.parallel import ParallelCorpus, parallel_files, read_parallel
-from data.subwords import MODEL_TYPES, SubwordModel
-from data.synthetic import synthetic_parallel
-from data.text import MosesText, default_processes, tokenize_lines
-from data.textio import read_lines
-from data.vocab import Vocabulary
+from .batching import NmtBatcher, ParallelData
+from .cache import ArrayCache
+from .parallel import ParallelCorpus, parallel_files, read_parallel
+from .subwords import MODEL_TYPES, SubwordModel
+from .synthetic import synthetic_parallel
+from .text import MosesText, default_processes, tokenize_lines
+from .textio import read_lines
+from .vocab import Vocabulary
 
 
 @dataclass
@@ -86,7 +86,7 @@ class TextDecoder:
 
 
 @dataclass
-class NmtTask:
+class NmtDataset:
     """What an NMT run needs: batchers, vocabularies, dev texts for BLEU and a decoder to text."""
     train: NmtBatcher
     dev: NmtBatcher
@@ -144,8 +144,8 @@ class NmtTask:
         (run_dir / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def build_nmt_task(train: ParallelCorpus, dev: ParallelCorpus, config: NmtDataConfig, decoder: TextDecoder,
-                   info: dict | None = None, subword_models: dict[str, str] | None = None) -> NmtTask:
+def build_nmt_dataset(train: ParallelCorpus, dev: ParallelCorpus, config: NmtDataConfig, decoder: TextDecoder,
+                   info: dict | None = None, subword_models: dict[str, str] | None = None) -> NmtDataset:
     """Vocabularies from the training side, tensorized sets and batchers (no cache, no file access)."""
     src_vocab = Vocabulary.build(train.src, config.vocab_size, config.min_freq)
     tgt_vocab = Vocabulary.build(train.tgt, config.vocab_size, config.min_freq)
@@ -157,18 +157,18 @@ def build_nmt_task(train: ParallelCorpus, dev: ParallelCorpus, config: NmtDataCo
                      subword_models or {})
 
 
-def _assemble(train_data, dev_data, src_vocab, tgt_vocab, sources, refs, decoder, config, info, models) -> NmtTask:
+def _assemble(train_data, dev_data, src_vocab, tgt_vocab, sources, refs, decoder, config, info, models) -> NmtDataset:
     info = dict(info, src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), train_pairs=len(train_data),
                 dev_pairs=len(dev_data), train_src_tokens=int(train_data.src_offsets[-1]),
                 train_tgt_tokens=int(train_data.tgt_offsets[-1]))
-    return NmtTask(NmtBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
+    return NmtDataset(NmtBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
                    NmtBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
                    src_vocab, tgt_vocab, sources, refs, decoder, info, models,
                    None if config.train == "<synthetic>" else config)
 
 
 def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorpus, ParallelCorpus]:
-    from data.pos_task import split_sentences  # same seeded split as POS, over pair indices
+    from .pos_dataset import split_sentences  # same seeded split as POS, over pair indices
     size = min(size, len(corpus) - 1)
     train_idx, dev_idx = split_sentences(range(len(corpus)), size / len(corpus), seed)
 
@@ -182,7 +182,7 @@ def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorp
     return train, dev
 
 
-def load_nmt_task(config: NmtDataConfig, cache: ArrayCache | None = None) -> NmtTask:
+def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> NmtDataset:
     """Read, tokenize, filter, build and cache an NMT task from parallel files. Raises CorpusError for bad input."""
     if not config.train:
         raise ValueError("NmtDataConfig.train: give a parallel corpus prefix such as <dir>/train")
@@ -214,7 +214,7 @@ def load_nmt_task(config: NmtDataConfig, cache: ArrayCache | None = None) -> Nmt
                             config.dev_limit)
     else:
         train, dev = _holdout(train, config.dev_size, config.seed)
-    task = build_nmt_task(train, dev, config, _decoder(config, models),
+    task = build_nmt_dataset(train, dev, config, _decoder(config, models),
                           {"train_path": str(config.train), "dev_path": config.dev}, models)
     arrays = {f"{part}.{name}": array for part, batcher in (("train", task.train), ("dev", task.dev))
               for name, array in batcher.data.arrays().items()}
@@ -262,15 +262,15 @@ def _train_subwords(config: NmtDataConfig, work: Path) -> dict[str, str]:
     return models
 
 
-def synthetic_nmt_task(num_train: int = 5000, num_dev: int = 200, seed: int = 0, batch_size: int = 32,
-                       eval_batch_size: int = 64) -> NmtTask:
-    """The synthetic translation task (data.synthetic) as an NmtTask; references are space-joined target words."""
+def synthetic_nmt_dataset(num_train: int = 5000, num_dev: int = 200, seed: int = 0, batch_size: int = 32,
+                       eval_batch_size: int = 64) -> NmtDataset:
+    """The synthetic translation task (data.synthetic) as an NmtDataset; references are space-joined target words."""
     def corpus(pairs):
         src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
         return ParallelCorpus(src, tgt, [" ".join(s) for s in src], [" ".join(t) for t in tgt],
                               list(range(1, len(pairs) + 1)), total=len(pairs))
     config = NmtDataConfig(train="<synthetic>", src_lang="src", tgt_lang="tgt", max_len=None,
                            batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed)
-    return build_nmt_task(corpus(synthetic_parallel(num_train, seed=seed)),
+    return build_nmt_dataset(corpus(synthetic_parallel(num_train, seed=seed)),
                           corpus(synthetic_parallel(num_dev, seed=seed + 1_000_003)), config, TextDecoder("join"),
                           {"train_path": "<synthetic>", "dev_path": "<synthetic>"})

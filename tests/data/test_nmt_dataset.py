@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from data.cache import ArrayCache
-from data.errors import CorpusError
-from data.nmt_task import NmtDataConfig, load_nmt_task, synthetic_nmt_task
-from data.vocab import EOS
+from hogwild.data.cache import ArrayCache
+from hogwild.data.errors import CorpusError
+from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset, synthetic_nmt_dataset
+from hogwild.data.vocab import EOS
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
 
@@ -26,7 +26,7 @@ def test_moses_task_with_dev_and_cache(tmp_path):
     fr, en = write_corpus(tmp_path)
     cache = ArrayCache(tmp_path / "cache")
     config = NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), batch_size=8, processes=1)
-    task = load_nmt_task(config, cache)
+    task = load_nmt_dataset(config, cache)
     assert task.info["cached"] is False and task.info["train"]["kept"] == 60 and task.info["dev_pairs"] == 5
     assert task.dev_references == en[:5] and task.dev_sources == fr[:5]
     dev_batch = task.dev.batch(task.dev.epoch_plan(0)[0])
@@ -34,7 +34,7 @@ def test_moses_task_with_dev_and_cache(tmp_path):
     assert task.src_vocab.decode(dev_batch["src"][0].tolist()) == ["Le", "chat", "numéro", "0", "dort", ",", "n'",
                                                                    "est-ce", "pas", "?"]
     assert dev_batch["src"][0, 10].item() == EOS
-    again = load_nmt_task(config, cache)
+    again = load_nmt_dataset(config, cache)
     assert again.info["cached"] is True and again.dev_references == en[:5] and again.src_vocab == task.src_vocab
     a, b = next(task.train.epoch(1)), next(again.train.epoch(1))
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -49,24 +49,24 @@ def test_length_filter_counts_moses_tokens(tmp_path):
         handle.write("un " * 30 + "\n\n")
     with (tmp_path / "train.en").open("a", encoding="utf-8") as handle:
         handle.write("one\nempty partner\n")
-    task = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), max_len=11, dev_size=2, cache=False,
+    task = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), max_len=11, dev_size=2, cache=False,
                                        processes=1))
     assert task.info["train"] == {"total": 62, "kept": 58, "dropped_empty": 1, "dropped_long": 1,
                                    "held_out": 2}
     assert task.info["dev"]["kept"] == 2
     with pytest.raises(CorpusError, match="no pairs left after filtering.*'dropped_long': 61"):
-        load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), max_len=9, cache=False, processes=1))
+        load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), max_len=9, cache=False, processes=1))
 
 
 def test_all_pairs_too_long_is_an_error(tmp_path):
     write_corpus(tmp_path)
     with pytest.raises(CorpusError, match="no pairs left after filtering"):
-        load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), max_len=5, cache=False, processes=1))
+        load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), max_len=5, cache=False, processes=1))
 
 
 def test_holdout_lowercase_and_top_k(tmp_path):
     write_corpus(tmp_path)
-    task = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), vocab_size=5, lowercase=True, dev_size=6,
+    task = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), vocab_size=5, lowercase=True, dev_size=6,
                                        cache=False, processes=1, seed=2))
     assert (task.info["train_pairs"], task.info["dev_pairs"]) == (54, 6)
     assert len(task.src_vocab) == 4 + 5 and all(t == t.lower() for t in task.src_vocab.itos[4:])
@@ -80,7 +80,7 @@ def test_subword_task_round_trips_and_saves_models(tmp_path):
     config = NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), subwords="bpe",
                            subword_vocab_size=60, processes=1)
     for attempt in range(2):
-        task = load_nmt_task(config, cache)
+        task = load_nmt_dataset(config, cache)
         assert task.info["cached"] is bool(attempt)
         batch = task.dev.batch(np.arange(5))
         assert [task.decode(row.tolist()) for row in batch["tgt"]] == en[:5]
@@ -94,7 +94,7 @@ def test_eval_set_and_source_encoding_follow_the_task(tmp_path):
     fr, en = write_corpus(tmp_path)
     (tmp_path / "test.fr").write_text("Le chat numéro 7 dort ?\n\nLe chien ?\n", encoding="utf-8")
     (tmp_path / "test.en").write_text("The Cat number 7 sleeps.\nx\nThe dog?\n", encoding="utf-8")
-    task = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), lowercase=True,
+    task = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), lowercase=True,
                                        cache=False, processes=1))
     batcher, refs = task.eval_set(tmp_path / "test", batch_size=4)
     assert refs == ["the cat number 7 sleeps.", "the dog?"]  # empty pair dropped, lowercased like training
@@ -104,12 +104,12 @@ def test_eval_set_and_source_encoding_follow_the_task(tmp_path):
     encoded = task.encode_source(["Le chat numéro 7 dort ?", "Le chien ?"])
     assert torch.equal(encoded["src"], batch["src"]) and torch.equal(encoded["src_mask"], batch["src_mask"])
     assert task.tokenize(["The Cat!"], "tgt") == [["the", "cat", "!"]]
-    sub = load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), subwords="unigram",
+    sub = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), subwords="unigram",
                                       subword_vocab_size=60, cache=False, processes=1))
     batcher, refs = sub.eval_set(tmp_path / "test")
     assert refs[1] == "The dog?" and "".join(sub.tokenize(["Le chat"])[0]).replace("▁", " ").strip() == "Le chat"
     with pytest.raises(ValueError, match="synthetic"):
-        synthetic_nmt_task(num_train=10, num_dev=2).eval_set(tmp_path / "test")
+        synthetic_nmt_dataset(num_train=10, num_dev=2).eval_set(tmp_path / "test")
 
 
 def test_bad_config_and_missing_files(tmp_path):
@@ -120,11 +120,11 @@ def test_bad_config_and_missing_files(tmp_path):
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         NmtDataConfig(train="x", batch_size=0)
     with pytest.raises(CorpusError, match=r"train\.fr: file not found"):
-        load_nmt_task(NmtDataConfig(train=str(tmp_path / "train"), cache=False))
+        load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), cache=False))
 
 
 def test_synthetic_task():
-    task = synthetic_nmt_task(num_train=300, num_dev=20, batch_size=16)
+    task = synthetic_nmt_dataset(num_train=300, num_dev=20, batch_size=16)
     assert (task.info["train_pairs"], task.info["dev_pairs"], len(task.train)) == (300, 20, 19)
     batch = task.dev.batch(np.arange(20))
     assert [task.decode(row.tolist()) for row in batch["tgt"]] == task.dev_references
@@ -134,7 +134,7 @@ def test_synthetic_task():
 @pytest.mark.corpora
 def test_europarl_dev_only_task(corpus, tmp_path):
     folder = corpus("europarl-fr-en")
-    task = load_nmt_task(NmtDataConfig(train=str(folder / "dev"), dev=str(folder / "test"), dev_limit=100,
+    task = load_nmt_dataset(NmtDataConfig(train=str(folder / "dev"), dev=str(folder / "test"), dev_limit=100,
                                        processes=1), ArrayCache(tmp_path))
     assert task.info["train"]["total"] == 3_000 and task.info["dev_pairs"] == 100
     assert task.info["train"]["kept"] + task.info["train"]["dropped_long"] == 3_000

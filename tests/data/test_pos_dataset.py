@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from data.cache import ArrayCache
-from data.errors import CorpusError
-from data.pos_task import PosDataConfig, build_pos_task, load_pos_task, split_sentences, synthetic_pos_task
-from data.vocab import UNK
+from hogwild.data.cache import ArrayCache
+from hogwild.data.errors import CorpusError
+from hogwild.data.pos_dataset import PosDataConfig, build_pos_dataset, load_pos_dataset, split_sentences, synthetic_pos_dataset
+from hogwild.data.vocab import UNK
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
 
@@ -26,37 +26,37 @@ def test_split_is_seeded_disjoint_and_ordered():
 
 def test_rare_words_and_chars_become_unk():
     train = [[("the", "D"), ("cat", "N")]] * 10 + [[("the", "D"), ("dog", "N"), ("xylo", "N")]]
-    task = build_pos_task(train, [[("the", "D"), ("cat", "N"), ("dog", "V")]], PosDataConfig(train="x"))
+    task = build_pos_dataset(train, [[("the", "D"), ("cat", "N"), ("dog", "V")]], PosDataConfig(train="x"))
     assert task.words.itos[4:] == ["the", "cat"]  # "dog" (1) and "xylo" (1) are below min_freq 10
     assert [c for c in "thecaodgxyl" if task.chars.index(c) == UNK] == list("dgxyl")  # chars seen once
     batch = task.dev.batch([0])
     assert batch["words"].tolist() == [[task.words.index("the"), task.words.index("cat"), UNK]]
     assert batch["tags"].tolist() == [[task.tags.index("D"), task.tags.index("N"), UNK]]  # unseen tag V
     assert task.info["dev_unk_word_rate"] == pytest.approx(1 / 3)
-    loose = build_pos_task(train, train[:1], PosDataConfig(train="x", word_min_freq=1, char_min_freq=1))
+    loose = build_pos_dataset(train, train[:1], PosDataConfig(train="x", word_min_freq=1, char_min_freq=1))
     assert "xylo" in loose.words and loose.chars.index("x") != UNK
 
 
 def test_load_from_folder_with_split_and_cache(tmp_path):
     cache = ArrayCache(tmp_path / "cache")
     config = PosDataConfig(train=str(FIXTURES / "slash"), dev_fraction=0.34, word_min_freq=1, seed=1)
-    first = load_pos_task(config, cache)
+    first = load_pos_dataset(config, cache)
     assert first.info["cached"] is False and (first.info["train_sentences"], first.info["dev_sentences"]) == (2, 1)
-    second = load_pos_task(config, cache)
+    second = load_pos_dataset(config, cache)
     assert second.info["cached"] is True
     assert second.words == first.words and second.chars == first.chars and second.tags == first.tags
     for name, array in first.train.data.arrays().items():
         assert np.array_equal(array, second.train.data.arrays()[name])
     a, b = next(first.train.epoch(0)), next(second.train.epoch(0))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    other = load_pos_task(PosDataConfig(train=config.train, dev_fraction=0.34, word_min_freq=1, seed=2), cache)
+    other = load_pos_dataset(PosDataConfig(train=config.train, dev_fraction=0.34, word_min_freq=1, seed=2), cache)
     assert other.info["cached"] is False  # the seed changes the split, hence the key
 
 
 def test_separate_dev_file(tmp_path):
     config = PosDataConfig(train=str(FIXTURES / "tiny.conllu"), dev=str(FIXTURES / "tiny.conllu"), tag="xpos",
                            word_min_freq=1, cache=False, batch_size=2)
-    task = load_pos_task(config)
+    task = load_pos_dataset(config)
     assert task.info["dev_sentences"] == task.info["train_sentences"] == 2
     assert task.tags.itos[2:] == ["$.", "APPR", "ART", "NN", "PPER", "VVFIN"]
     assert next(task.train.epoch(0))["words"].shape == (2, 4)
@@ -69,7 +69,7 @@ def test_separate_dev_file(tmp_path):
 def test_eval_set_and_encode_sentences():
     config = PosDataConfig(train=str(FIXTURES / "slash"), dev=str(FIXTURES / "slash" / "ca01"), word_min_freq=1,
                            char_min_freq=1, cache=False)
-    task = load_pos_task(config)
+    task = load_pos_dataset(config)
     test = task.eval_set(FIXTURES / "slash" / "ca02", batch_size=4)
     assert len(test) == 1 and test.data.num_tokens == 3
     batch = next(test.epoch(0))
@@ -89,11 +89,11 @@ def test_bad_config_and_bad_corpus(tmp_path):
     with pytest.raises(ValueError, match="format must be one of"):
         PosDataConfig(train="x", format="tiger-xml")
     with pytest.raises(CorpusError, match="corpus not found"):
-        load_pos_task(PosDataConfig(train=str(tmp_path / "missing"), cache=False))
+        load_pos_dataset(PosDataConfig(train=str(tmp_path / "missing"), cache=False))
 
 
 def test_synthetic_task_needs_characters():
-    task = synthetic_pos_task(num_train=500, num_dev=50, seed=0)
+    task = synthetic_pos_dataset(num_train=500, num_dev=50, seed=0)
     assert task.info["train_sentences"] == 500 and task.info["dev_sentences"] == 50
     assert task.info["dev_unk_word_rate"] > 0.4  # most content words are rare: only affixes identify them
     assert task.tags.itos[2:] and set(task.tags.itos[2:]) == {"DET", "PRON", "NOUN", "VERB", "ADJ", "ADV", "ADP",
@@ -105,9 +105,9 @@ def test_synthetic_task_needs_characters():
 @pytest.mark.corpora
 def test_brown_task(corpus, tmp_path):
     config = PosDataConfig(train=str(corpus("brown")), seed=0)
-    task = load_pos_task(config, ArrayCache(tmp_path))
+    task = load_pos_dataset(config, ArrayCache(tmp_path))
     assert (task.info["train_sentences"], task.info["dev_sentences"]) == (51_606, 5_734)  # 90/10 of 57,340
     assert task.info["train_tokens"] + task.info["dev_tokens"] == 1_161_192
     assert len(task.train) == 51_606
-    cached = load_pos_task(config, ArrayCache(tmp_path))
+    cached = load_pos_dataset(config, ArrayCache(tmp_path))
     assert cached.info["cached"] and cached.words == task.words
