@@ -54,6 +54,9 @@ class Config:
     optimizer_args: dict[str, Any] = field(default_factory=dict)  # torch.optim kwargs: momentum, betas, eps, ...
     lr_schedule: str = "constant"  # 'constant' | 'linear_decay' | 'warmup_scaled'
     decay_per_epoch: float = 0.0  # linear_decay: lr - decay_per_epoch * epoch
+    decay_updates: int | None = None  # linear_decay: count the decay per this many shared updates instead of per
+    #                                   epoch (lr - decay_per_epoch * step / decay_updates): a pace that does not
+    #                                   depend on the corpus size; None: per completed epoch (the paper)
     warmup_steps: int = 0  # warmup_scaled: linear warm-up from lr to lr * workers over these updates
     min_lr: float = 0.0  # floor of every schedule
     clip_norm: float | None = None  # clip each update's gradient to this global L2 norm
@@ -129,6 +132,10 @@ class Config:
         if self.lr_schedule not in SCHEDULES:
             _fail("lr_schedule", f"must be one of {SCHEDULES}, got {self.lr_schedule!r}")
         _positive("decay_per_epoch", self.decay_per_epoch, allow_zero=True)
+        _integer("decay_updates", self.decay_updates)
+        _positive("decay_updates", self.decay_updates)
+        if self.decay_updates is not None and self.lr_schedule != "linear_decay":
+            _fail("decay_updates", f"only applies to lr_schedule='linear_decay', not {self.lr_schedule!r}")
         _integer("warmup_steps", self.warmup_steps)
         _positive("warmup_steps", self.warmup_steps, allow_zero=True)
         _positive("min_lr", self.min_lr, allow_zero=True)
@@ -173,7 +180,8 @@ class Config:
         """This run's learning rate as a function of (global step, epoch): Config.lr validated here flows through
         it to the workers, which pass schedule(step, epoch) to the optimizer step."""
         return make_schedule(self.lr_schedule, self.lr, decay_per_epoch=self.decay_per_epoch,
-                             warmup_steps=self.warmup_steps, workers=self.workers, min_lr=self.min_lr)
+                             warmup_steps=self.warmup_steps, workers=self.workers, min_lr=self.min_lr,
+                             decay_updates=self.decay_updates or 0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for config.json and checkpoints)."""

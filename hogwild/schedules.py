@@ -4,7 +4,10 @@ Usage: `schedule = make_schedule("linear_decay", 0.03, decay_per_epoch=0.0135)`;
 
 - "constant":      base_lr.
 - "linear_decay":  base_lr - decay_per_epoch * epoch, floored at min_lr (the Hogwild POS tagger: 0.03, minus
-                   0.0135 after each epoch).
+                   0.0135 after each epoch). With decay_updates=N the decay is counted in updates instead of epochs:
+                   base_lr - decay_per_epoch * step / N, i.e. the same decay spread evenly over every N global
+                   updates, so its pace no longer depends on the corpus size (the paper's epoch was ~40k sentences
+                   of TIGER, one sentence per update: decay_updates=40_000 keeps its rate on any corpus).
 - "warmup_scaled": linear warm-up from base_lr to base_lr * workers over the first warmup_steps global steps,
                    then constant (the AD-PSGD large-batch recipe: scale lr linearly with the number of learners).
 min_lr floors every schedule.
@@ -23,10 +26,11 @@ class LRSchedule:
 
     name: str  # one of SCHEDULES
     base_lr: float  # lr at step 0, epoch 0
-    decay_per_epoch: float = 0.0  # "linear_decay": subtracted once per completed epoch
+    decay_per_epoch: float = 0.0  # "linear_decay": subtracted once per completed epoch (or per decay_updates)
     warmup_steps: int = 0  # "warmup_scaled": global steps to ramp from base_lr to base_lr * workers
     workers: int = 1  # "warmup_scaled": the number of workers the lr is scaled by
     min_lr: float = 0.0  # floor for every schedule
+    decay_updates: int = 0  # "linear_decay": 0 -> decay per completed epoch; N -> decay_per_epoch per N updates
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULES:
@@ -36,7 +40,7 @@ class LRSchedule:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value < 0:
                 raise ValueError(f"schedule {self.name!r}: {field} must be a finite number >= 0, got {value!r}")
-        for field in ("warmup_steps", "workers"):
+        for field in ("warmup_steps", "workers", "decay_updates"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < (1 if field == "workers" else 0):
                 raise ValueError(f"schedule {self.name!r}: {field} must be an integer >= "
@@ -47,6 +51,9 @@ class LRSchedule:
         if self.decay_per_epoch and self.name != "linear_decay":
             raise ValueError(f"schedule {self.name!r}: decay_per_epoch={self.decay_per_epoch} only applies to "
                              "'linear_decay'")
+        if self.decay_updates and self.name != "linear_decay":
+            raise ValueError(f"schedule {self.name!r}: decay_updates={self.decay_updates} only applies to "
+                             "'linear_decay'")
         if self.warmup_steps and self.name != "warmup_scaled":
             raise ValueError(f"schedule {self.name!r}: warmup_steps={self.warmup_steps} only applies to "
                              "'warmup_scaled'")
@@ -56,7 +63,8 @@ class LRSchedule:
         if step < 0 or epoch < 0:
             raise ValueError(f"step and epoch must be >= 0, got step={step}, epoch={epoch}")
         if self.name == "linear_decay":
-            lr = self.base_lr - self.decay_per_epoch * epoch
+            elapsed = step / self.decay_updates if self.decay_updates else epoch
+            lr = self.base_lr - self.decay_per_epoch * elapsed
         elif self.name == "warmup_scaled":
             peak = self.base_lr * self.workers
             lr = peak if step >= self.warmup_steps else \
@@ -67,6 +75,6 @@ class LRSchedule:
 
 
 def make_schedule(name: str, base_lr: float, *, decay_per_epoch: float = 0.0, warmup_steps: int = 0,
-                  workers: int = 1, min_lr: float = 0.0) -> LRSchedule:
+                  workers: int = 1, min_lr: float = 0.0, decay_updates: int = 0) -> LRSchedule:
     """Build a validated LRSchedule; invalid values raise ValueError naming the field."""
-    return LRSchedule(name, base_lr, decay_per_epoch, warmup_steps, workers, min_lr)
+    return LRSchedule(name, base_lr, decay_per_epoch, warmup_steps, workers, min_lr, decay_updates)

@@ -50,6 +50,9 @@ def test_round_trip_through_dict():
     ({"lr_schedule": "cosine"}, "lr_schedule"),
     ({"decay_per_epoch": -0.1}, "decay_per_epoch"),
     ({"warmup_steps": -1}, "warmup_steps"),
+    ({"lr_schedule": "linear_decay", "decay_updates": 0}, "decay_updates"),
+    ({"lr_schedule": "linear_decay", "decay_updates": 2.5}, "decay_updates"),
+    ({"decay_updates": 40_000}, "decay_updates"),  # constant schedule: the option would be ignored
     ({"clip_norm": 0.0}, "clip_norm"),
     ({"max_steps": 0}, "max_steps"),
     ({"epochs": 1.5}, "epochs"),
@@ -71,3 +74,11 @@ def test_round_trip_through_dict():
 def test_invalid_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^Config\.{field}: "):
         Config(**kwargs)
+
+
+def test_decay_updates_reaches_the_workers_schedule():
+    config = Config(lr=0.03, lr_schedule="linear_decay", decay_per_epoch=0.0135, decay_updates=40_000)
+    assert config.schedule().decay_updates == 40_000
+    assert config.schedule()(20_000, 7) == pytest.approx(0.03 - 0.0135 / 2, abs=1e-15)  # epoch plays no part
+    assert Config.from_dict(config.to_dict()) == config
+    assert Config(lr_schedule="linear_decay", decay_per_epoch=0.01).schedule().decay_updates == 0  # per epoch

@@ -28,6 +28,17 @@ def test_linear_decay_floor_at_min_lr():
     assert schedule(0, 10) == 0.005
 
 
+def test_linear_decay_per_updates_is_spread_evenly_and_ignores_the_epoch():
+    # The paper's decay (0.0135 per 40k-sentence epoch) counted in updates: the same pace on a 2k-sentence corpus
+    schedule = make_schedule("linear_decay", 0.03, decay_per_epoch=0.0135, decay_updates=40_000, min_lr=0.0003)
+    assert schedule(0, 0) == 0.03
+    assert schedule(10_000, 5) == pytest.approx(0.03 - 0.0135 / 4, abs=1e-15)
+    assert schedule(40_000, 0) == pytest.approx(0.0165, abs=1e-15)
+    assert schedule(80_000, 40) == pytest.approx(0.003, abs=1e-15)
+    assert schedule(88_000, 0) == 0.0003  # 0.03 - 0.0297 = 0.0003: at the floor from here on
+    assert schedule(500_000, 3) == 0.0003
+
+
 def test_warmup_scaled_ramps_linearly_to_workers_times_base():
     schedule = make_schedule("warmup_scaled", 0.1, warmup_steps=4, workers=3)
     got = [schedule(step, 0) for step in range(7)]
@@ -60,6 +71,9 @@ def test_schedule_is_picklable_and_frozen():
     ({"name": "constant", "base_lr": 0.1, "min_lr": 0.2}, "min_lr"),
     ({"name": "constant", "base_lr": 0.1, "decay_per_epoch": 0.01}, "decay_per_epoch"),
     ({"name": "linear_decay", "base_lr": 0.1, "warmup_steps": 5}, "warmup_steps"),
+    ({"name": "linear_decay", "base_lr": 0.1, "decay_updates": -1}, "decay_updates"),
+    ({"name": "linear_decay", "base_lr": 0.1, "decay_updates": 1.5}, "decay_updates"),
+    ({"name": "constant", "base_lr": 0.1, "decay_updates": 100}, "decay_updates"),
 ])
 def test_invalid_values_are_rejected_naming_the_field(kwargs, field):
     name, base_lr = kwargs.pop("name"), kwargs.pop("base_lr")
