@@ -7,7 +7,8 @@ import torch
 
 from hogwild.data.cache import ArrayCache
 from hogwild.data.errors import CorpusError
-from hogwild.data.pos_dataset import PosDataConfig, build_pos_dataset, load_pos_dataset, split_sentences, synthetic_pos_dataset
+from hogwild.data.pos_dataset import (PAPER_WORD_MIN_FREQ, WORD_MIN_FREQ, PosDataConfig, build_pos_dataset,
+                                      load_pos_dataset, split_sentences, synthetic_pos_dataset)
 from hogwild.data.vocab import UNK
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
@@ -27,7 +28,7 @@ def test_split_is_seeded_disjoint_and_ordered():
 def test_rare_words_and_chars_become_unk():
     train = [[("the", "D"), ("cat", "N")]] * 10 + [[("the", "D"), ("dog", "N"), ("xylo", "N")]]
     task = build_pos_dataset(train, [[("the", "D"), ("cat", "N"), ("dog", "V")]], PosDataConfig(train="x"))
-    assert task.words.itos[4:] == ["the", "cat"]  # "dog" (1) and "xylo" (1) are below min_freq 10
+    assert task.words.itos[4:] == ["the", "cat"]  # "dog" (1) and "xylo" (1) are below the default min_freq 2
     assert [c for c in "thecaodgxyl" if task.chars.index(c) == UNK] == list("dgxyl")  # chars seen once
     batch = task.dev.batch([0])
     assert batch["words"].tolist() == [[task.words.index("the"), task.words.index("cat"), UNK]]
@@ -35,6 +36,33 @@ def test_rare_words_and_chars_become_unk():
     assert task.info["dev_unk_word_rate"] == pytest.approx(1 / 3)
     loose = build_pos_dataset(train, train[:1], PosDataConfig(train="x", word_min_freq=1, char_min_freq=1))
     assert "xylo" in loose.words and loose.chars.index("x") != UNK
+
+
+def test_default_vocabulary_keeps_words_seen_twice_and_the_paper_recipe_keeps_ten():
+    # counts: the 12, cat 10, dog 3, sat 3, mat 2, on 1, xylo 1
+    train = ([[("the", "D"), ("cat", "N")]] * 9 + [[("the", "D"), ("dog", "N"), ("sat", "V")]] * 2
+             + [[("the", "D"), ("cat", "N"), ("dog", "N"), ("sat", "V"), ("on", "P"), ("mat", "N")],
+                [("mat", "N"), ("xylo", "N")]])
+    dev = [[("the", "D"), ("dog", "N"), ("sat", "V"), ("on", "P"), ("the", "D"), ("mat", "N")]]
+    assert (WORD_MIN_FREQ, PAPER_WORD_MIN_FREQ) == (2, 10) and PosDataConfig().word_min_freq == 2
+    default = build_pos_dataset(train, dev, PosDataConfig(train="x"))
+    assert default.words.itos[4:] == ["the", "cat", "dog", "sat", "mat"] and default.info["words"] == 9
+    assert default.info["dev_unk_word_rate"] == pytest.approx(1 / 6)  # "on"
+    paper = build_pos_dataset(train, dev, PosDataConfig(train="x", word_min_freq=PAPER_WORD_MIN_FREQ))
+    assert paper.words.itos[4:] == ["the", "cat"] and paper.info["words"] == 6
+    assert paper.info["dev_unk_word_rate"] == pytest.approx(4 / 6)  # dog, sat, on, mat
+    # Singletons are unk in training too, so the unk vector the dev words get is a trained one
+    assert (default.train.data.words == UNK).sum() == 2  # "on", "xylo"
+
+
+def test_vocabulary_sizes_on_a_small_real_treebank(corpus):
+    # ud-german-lit, UPOS, the seeded 10% split: 1,728 training sentences (the measurements behind WORD_MIN_FREQ)
+    sizes = {}
+    for min_freq in (2, 10):
+        task = load_pos_dataset(PosDataConfig(train=str(corpus("ud-german-lit")), tag="upos", word_min_freq=min_freq,
+                                              seed=0, cache=False))
+        sizes[min_freq] = (task.info["train_sentences"], task.info["words"], round(task.info["dev_unk_word_rate"], 3))
+    assert sizes == {2: (1728, 2549, 0.184), 10: (1728, 397, 0.335)}
 
 
 def test_load_from_folder_with_split_and_cache(tmp_path):
