@@ -77,6 +77,8 @@ class Config:
     best_metric: str | None = None  # key of evaluate()'s dict deciding the best checkpoint; None -> first key
     best_mode: str = "max"  # 'max' (accuracy, BLEU) or 'min' (loss, perplexity)
     patience: int | None = None  # stop after this many evaluations without improvement
+    target: float | None = None  # stop once best_metric reaches this value (>= with best_mode 'max', <= with
+    #                              'min'): time-to-accuracy runs (bench/bench_convergence.py)
 
     # --- run directory, checkpoints, logging ---
     checkpoint_dir: str | None = None  # the run directory: config.json, metrics.jsonl, last.pt, best.pt
@@ -155,6 +157,9 @@ class Config:
             _fail("eval_device", f"unknown device {self.eval_device!r}")
         if self.best_mode not in BEST_MODES:
             _fail("best_mode", f"must be 'max' or 'min', got {self.best_mode!r}")
+        if self.target is not None and (isinstance(self.target, bool) or not isinstance(self.target, (int, float))
+                                        or not math.isfinite(self.target)):
+            _fail("target", f"must be a finite number, got {self.target!r}")
         if self.best_metric is not None and not isinstance(self.best_metric, str):
             _fail("best_metric", f"must be a metric name, got {self.best_metric!r}")
         if self.data_assignment not in DATA_ASSIGNMENTS:

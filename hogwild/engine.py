@@ -48,7 +48,7 @@ class TrainResult:
     staleness_histogram: list[int]  # [i] = updates with staleness i; the last bin counts >= len - 1
     skipped_updates: int  # non-finite gradients skipped
     phase_ms: dict[str, float]  # mean ms per update: pull (host->device), compute, push (device->host), update
-    stop_reason: str  # 'epochs' | 'max_steps' | 'time_limit' | 'early_stopping' | 'signal SIGINT' | ...
+    stop_reason: str  # 'epochs' | 'max_steps' | 'time_limit' | 'early_stopping' | 'target' | 'signal SIGINT' | ...
     run_dir: str | None = None
     checkpoint: str | None = None  # last.pt
     best_checkpoint: str | None = None  # best.pt

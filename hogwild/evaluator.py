@@ -28,6 +28,7 @@ class Evaluator:
         self.shared = model
         self.evaluate, self.on_best = evaluate, on_best
         self.metric, self.mode, self.patience = config.best_metric, config.best_mode, config.patience
+        self.target = config.target
         self.private = copy.deepcopy(model).to(torch_device(config.eval_device))  # private storage
         self.best_value: float | None = None
         self.best_metrics: dict[str, float] | None = None
@@ -90,6 +91,14 @@ class Evaluator:
         return value > self.best_value if self.mode == "max" else value < self.best_value
 
     @property
+    def reached_target(self) -> bool:
+        """The best value has reached Config.target (time-to-accuracy runs stop there)."""
+        if self.target is None or self.best_value is None:
+            return False
+        return self.best_value >= self.target if self.mode == "max" else self.best_value <= self.target
+
+    @property
     def should_stop(self) -> bool:
-        """Early stopping: `patience` evaluations in a row without improving the best value."""
-        return self.patience is not None and self.evaluations_without_improvement >= self.patience
+        """Early stopping: `patience` evaluations in a row without improving the best value, or the target reached."""
+        return self.reached_target or (self.patience is not None
+                                       and self.evaluations_without_improvement >= self.patience)

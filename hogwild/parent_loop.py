@@ -129,7 +129,7 @@ class ParentLoop:
                 next_eval = updates + config.eval_every if config.eval_every else None
                 next_eval_time = time.time() + config.eval_every_seconds if config.eval_every_seconds else None
                 if evaluator.should_stop:
-                    stop.request("early_stopping")
+                    stop.request("target" if evaluator.reached_target else "early_stopping")
             last = self.checkpoints.last
             if last and next_checkpoint is not None and updates >= next_checkpoint:
                 self.checkpoints.write(last)

@@ -78,3 +78,32 @@ def test_evaluator_state_round_trip_keeps_best_and_patience():
     resumed(3)
     assert resumed.should_stop and resumed.best_value == 0.7  # 0.65 did not beat the best from before resume
     assert [h["acc"] for h in resumed.history] == [0.7, 0.6, 0.65]
+
+
+def test_target_stops_once_the_best_value_reaches_it_in_either_direction():
+    model = torch.nn.Linear(2, 1)
+    up = Evaluator(model, scripted([0.5, 0.79, 0.8, 0.7], []), hogwild.Config(best_metric="acc", target=0.8))
+    up(1)
+    up(2)
+    assert not up.reached_target and not up.should_stop  # 0.79 < 0.8
+    up(3)
+    assert up.reached_target and up.should_stop  # 0.8 >= 0.8
+    up(4)
+    assert up.reached_target  # the best value stays at the target
+    down = Evaluator(model, lambda m: {"loss": 2.0}, hogwild.Config(best_metric="loss", best_mode="min", target=2.5))
+    assert not down.reached_target  # nothing evaluated yet
+    down(1)
+    assert down.reached_target and down.should_stop
+    assert not Evaluator(model, scripted([1.0], []), hogwild.Config(best_metric="acc")).reached_target
+    with pytest.raises(ValueError, match=r"^Config\.target: must be a finite number"):
+        hogwild.Config(target=float("nan"))
+
+
+def test_train_stops_at_the_target(tmp_path):
+    evaluate = scripted([0.5, 0.7, 0.9, 0.95, 0.99, 1.0], [])
+    result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), hogwild.Config(
+        workers=2, epochs=100, lr=0.01, eval_every=4, best_metric="acc", target=0.9, progress=False,
+        tensorboard=False, checkpoint_dir=str(tmp_path)), evaluate=evaluate)
+    assert result.stop_reason == "target"
+    assert [h["acc"] for h in result.history] == [0.5, 0.7, 0.9, 0.95]  # the last is the final evaluation
+    assert result.best_metrics["acc"] == 0.95 and result.updates < 100 * 16
