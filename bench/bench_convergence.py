@@ -1,0 +1,255 @@
+"""Time to accuracy: how soon each way of training on one box reaches a held-out target, not how many updates/s.
+
+Usage:
+    python bench/bench_convergence.py --task pos --target 0.95 --minutes 12            # Brown, 1,024 dev sentences
+    python bench/bench_convergence.py --task nmt --target 20 --minutes 40 --train-limit 100000
+    python bench/bench_convergence.py --quick                                          # synthetic, seconds (CI)
+
+Variants (same model, data, recipe and evaluation; the recipe is run.py's defaults for the task, or --recipe paper):
+  single    hogwild.train with 1 worker (mode 'single')
+  hogwild2  hogwild.train with 2 lock-free workers
+  sync2     hogwild.train with 2 synchronous workers (averaged gradients every step)
+  torch2    the pytorch/examples mnist_hogwild pattern: model.share_memory() and 2 torch.multiprocessing Processes,
+            each with its own torch.optim optimizer and its own 1/2 share of the batches (reshuffled every epoch)
+Every run stops at the target (Config.target for the engine runs) or after --minutes. The held-out metric is
+measured on a snapshot every --eval-seconds (or --eval-updates) while training goes on, in the parent; a variant's
+time to target is the wall time, from the moment it is started, of the first snapshot that scores >= the target.
+Also reported: the updates that snapshot had seen, so that runs on a loaded machine still compare convergence per
+update. Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x
+single and <= 0.8 x sync2) and the command; --json writes every evaluation of every run.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_convergence.py` from anywhere
+
+import hogwild  # noqa: E402
+from hogwild.tasks.job import TaskJob, build_job  # noqa: E402
+from hogwild.tasks.options import RunOptions  # noqa: E402
+
+VARIANTS = ("single", "hogwild2", "sync2", "torch2")
+TARGETS = (("hogwild2", "single", 0.55), ("hogwild2", "sync2", 0.8))  # time ratio must be <= this
+
+
+@dataclass
+class Curve:
+    """One run's evaluations: seconds since its start (at the snapshot), updates seen, held-out metric."""
+    variant: str
+    points: list[dict] = field(default_factory=list)
+    stop_reason: str = ""
+
+    def first_reaching(self, target: float) -> dict | None:
+        return next((p for p in self.points if p["metric"] >= target), None)
+
+
+def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
+    """run.py's options for this benchmark: the task's default recipe, the variant's workers and mode."""
+    workers, mode = {"single": (1, "single"), "hogwild2": (2, "hogwild"), "sync2": (2, "sync"),
+                     "torch2": (2, "hogwild")}[variant]
+    values = dict(task=args.task, workers=workers, mode=mode, dev_limit=args.dev_limit, progress=False,
+                  time_limit=args.minutes * 60, seed=args.seed, log_every=10 ** 6)
+    if args.quick:
+        values.update(synthetic_size=args.synthetic_size)
+    else:
+        values.update(train=[args.train], dev=args.dev, train_limit=args.train_limit if args.task == "nmt" else None)
+    if args.recipe:
+        values["recipe"] = args.recipe
+    return RunOptions(**values).resolved()
+
+
+def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
+    curve, start = Curve(variant), [0.0]
+
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:  # runs in the parent on a fresh snapshot
+        seconds = time.perf_counter() - start[0]
+        metrics = job.evaluate(model)
+        curve.points.append({"seconds": round(seconds, 2), "metric": metrics[job.metric]})
+        return metrics
+
+    # No run directory: no checkpoint writes in the parent (the torch2 variant has none either)
+    config = dataclasses.replace(options.engine_config(["cpu"] * options.workers, job.metric), checkpoint_dir=None,
+                                 eval_every=args.eval_updates,
+                                 eval_every_seconds=None if args.eval_updates else args.eval_seconds,
+                                 target=args.target, tensorboard=False)
+    start[0] = time.perf_counter()
+    result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
+    for point, record in zip(curve.points, result.history):  # the engine's history holds each evaluation's updates
+        point["updates"] = record["updates"]
+    curve.stop_reason = result.stop_reason
+    return curve
+
+
+def torch_worker(rank: int, model: torch.nn.Module, loss_fn, batches: list, options: RunOptions, metric: str,
+                 counts: torch.Tensor, stop: torch.Tensor) -> None:
+    """pytorch/examples mnist_hogwild/train.py's worker with the recipe's optimizer, schedule and clipping."""
+    torch.set_num_threads(1)
+    torch.manual_seed(options.seed + rank)
+    config = options.engine_config(["cpu"] * options.workers, metric)
+    schedule = config.schedule()
+    optimizer_class = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[config.optimizer]
+    optimizer = optimizer_class(model.parameters(), lr=config.lr, **config.optimizer_args)
+    shard = batches[rank::options.workers]
+    model.train()
+    for epoch in range(10 ** 9):
+        for index in torch.randperm(len(shard), generator=torch.Generator().manual_seed(epoch * 100 + rank)).tolist():
+            if stop[0]:
+                return
+            for group in optimizer.param_groups:  # the global step estimated from this worker's own count
+                group["lr"] = schedule(int(counts[rank]) * options.workers, epoch)
+            optimizer.zero_grad()
+            loss = loss_fn(model, shard[index])
+            (loss[0] if isinstance(loss, tuple) else loss).backward()
+            if config.clip_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+            optimizer.step()
+            counts[rank] += 1
+
+
+def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
+    if options.optimizer not in ("sgd", "adam"):
+        raise SystemExit(f"--variants torch2 supports the sgd and adam recipes, not {options.optimizer!r}")
+    curve, model = Curve(variant), job.model.share_memory()
+    private = copy.deepcopy(model)
+    counts = torch.zeros(options.workers, dtype=torch.long).share_memory_()  # (P,) updates per process
+    stop = torch.zeros(1, dtype=torch.long).share_memory_()
+    context = mp.get_context("spawn")
+    start = time.perf_counter()
+    workers = [context.Process(target=torch_worker, args=(rank, model, job.loss_fn, job.batches, options, job.metric,
+                                                          counts, stop))
+               for rank in range(options.workers)]
+    for worker in workers:
+        worker.start()
+    next_eval = start + args.eval_seconds if not args.eval_updates else None
+    next_updates = args.eval_updates
+    try:
+        while True:
+            time.sleep(0.05)
+            now, updates = time.perf_counter(), int(counts.sum())
+            if any(w.exitcode not in (None, 0) for w in workers):
+                raise RuntimeError(f"a torch2 worker failed: exit codes {[w.exitcode for w in workers]}")
+            due = updates >= next_updates if next_updates else now >= next_eval
+            if due or now - start >= args.minutes * 60:
+                private.load_state_dict(model.state_dict())
+                private.eval()
+                metrics = job.evaluate(private)
+                curve.points.append({"seconds": round(now - start, 2), "updates": updates,
+                                     "metric": metrics[job.metric]})
+                if metrics[job.metric] >= args.target:
+                    curve.stop_reason = "target"
+                elif now - start >= args.minutes * 60:
+                    curve.stop_reason = "time_limit"
+                if curve.stop_reason:
+                    break
+                next_eval = time.perf_counter() + args.eval_seconds if not args.eval_updates else None
+                next_updates = updates + args.eval_updates if args.eval_updates else None
+    finally:
+        stop[0] = 1
+        for worker in workers:
+            worker.join()
+    return curve
+
+
+def run_variant(args: argparse.Namespace, variant: str) -> Curve:
+    options = job_options(args, variant)
+    torch.manual_seed(args.seed)
+    job = build_job(options)  # a fresh, identically initialised model for every variant
+    curve = run_torch(job, options, args, variant) if variant == "torch2" else run_engine(job, options, args, variant)
+    reached = curve.first_reaching(args.target)
+    print(f"{variant:9s} {'target at ' + _at(reached) if reached else 'target not reached'}; "
+          f"{len(curve.points)} evaluations, best {max(p['metric'] for p in curve.points):.4f} "
+          f"({curve.stop_reason})", flush=True)
+    return curve
+
+
+def _at(point: dict) -> str:
+    return f"{point['seconds'] / 60:.2f} min, {point.get('updates')} updates"
+
+
+def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
+    """The table: minutes and updates to target, ratio of minutes to single's; then the issue's targets."""
+    reached = {v: c.first_reaching(target) for v, c in curves.items()}
+    print(f"\n| variant | minutes to {target} | updates to {target} | time ratio to single | best |")
+    print("|---|---|---|---|---|")
+    rows = {}
+    for variant, curve in curves.items():
+        point, base = reached[variant], reached.get("single")
+        ratio = point["seconds"] / base["seconds"] if point and base else None
+        rows[variant] = {"minutes": point["seconds"] / 60 if point else None,
+                         "updates": point.get("updates") if point else None, "ratio_to_single": ratio,
+                         "best": max(p["metric"] for p in curve.points), "evaluations": curve.points}
+        print(f"| {variant} | {_cell(point and point['seconds'] / 60)} | {_cell(point and point.get('updates'), 'd')} "
+              f"| {_cell(ratio, '.3f')} | {rows[variant]['best']:.4f} |")
+    for top, bottom, bound in TARGETS:
+        if reached.get(top) and reached.get(bottom):
+            ratio = reached[top]["seconds"] / reached[bottom]["seconds"]
+            print(f"{top}/{bottom} time to target = {ratio:.3f}   target <= {bound}   "
+                  f"{'met' if ratio <= bound else 'MISSED'}")
+        elif top in curves and bottom in curves:
+            print(f"{top}/{bottom}: not measured (a run did not reach the target)")
+    return rows
+
+
+def _cell(value, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--task", choices=("pos", "nmt"), default="pos")
+    corpora = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
+    parser.add_argument("--train", help="POS corpus, or NMT prefix (default Brown / europarl-fr-en/train)")
+    parser.add_argument("--dev", help="held-out set (default: POS a seeded split of --train, NMT europarl dev)")
+    parser.add_argument("--dev-limit", type=int, default=1024, help="held-out sentences evaluated")
+    parser.add_argument("--train-limit", type=int, default=None, help="NMT: first N training pairs")
+    parser.add_argument("--target", type=float, help="held-out target (default POS accuracy 0.95, NMT BLEU 20)")
+    parser.add_argument("--minutes", type=float, default=12.0, help="give up on a variant after this long")
+    parser.add_argument("--eval-seconds", type=float, default=30.0, help="seconds between held-out evaluations")
+    parser.add_argument("--eval-updates", type=int, default=None, help="evaluate every N updates instead")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    parser.add_argument("--recipe", default=None, help="run.py's --recipe (default: the task's default recipe)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write every evaluation of every run here")
+    parser.add_argument("--quick", action="store_true", help="synthetic POS task, a low target, seconds per run: "
+                        "checks the benchmark itself (CI), measures nothing")
+    parser.add_argument("--synthetic-size", type=int, default=300, help="--quick: synthetic training sentences")
+    args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
+    if args.quick:
+        args.task, args.dev_limit, args.minutes = "pos", 100, min(args.minutes, 1.0)
+        args.target = 0.3 if args.target is None else args.target
+        args.eval_updates = args.eval_updates or 25
+    else:
+        default_train = corpora / ("brown" if args.task == "pos" else "europarl-fr-en/train")
+        args.train = args.train or str(default_train)
+        if args.task == "nmt" and args.dev is None:
+            args.dev = str(corpora / "europarl-fr-en" / "dev")
+        args.target = args.target if args.target is not None else {"pos": 0.95, "nmt": 20.0}[args.task]
+    torch.set_num_threads(1)
+    curves = {}
+    for variant in variants:
+        curves[variant] = run_variant(args, variant)
+    rows = report(curves, args.target)
+    if args.json:
+        args.json.write_text(json.dumps({"task": args.task, "target": args.target, "runs": rows}, indent=1) + "\n")
+    print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
