@@ -61,14 +61,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-cache-") as root:
         cache = ArrayCache(root)
         start = time.perf_counter()
-        task = load_nmt_dataset(config, cache)
+        dataset = load_nmt_dataset(config, cache)
         first = time.perf_counter() - start
         start = time.perf_counter()
         cached = load_nmt_dataset(config, cache)
         second = time.perf_counter() - start
-        assert cached.info["cached"] and not task.info["cached"]
-        print(f"europarl fr-en train: {task.info['train']} -> {task.info['train_pairs']} pairs, "
-              f"vocab {task.info['src_vocab']}/{task.info['tgt_vocab']}")
+        assert cached.info["cached"] and not dataset.info["cached"]
+        print(f"europarl fr-en train: {dataset.info['train']} -> {dataset.info['train_pairs']} pairs, "
+              f"vocab {dataset.info['src_vocab']}/{dataset.info['tgt_vocab']}")
         print(f"europarl load, first (read + Moses tokenize + vocab + tensorize): {first:8.2f} s")
         print(f"europarl load, cached:                                          {second:8.2f} s")
         print(f"first / cached: {first / second:.0f}x")

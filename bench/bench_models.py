@@ -27,7 +27,7 @@ POS_VOCAB = dict(n_words=10_000, n_chars=100, n_tags=470)  # about Brown's sizes
 
 
 def pos_batch(sentences: int, length: int, g: torch.Generator) -> dict[str, torch.Tensor]:
-    """`sentences` sentences of `length` tokens, words of 2..10 chars, affixes padded as in CONTRACTS.md."""
+    """`sentences` sentences of `length` tokens, words of 2..10 chars, affixes padded as in data/features.py."""
     words = torch.randint(1, POS_VOCAB["n_words"], (sentences, length), generator=g)
     word_lengths = torch.randint(2, AFFIX + 1, (sentences, length), generator=g)
     chars = torch.randint(4, POS_VOCAB["n_chars"], (sentences, length, AFFIX), generator=g)
