@@ -4,6 +4,7 @@ Usage: ``from hogwild.data.pos_dataset import synthetic_pos_dataset``; ``dataset
 ``batch = next(dataset.train.epoch(0))``
 
 Modules (data flows down this list; none imports one below it):
+- ``corpora``    corpora_dir(): where the real corpora live ($HOGWILD_CORPORA, else ../shared/corpora).
 - ``errors``     CorpusError: bad input, named by file and line.
 - ``textio``     reading .gz/.xz/.bz2 text with an encoding.
 - ``readers``    read_tagged (CoNLL-U, CoNLL columns, slash-tagged), detect_format, corpus_files.

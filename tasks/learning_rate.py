@@ -40,6 +40,8 @@ def schedule_fields(task: str, optimizer: str, lr: float, lr_decay: float | None
     """
     if lr_decay is None:
         lr_decay = default_lr_decay(task, optimizer, warmup_steps)
+    if not (math.isfinite(lr_decay) and lr_decay >= 0):
+        raise ValueError(f"--lr-decay: must be >= 0, got {lr_decay}")
     if warmup_steps and lr_decay:
         raise ValueError(f"--lr-decay: {lr_decay} cannot be combined with --warmup-steps {warmup_steps} (one schedule "
                          "per run: give --lr-decay 0 or --warmup-steps 0)")

@@ -58,6 +58,8 @@ def test_decay_and_warmup_together_are_refused_where_the_flags_enter():
         RunOptions(task="pos", lr_decay=0.01, warmup_steps=10)
     with pytest.raises(ValueError, match=r"^--min-lr: must be in \[0, --lr\]"):
         RunOptions(task="pos", lr=0.01, min_lr=0.02)
+    with pytest.raises(ValueError, match=r"^--lr-decay: must be >= 0, got -0.5"):
+        schedule_fields("pos", "sgd", 0.03, lr_decay=-0.5)
 
 
 def test_run_options_take_the_rule():
