@@ -1,6 +1,6 @@
 """Data pipeline speed: Europarl fr-en 200k load time, first (Moses tokenization) and cached, and batcher throughput.
 
-Usage: flock /tmp/hogwild-heavy.lock .venv/bin/python bench/bench_data.py [--train-limit N] [--processes P]
+Usage: flock /tmp/hogwild-heavy.lock .venv/bin/python -m bench.bench_data [--train-limit N] [--processes P]
 
 Prints the command line, the first and the cached load time of the Europarl task (train 200k + dev 3k, max_len 50,
 15k vocabularies) and their ratio, then the tokens/s of the NMT batcher (batch 64, bucketed) and of the POS batcher
@@ -10,24 +10,17 @@ temporary cache folder, so it always includes reading, tokenizing and tensorizin
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from hogwild.data.cache import ArrayCache  # noqa: E402
-from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset  # noqa: E402
-from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset  # noqa: E402
-from hogwild.data.text import default_processes  # noqa: E402
-
-
-def corpora_dir() -> Path:
-    return Path(os.environ.get("HOGWILD_CORPORA", REPO.parent / "shared" / "corpora"))
+from hogwild.data.cache import ArrayCache
+from hogwild.data.corpora import corpora_dir
+from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
+from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset
+from hogwild.data.text import default_processes
 
 
 def batcher_speed(batcher, max_batches: int, count) -> tuple[float, int, float]:
