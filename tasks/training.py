@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 import hogwild
 from hogwild.tasks.devices import worker_devices
-from hogwild.tasks.job import TaskJob, build_job
+from hogwild.tasks.job import TaskJob
+from hogwild.tasks.jobs import build_job
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.rundir import merge_config, write_command
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
