@@ -36,7 +36,8 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_convergence.py` from anywhere
 
 import hogwild  # noqa: E402
-from hogwild.tasks.job import TaskJob, build_job  # noqa: E402
+from hogwild.tasks.job import TaskJob  # noqa: E402
+from hogwild.tasks.jobs import build_job  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
 
 VARIANTS = ("single", "hogwild2", "sync2", "torch2")

@@ -33,6 +33,7 @@ from hogwild.schedules import make_schedule
 from hogwild.tasks import nmt as nmt_task
 from hogwild.tasks import pos as pos_task
 from hogwild.tasks.learning_rate import default_lr, schedule_fields
+from hogwild.tasks.recipes import RECIPES, resolve_recipe
 from hogwild.tasks.options import RunOptions
 
 SERIAL_ADAM_LR = 2e-3  # the serial reference runs' Adam rate (docs/results.md); other optimizers: the task's rule
@@ -45,13 +46,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--corpora", type=Path, default=corpora_dir(), help="folder holding brown/, europarl-fr-en/")
     p.add_argument("--synthetic", action="store_true", help="train on the data package's synthetic task instead")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model size preset")
+    p.add_argument("--recipe", choices=RECIPES, default=None,
+                   help="lr rule and POS vocabulary (tasks.recipes); default: paper with --preset paper, else default")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
                    help="optimizer (torch.optim in the plain loop, hogwild's SharedOptimizer in the engine)")
     p.add_argument("--lr", type=float, default=None,
-                   help=f"learning rate (default: adam {SERIAL_ADAM_LR:g}, sgd: pos 0.03 / nmt 0.1)")
+                   help=f"learning rate (default: adam {SERIAL_ADAM_LR:g}, sgd: the recipe's, pos 0.1 (paper 0.03) "
+                        "/ nmt 0.1)")
     p.add_argument("--lr-decay", type=float, default=None,
-                   help="linear lr decrease per epoch, floored at 1%% of --lr (default: the task's rule, "
-                        "tasks.learning_rate: 0.0135 for pos with sgd, the paper's, else 0)")
+                   help="linear lr decrease per 40,000 updates (paper recipe: per epoch), floored at 1%% of --lr "
+                        "(default: the task's rule, tasks.learning_rate: pos with sgd 0.045, paper 0.0135, else 0)")
     p.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: off; NMT paper 1.0)")
     p.add_argument("--dropout", type=float, default=0.0, help="model dropout")
     p.add_argument("--batch-size", type=int, default=None,
@@ -73,15 +77,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--out", type=Path, required=True, help="run folder (created)")
     args = p.parse_args(argv)
+    args.recipe = resolve_recipe(args.recipe, args.preset)
     if args.lr is None:
-        args.lr = SERIAL_ADAM_LR if args.optimizer == "adam" else default_lr(args.task, args.optimizer)
+        args.lr = SERIAL_ADAM_LR if args.optimizer == "adam" else default_lr(args.task, args.optimizer, args.recipe)
     if args.batch_size is None:
         args.batch_size = 16 if args.task == "pos" else 64
     for name in ("batch_size", "epochs", "log_every", "threads", "beam", "max_len", "vocab"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     try:
-        args.schedule = schedule_fields(args.task, args.optimizer, args.lr, args.lr_decay)
+        args.schedule = schedule_fields(args.task, args.optimizer, args.lr, args.lr_decay, recipe=args.recipe)
         args.options = run_options(args)
     except ValueError as error:  # a bad --lr/--lr-decay, or a missing corpus: one line naming the flag or path
         p.error(str(error))
@@ -98,9 +103,9 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     else:
         europarl = args.corpora / "europarl-fr-en"
         data = {"train": [str(europarl / "train")], "dev": str(europarl / "dev"), "src_lang": "fr", "tgt_lang": "en"}
-    return RunOptions(task=args.task, preset=args.preset, optimizer=args.optimizer, lr=args.lr,
+    return RunOptions(task=args.task, preset=args.preset, recipe=args.recipe, optimizer=args.optimizer, lr=args.lr,
                       lr_decay=args.lr_decay, dropout=args.dropout, batch_size=args.batch_size, max_len=args.max_len,
-                      vocab_size=args.vocab, beam=args.beam, seed=args.seed, progress=False, **data)
+                      vocab_size=args.vocab, beam=args.beam, seed=args.seed, progress=False, **data).resolved()
 
 
 @dataclass
@@ -169,7 +174,8 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
                  else torch.optim.SGD(params, lr=args.lr))
     fields = args.schedule  # tasks.learning_rate's rule, as the engine path gets it
     schedule = make_schedule(fields["lr_schedule"], args.lr, decay_per_epoch=fields["decay_per_epoch"],
-                             warmup_steps=fields["warmup_steps"], min_lr=fields["min_lr"])
+                             warmup_steps=fields["warmup_steps"], min_lr=fields["min_lr"],
+                             decay_updates=fields["decay_updates"] or 0)
     start, step, window_loss, window_tokens = time.monotonic(), 0, 0.0, 0
     window_start = start
     minutes = lambda: (time.monotonic() - start) / 60  # noqa: E731

@@ -16,6 +16,7 @@ from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
 from hogwild.tasks.options import PRESETS, TASKS, RunOptions
+from hogwild.tasks.recipes import RECIPES
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):
@@ -49,6 +50,9 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--mode", choices=MODES, default="hogwild",
                    help="hogwild: lock-free async; sync: averaged gradients each step; single: one worker")
     g.add_argument("--preset", choices=PRESETS, default="small", help="model sizes (paper: the papers' sizes)")
+    g.add_argument("--recipe", choices=RECIPES, default=None,
+                   help="optimizer, lr rule, POS vocabulary (tasks/recipes.py); None: paper with --preset paper, "
+                        "else default")
     g.add_argument("--threads-per-worker", type=int, default=1, metavar="N", help="torch threads per worker")
     g.add_argument("--data-assignment", choices=("queue", "partition"), default="queue",
                    help="queue: workers share one batch queue; partition: a fixed shard per worker")
@@ -69,14 +73,20 @@ def train_parser() -> argparse.ArgumentParser:
                    help="evaluate on the first N held-out sentences only")
     g.add_argument("--max-len", type=int, default=50, metavar="N", help="nmt: drop longer training pairs")
     g.add_argument("--vocab-size", type=int, default=15000, metavar="N", help="nmt: words kept per side")
+    g.add_argument("--word-min-freq", type=int, default=None, metavar="N",
+                   help="pos: words seen fewer times are unk; None: 2 (paper recipe 10, synthetic task 10)")
     g.add_argument("--synthetic-size", type=int, default=None, metavar="N",
                    help="sentences (pos, default 2000) or pairs (nmt, default 5000) of the synthetic task")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", help="shared, lock-free optimizer")
+    g.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="shared, lock-free optimizer; None: the recipe's (pos sgd, nmt adam; paper recipe: sgd)")
     g.add_argument("--lr", type=float, default=None,
-                   help="learning rate; None: sgd pos 0.03 / nmt 0.1, adam 0.001 (tasks/options.py)")
+                   help="learning rate; None: sgd pos 0.1 (paper 0.03) / nmt 0.1, adam 0.001 (tasks/learning_rate.py)")
     g.add_argument("--lr-decay", type=float, default=None,
-                   help="linear lr decrease per epoch; None: 0.0135 for pos+sgd (the paper), else 0")
+                   help="linear lr decrease per --decay-updates updates (paper recipe: per epoch); None: pos+sgd "
+                        "0.045 (paper 0.0135), else 0")
+    g.add_argument("--decay-updates", type=int, default=None, metavar="N",
+                   help="count --lr-decay per N updates; None: 40000 (paper recipe: per epoch)")
     g.add_argument("--warmup-steps", type=int, default=0, help="> 0: warm up from lr to lr x workers")
     g.add_argument("--min-lr", type=float, default=0.0, help="floor of the learning rate")
     g.add_argument("--momentum", type=float, default=None, help="msgd/nesterov momentum; None: 0.9")

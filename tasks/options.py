@@ -3,9 +3,11 @@
 
 Usage: `options = RunOptions(task="pos", workers=2, time_limit=60); config = options.engine_config(devices)`
 
-Every value has a default; `None` defaults are filled per task and optimizer by `resolved()` (e.g. NMT: batch 64,
-gradient clipping 1.0); the learning rate, its decay and the schedule come from `tasks.learning_rate` (POS with SGD:
-lr 0.03 and the paper's linear decay of 0.0135 per epoch).
+Every value has a default; `None` defaults are filled per task, recipe and optimizer by `resolved()` (e.g. NMT: batch
+64, gradient clipping 1.0). The recipe (`tasks.recipes`: 'default', or 'paper', which --preset paper implies) picks
+the optimizer (default: POS SGD, NMT Adam; paper: SGD) and the POS word vocabulary (words seen twice; paper: 10
+times); the learning rate, its decay and the schedule come from `tasks.learning_rate` (POS with SGD: lr 0.1 decaying
+by 0.045 per 40,000 updates; paper: lr 0.03 and the linear decay of 0.0135 per epoch).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
 from hogwild.tasks.learning_rate import default_lr, default_lr_decay, schedule_fields
+from hogwild.tasks.recipes import default_optimizer, default_word_min_freq, resolve_recipe
 
 TASKS = ("pos", "nmt")
 PRESETS = ("small", "paper")
@@ -45,6 +48,7 @@ class RunOptions:
     workers: int = 2  # CPU worker processes (ignored with --gpus)
     mode: str = "hogwild"  # 'hogwild' | 'sync' | 'single'
     preset: str = "small"  # model size: 'small' (CPU) or 'paper'
+    recipe: str | None = None  # 'default' | 'paper' (tasks.recipes); None: 'paper' with --preset paper, else 'default'
     # --- data (no --train: the built-in synthetic task) ---
     train: list[str] | None = None  # POS: tagged files/folders; NMT: file prefixes (PREFIX.src, PREFIX.tgt)
     dev: str | None = None  # held-out set (None: a seeded split of train)
@@ -61,10 +65,12 @@ class RunOptions:
     max_len: int = 50  # NMT: drop training pairs longer than this (paper: 50)
     vocab_size: int = 15000  # NMT: words per side (paper: 15,000)
     synthetic_size: int | None = None  # sentences/pairs of the synthetic task (default 2000 / 5000)
+    word_min_freq: int | None = None  # POS: words seen fewer times are unk (recipe: default 2, paper 10)
     # --- optimisation ---
-    optimizer: str = "sgd"
+    optimizer: str | None = None  # None: the recipe's (default: pos sgd, nmt adam; paper: sgd)
     lr: float | None = None
-    lr_decay: float | None = None  # linear decay per epoch (POS + SGD default: the paper's 0.0135)
+    lr_decay: float | None = None  # linear decay per epoch or per decay_updates (POS + SGD: the recipe's)
+    decay_updates: int | None = None  # the decay's unit in updates (None: the recipe's, default 40,000; paper: epoch)
     warmup_steps: int = 0  # > 0: the warmup_scaled schedule (lr -> lr * workers)
     min_lr: float = 0.0
     momentum: float | None = None  # msgd / nesterov momentum (default 0.9)
@@ -100,10 +106,13 @@ class RunOptions:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (reproduction scripts label runs)
 
     def __post_init__(self) -> None:
-        for name, choices in (("task", TASKS), ("mode", MODES), ("preset", PRESETS), ("format", FORMATS),
-                              ("optimizer", OPTIMIZERS)):
+        for name, choices in (("task", TASKS), ("mode", MODES), ("preset", PRESETS), ("format", FORMATS)):
             if getattr(self, name) not in choices:
                 _fail(name, f"must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            _fail("optimizer", f"must be one of {', '.join(OPTIMIZERS)}; got {self.optimizer!r}")
+        recipe = resolve_recipe(self.recipe, self.preset)  # an unknown recipe fails here, naming --recipe
+        optimizer = self.optimizer or default_optimizer(self.task, recipe)
         if self.tag is not None and self.tag not in TAGS:
             _fail("tag", f"must be one of {', '.join(TAGS)}; got {self.tag!r}")
         if self.distributed is not None and self.distributed not in ALGORITHMS:
@@ -116,7 +125,8 @@ class RunOptions:
             if getattr(self, name) < 1:
                 _fail(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
         for name in ("word_column", "tag_column", "train_limit", "dev_limit", "synthetic_size", "batch_size",
-                     "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every"):
+                     "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every", "word_min_freq",
+                     "decay_updates"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 _fail(name.replace("_", "-"), f"must be >= 1, got {value}")
@@ -134,8 +144,14 @@ class RunOptions:
             _fail("dropout", f"must be in [0, 1), got {self.dropout}")
         if not 0.0 < self.alpha < 1.0:
             _fail("alpha", f"must be in (0, 1), got {self.alpha}")
-        schedule_fields(self.task, self.optimizer, self.lr or default_lr(self.task, self.optimizer), self.lr_decay,
-                        self.warmup_steps, self.min_lr)  # conflicting schedule flags fail here, naming the flag
+        schedule = schedule_fields(self.task, optimizer, self.lr or default_lr(self.task, optimizer, recipe),
+                                   self.lr_decay, self.warmup_steps, self.min_lr, recipe,
+                                   self.decay_updates)  # conflicting schedule flags fail here, naming the flag
+        if self.decay_updates is not None and schedule["lr_schedule"] != "linear_decay":
+            _fail("decay-updates", f"sets the unit of a linear decay, but this run's schedule is "
+                                   f"{schedule['lr_schedule']!r} (give --lr-decay > 0)")
+        if self.task == "nmt" and self.word_min_freq is not None:
+            _fail("word-min-freq", "applies to --task pos only (NMT keeps the --vocab-size most frequent words)")
         if self.src_lang == self.tgt_lang:
             _fail("tgt-lang", f"must differ from --src-lang (both are {self.src_lang!r})")
         if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
@@ -158,15 +174,22 @@ class RunOptions:
     def resolved(self) -> "RunOptions":
         """A copy with every task-dependent default filled in (what config.json records)."""
         values = dataclasses.asdict(self)
+        recipe = values["recipe"] = resolve_recipe(self.recipe, self.preset)
+        optimizer = values["optimizer"] = self.optimizer or default_optimizer(self.task, recipe)
+        if values["word_min_freq"] is None and self.task == "pos":
+            values["word_min_freq"] = default_word_min_freq(recipe, self.synthetic)
         if values["batch_size"] is None:
             values["batch_size"] = _SYNTHETIC_BATCH[self.task] if self.synthetic else _TASK_DEFAULTS[self.task][
                 "batch_size"]
         if values["clip_norm"] is None:
             values["clip_norm"] = _TASK_DEFAULTS[self.task]["clip_norm"]
         if values["lr"] is None:
-            values["lr"] = default_lr(self.task, self.optimizer)
+            values["lr"] = default_lr(self.task, optimizer, recipe)
         if values["lr_decay"] is None:
-            values["lr_decay"] = default_lr_decay(self.task, self.optimizer, self.warmup_steps)
+            values["lr_decay"] = default_lr_decay(self.task, optimizer, self.warmup_steps, recipe)
+        values["decay_updates"] = schedule_fields(self.task, optimizer, values["lr"], values["lr_decay"],
+                                                  self.warmup_steps, self.min_lr, recipe,
+                                                  self.decay_updates)["decay_updates"]
         if values["steps"] is None and values["epochs"] is None and values["time_limit"] is None:
             values["epochs"] = 2 if self.synthetic else 1  # the default job: about a minute on 2 CPU workers
         if values["log_every"] is None:
@@ -188,7 +211,8 @@ class RunOptions:
         return Config(
             devices=devices, mode=self.mode, threads_per_worker=self.threads_per_worker, optimizer=self.optimizer,
             lr=self.lr, optimizer_args=self.optimizer_args(),
-            **schedule_fields(self.task, self.optimizer, self.lr, self.lr_decay, self.warmup_steps, self.min_lr),
+            **schedule_fields(self.task, self.optimizer, self.lr, self.lr_decay, self.warmup_steps, self.min_lr,
+                              self.recipe, self.decay_updates),
             clip_norm=self.clip_norm, max_steps=self.steps, epochs=self.epochs, time_limit=self.time_limit,
             eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, best_metric=best_metric,
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,

@@ -31,9 +31,10 @@ def load_data(options) -> PosDataset:
     dataset built from the concatenated corpora."""
     if options.synthetic:
         return synthetic_pos_dataset(num_train=options.synthetic_size or 2000, seed=options.seed,
-                                     batch_size=options.batch_size)
+                                     batch_size=options.batch_size, word_min_freq=options.word_min_freq)
     config = PosDataConfig(train=options.train[0], dev=options.dev, format=options.format, tag=options.tag,
-                           encoding=options.encoding, batch_size=options.batch_size, seed=options.seed)
+                           encoding=options.encoding, word_min_freq=options.word_min_freq,
+                           batch_size=options.batch_size, seed=options.seed)
     if len(options.train) == 1 and options.word_column is None and options.tag_column is None:
         return load_pos_dataset(config)
     sentences = [s for path in options.train for s in _read(path, options)]

@@ -32,16 +32,30 @@ def test_pos_plain_loop_run_folder(tmp_path):
 
 
 def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
-    """POS + SGD without --lr-decay: the paper's decay 0.0135, floored at 1% of lr (as run.py decides)."""
-    expected = {"lr_schedule": "linear_decay", "decay_per_epoch": 0.0135, "warmup_steps": 0, "min_lr": 0.0003}
+    """POS + SGD without --lr-decay, paper recipe: the paper's decay 0.0135 per epoch, floored at 1% of lr (as
+    run.py decides)."""
+    expected = {"lr_schedule": "linear_decay", "decay_per_epoch": 0.0135, "decay_updates": None, "warmup_steps": 0,
+                "min_lr": 0.0003}
     for loop in ("plain", "engine"):
         out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", loop, "--max-updates", "4",
-                           "--log-every", "2", tmp_path=tmp_path / loop)
+                           "--log-every", "2", "--recipe", "paper", tmp_path=tmp_path / loop)
         config = json.loads((out / "config.json").read_text())
         assert config["schedule"] == pytest.approx(expected) and (config["lr"], config["lr_decay"]) == (0.03, 0.0135)
         assert results["updates"] == 4
     lines = [json.loads(line) for line in (tmp_path / "plain" / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["lr"] for r in lines if "train_loss" in r] == [0.03, 0.03]  # epoch 0: the full rate
+
+
+def test_default_recipe_counts_its_decay_in_updates(tmp_path):
+    out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", "plain", "--max-updates", "4",
+                       "--log-every", "2", tmp_path=tmp_path)
+    config = json.loads((out / "config.json").read_text())
+    assert config["recipe"] == "default" and (config["lr"], config["lr_decay"]) == (0.1, 0.045)
+    assert config["schedule"] == pytest.approx({"lr_schedule": "linear_decay", "decay_per_epoch": 0.045,
+                                                "decay_updates": 40_000, "warmup_steps": 0, "min_lr": 0.001})
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in lines if "train_loss" in r] == pytest.approx([0.1 - 0.045 * 2 / 40_000,
+                                                                           0.1 - 0.045 * 4 / 40_000], abs=1e-15)
 
 
 @pytest.mark.slow

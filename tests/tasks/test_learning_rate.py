@@ -1,19 +1,44 @@
 """tasks.learning_rate: the one rule for a run's learning rate, schedule and floor, pinned per task x optimizer x
-schedule; run.py's options and scripts/train_serial.py both take it."""
+schedule x recipe; run.py's options and scripts/train_serial.py both take it."""
 import pytest
 
 from hogwild import Config
 from hogwild.schedules import make_schedule
-from hogwild.tasks.learning_rate import default_lr, default_lr_decay, schedule_fields
+from hogwild.tasks.learning_rate import (DECAY_UPDATES, default_decay_updates, default_lr, default_lr_decay,
+                                         schedule_fields)
 from hogwild.tasks.options import RunOptions
 
 
-def test_default_rates_per_task_and_optimizer():
-    assert [default_lr(task, opt) for task in ("pos", "nmt") for opt in ("sgd", "msgd", "adam", "adadelta")] == [
-        0.03, 0.01, 1e-3, 1.0, 0.1, 0.03, 1e-3, 1.0]
-    assert [default_lr_decay(task, opt) for task in ("pos", "nmt") for opt in ("sgd", "adam")] == [
+def test_paper_rates_per_task_and_optimizer():
+    assert [default_lr(task, opt, "paper") for task in ("pos", "nmt") for opt in ("sgd", "msgd", "adam", "adadelta")
+            ] == [0.03, 0.01, 1e-3, 1.0, 0.1, 0.03, 1e-3, 1.0]
+    assert [default_lr_decay(task, opt, recipe="paper") for task in ("pos", "nmt") for opt in ("sgd", "adam")] == [
         0.0135, 0.0, 0.0, 0.0]
-    assert default_lr_decay("pos", "sgd", warmup_steps=10) == 0.0  # a warm-up replaces the paper's decay
+    assert default_lr_decay("pos", "sgd", warmup_steps=10, recipe="paper") == 0.0  # a warm-up replaces the decay
+    assert default_decay_updates("paper") is None  # per epoch
+
+
+def test_default_recipe_rates_and_decay_counted_in_updates():
+    assert [default_lr(task, opt) for task in ("pos", "nmt") for opt in ("sgd", "msgd", "adam", "adadelta")] == [
+        0.1, 0.01, 1e-3, 1.0, 0.1, 0.03, 1e-3, 1.0]
+    assert [default_lr_decay(task, opt) for task in ("pos", "nmt") for opt in ("sgd", "adam")] == [
+        0.045, 0.0, 0.0, 0.0]
+    assert default_lr_decay("pos", "sgd", warmup_steps=10) == 0.0
+    assert default_decay_updates() == DECAY_UPDATES == 40_000
+    fields = schedule_fields("pos", "sgd", 0.1)
+    assert fields == {"lr_schedule": "linear_decay", "decay_per_epoch": 0.045, "decay_updates": 40_000,
+                      "warmup_steps": 0, "min_lr": pytest.approx(0.001)}
+    schedule = Config(lr=0.1, **fields).schedule()
+    # the same values on a 1.7k-sentence treebank (epoch 10 at update 17,000) as on Brown (still epoch 0)
+    assert [schedule(step, epoch) for step, epoch in ((0, 0), (17_000, 9), (17_000, 0), (40_000, 0))] == \
+        pytest.approx([0.1, 0.1 - 0.045 * 17 / 40, 0.1 - 0.045 * 17 / 40, 0.055], abs=1e-15)
+    assert schedule(88_000, 1) == pytest.approx(0.001, abs=1e-15) and schedule(200_000, 0) == 0.001  # the floor
+    paper = Config(lr=0.03, **schedule_fields("pos", "sgd", 0.03, recipe="paper")).schedule()
+    assert [paper(step, epoch) for step, epoch in ((0, 0), (1_728, 1), (3_456, 2), (17_000, 9))] == \
+        pytest.approx([0.03, 0.0165, 0.003, 0.0003], abs=1e-15)  # ud-german-lit: at the floor after 3 epochs
+    assert schedule_fields("pos", "sgd", 0.1, decay_updates=1000)["decay_updates"] == 1000
+    with pytest.raises(ValueError, match=r"^--decay-updates: must be an integer >= 1, got 0"):
+        schedule_fields("pos", "sgd", 0.1, decay_updates=0)
 
 
 @pytest.mark.parametrize("task, optimizer, lr, lr_decay, warmup, expected", [
@@ -35,7 +60,7 @@ def test_default_rates_per_task_and_optimizer():
     ("nmt", "adam", 1e-3, 0.0, 50, ("warmup_scaled", 0.0, 50, 0.0)),
 ])
 def test_schedule_fields_per_task_optimizer_and_schedule(task, optimizer, lr, lr_decay, warmup, expected):
-    fields = schedule_fields(task, optimizer, lr, lr_decay, warmup)
+    fields = schedule_fields(task, optimizer, lr, lr_decay, warmup, recipe="paper")
     assert (fields["lr_schedule"], fields["decay_per_epoch"], fields["warmup_steps"]) == expected[:3]
     assert fields["min_lr"] == pytest.approx(expected[3], rel=1e-12, abs=0.0)
     config = Config(lr=lr, **fields)  # the fields are exactly what hogwild.Config takes ...
@@ -63,11 +88,52 @@ def test_decay_and_warmup_together_are_refused_where_the_flags_enter():
 
 
 def test_run_options_take_the_rule():
-    pos = RunOptions(task="pos").resolved()
-    assert (pos.lr, pos.lr_decay) == (0.03, 0.0135)
+    pos = RunOptions(task="pos", recipe="paper").resolved()
+    assert (pos.lr, pos.lr_decay, pos.decay_updates) == (0.03, 0.0135, None)
     config = pos.engine_config(["cpu"], "accuracy")
     assert (config.lr_schedule, config.decay_per_epoch, config.min_lr) == ("linear_decay", 0.0135, pytest.approx(3e-4))
+    assert config.decay_updates is None  # the paper's decay counts epochs
     warm = RunOptions(task="pos", warmup_steps=20).resolved()  # POS + SGD + warm-up: the paper's decay steps aside
     assert warm.lr_decay == 0.0
     config = warm.engine_config(["cpu", "cpu"], "accuracy")
     assert (config.lr_schedule, config.decay_per_epoch, config.warmup_steps) == ("warmup_scaled", 0.0, 20)
+
+
+def test_recipes_resolve_per_task_and_preset():
+    brown = ["tests/fixtures/data/slash"]
+    cases = {  # (task, preset, recipe) -> (recipe, optimizer, lr, lr_decay, decay_updates, word_min_freq, clip)
+        ("pos", "small", None): ("default", "sgd", 0.1, 0.045, 40_000, 2, None),
+        ("pos", "paper", None): ("paper", "sgd", 0.03, 0.0135, None, 10, None),  # --preset paper: the paper, whole
+        ("pos", "small", "paper"): ("paper", "sgd", 0.03, 0.0135, None, 10, None),
+        ("pos", "paper", "default"): ("default", "sgd", 0.1, 0.045, 40_000, 2, None),
+        ("nmt", "small", None): ("default", "adam", 1e-3, 0.0, None, None, 1.0),
+        ("nmt", "paper", None): ("paper", "sgd", 0.1, 0.0, None, None, 1.0),
+    }
+    for (task, preset, recipe), expected in cases.items():
+        train = brown if task == "pos" else ["tests/fixtures/data/tiny"]
+        o = RunOptions(task=task, preset=preset, recipe=recipe, train=train).resolved()
+        assert (o.recipe, o.optimizer, o.lr, o.lr_decay, o.decay_updates, o.word_min_freq, o.clip_norm) == expected
+        config = o.engine_config(["cpu"], "accuracy")
+        assert (config.optimizer, config.lr, config.decay_updates) == (expected[1], expected[2], expected[4])
+    synthetic = RunOptions(task="pos").resolved()  # the synthetic task keeps its own vocabulary threshold
+    assert (synthetic.recipe, synthetic.word_min_freq) == ("default", 10)
+    flags = RunOptions(task="pos", train=brown, optimizer="adam", word_min_freq=3, recipe="paper").resolved()
+    assert (flags.optimizer, flags.lr, flags.lr_decay, flags.word_min_freq) == ("adam", 1e-3, 0.0, 3)  # flags win
+    unit = RunOptions(task="pos", decay_updates=5_000).resolved()
+    assert unit.engine_config(["cpu"], "accuracy").decay_updates == 5_000
+    assert RunOptions(task="pos", recipe="paper", decay_updates=5_000).resolved().decay_updates == 5_000
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"recipe": "fast"}, "^--recipe: must be one of default, paper; got 'fast'"),
+    ({"optimizer": "lbfgs"}, "^--optimizer: must be one of"),
+    ({"word_min_freq": 0}, "^--word-min-freq: must be >= 1, got 0"),
+    ({"task": "nmt", "word_min_freq": 2}, "^--word-min-freq: applies to --task pos only"),
+    ({"decay_updates": 0}, "^--decay-updates: must be >= 1, got 0"),
+    ({"task": "nmt", "decay_updates": 100}, "^--decay-updates: sets the unit of a linear decay, but this run's "
+                                            "schedule is 'constant'"),
+    ({"lr_decay": 0.0, "decay_updates": 100}, "^--decay-updates: sets the unit"),
+])
+def test_bad_recipe_flags_name_the_flag(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RunOptions(**kwargs)

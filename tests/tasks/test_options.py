@@ -7,12 +7,16 @@ from hogwild.tasks.options import RunOptions
 
 def test_resolved_fills_the_papers_defaults_per_task():
     pos = RunOptions(task="pos", train=None).resolved()
-    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.03, 0.0135, None, 2)
+    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.1, 0.045, None, 2)
+    paper = RunOptions(task="pos", train=None, recipe="paper").resolved()
+    assert (paper.batch_size, paper.lr, paper.lr_decay, paper.clip_norm, paper.epochs) == (1, 0.03, 0.0135, None, 2)
     assert (pos.log_every, pos.eval_every, pos.eval_every_seconds) == (50, 250, None)
     real = RunOptions(task="pos", train=["tests/fixtures/data/tiny.conllu"]).resolved()
     assert (real.epochs, real.eval_every, real.eval_every_seconds) == (1, None, 60.0)
-    nmt = RunOptions(task="nmt").resolved()
+    nmt = RunOptions(task="nmt", recipe="paper").resolved()
     assert (nmt.batch_size, nmt.lr, nmt.lr_decay, nmt.clip_norm) == (32, 0.1, 0.0, 1.0)  # synthetic batch 32
+    nmt = RunOptions(task="nmt").resolved()  # the default recipe: Adam
+    assert (nmt.optimizer, nmt.batch_size, nmt.lr, nmt.lr_decay, nmt.clip_norm) == ("adam", 32, 1e-3, 0.0, 1.0)
     adam = RunOptions(task="pos", optimizer="adam", time_limit=5).resolved()
     assert (adam.lr, adam.lr_decay, adam.epochs) == (1e-3, 0.0, None)
     assert default_lr("nmt", "sgd") == 0.1 and default_lr("pos", "adadelta") == 1.0
@@ -28,8 +32,11 @@ def test_engine_config_carries_every_training_choice():
     assert (config.best_metric, config.best_mode, config.clip_norm, config.checkpoint_dir) == (
         "accuracy", "max", 0.5, "/tmp/x")
     assert config.lr_schedule == "constant"
-    sgd = RunOptions(task="pos").resolved().engine_config(["cpu"], "accuracy")
+    sgd = RunOptions(task="pos", recipe="paper").resolved().engine_config(["cpu"], "accuracy")
     assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.min_lr) == ("linear_decay", 0.0135, pytest.approx(0.0003))
+    sgd = RunOptions(task="pos").resolved().engine_config(["cpu"], "accuracy")
+    assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.decay_updates, sgd.min_lr) == (
+        "linear_decay", 0.045, 40_000, pytest.approx(0.001))
     warm = RunOptions(task="nmt", warmup_steps=10).resolved().engine_config(["cpu"] * 2, "bleu")
     assert (warm.lr_schedule, warm.warmup_steps) == ("warmup_scaled", 10)
 
