@@ -99,22 +99,28 @@ def torch_worker(rank: int, model: torch.nn.Module, loss_fn, batches: list, opti
     torch.manual_seed(options.seed + rank)
     config = options.engine_config(["cpu"] * options.workers, metric)
     schedule = config.schedule()
-    optimizer_class = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[config.optimizer]
-    optimizer = optimizer_class(model.parameters(), lr=config.lr, **config.optimizer_args)
+    sparse = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse]
+    dense = [p for p in model.parameters() if all(p is not q for q in sparse)]
+    if config.optimizer == "adam":  # torch.optim.Adam refuses sparse gradients: SparseAdam (lazy) takes those rows
+        optimizers = [torch.optim.Adam(dense, lr=config.lr, **config.optimizer_args)] + (
+            [torch.optim.SparseAdam(sparse, lr=config.lr)] if sparse else [])
+    else:
+        optimizers = [torch.optim.SGD(model.parameters(), lr=config.lr, **config.optimizer_args)]
     shard = batches[rank::options.workers]
     model.train()
     for epoch in range(10 ** 9):
         for index in torch.randperm(len(shard), generator=torch.Generator().manual_seed(epoch * 100 + rank)).tolist():
             if stop[0]:
                 return
-            for group in optimizer.param_groups:  # the global step estimated from this worker's own count
-                group["lr"] = schedule(int(counts[rank]) * options.workers, epoch)
-            optimizer.zero_grad()
+            for group in (g for optimizer in optimizers for g in optimizer.param_groups):
+                group["lr"] = schedule(int(counts[rank]) * options.workers, epoch)  # global step: own count x P
+            model.zero_grad()
             loss = loss_fn(model, shard[index])
             (loss[0] if isinstance(loss, tuple) else loss).backward()
             if config.clip_norm:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-            optimizer.step()
+            for optimizer in optimizers:
+                optimizer.step()
             counts[rank] += 1
 
 

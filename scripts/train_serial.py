@@ -124,7 +124,7 @@ class Job:
 def pos_job(args: argparse.Namespace) -> Job:
     """run.py's POS job (data, tagger, held-out accuracy); the final figures are the dev accuracies."""
     dataset = pos_task.load_data(args.options)
-    job = pos_task.pos_job(args.options, dataset)
+    job = pos_task.pos_job(args.options, dataset, sparse_embeddings=False)  # torch.optim.Adam takes dense gradients
     return Job(job.model, job.loss_fn, dataset.train.epoch, len(dataset.train), job.evaluate,
                lambda model, run_dir: job.evaluate(model), dict(dataset.info, model=job.model_spec["config"]))
 

@@ -45,11 +45,17 @@ def load_data(options) -> PosDataset:
     return build_pos_dataset(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
 
 
-def pos_job(options, dataset: PosDataset | None = None) -> TaskJob:
-    """The POS job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it."""
+def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool = True) -> TaskJob:
+    """The POS job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it.
+
+    The embedding tables get sparse gradients: an update touches only the rows of the sentence's words and
+    characters. Plain SGD's arithmetic is the same (the other rows' gradient is zero) and its step skips a dense
+    (words x 128) gradient; adaptive optimizers update those rows' moments lazily (as torch.optim.SparseAdam).
+    Measured on Brown (28,775 words, small preset, 1 process, optimizer step per update on a loaded 2-core machine):
+    SGD 24-29 ms dense -> 6-7 ms sparse, Adam 229 ms -> 58 ms; forward+backward unchanged."""
     dataset = load_data(options) if dataset is None else dataset
     config = pos_preset(options.preset, n_words=len(dataset.words), n_chars=len(dataset.chars),
-                        n_tags=len(dataset.tags), dropout=options.dropout)
+                        n_tags=len(dataset.tags), dropout=options.dropout, sparse_embeddings=sparse_embeddings)
     torch.manual_seed(options.seed)
     model = POSTagger(config)
     dev_batches = limit_batches(list(dataset.dev.epoch(0)), options.dev_limit, "lengths")
