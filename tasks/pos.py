@@ -29,6 +29,8 @@ def _read(path: str, options) -> list:
 def load_data(options) -> PosDataset:
     """The synthetic dataset, the cached single-corpus dataset, or (several --train paths, explicit columns) a
     dataset built from the concatenated corpora."""
+    if options.word_min_freq is None:  # options not yet resolved: the recipe's vocabulary threshold
+        options = options.resolved()
     if options.synthetic:
         return synthetic_pos_dataset(num_train=options.synthetic_size or 2000, seed=options.seed,
                                      batch_size=options.batch_size, word_min_freq=options.word_min_freq)
