@@ -65,7 +65,8 @@ def main(argv=None) -> int:
                   train_limit=args.train_limit or None, vocab_size=args.vocab_size, max_len=args.max_len,
                   preset=args.preset, steps=args.updates,
                   batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr, clip_norm=1.0,
-                  dev_limit=args.dev_limit or None, eval_every=args.eval_every, beam=args.beam, seed=args.seed)
+                  dev_limit=args.dev_limit or None, eval_every=args.eval_every, beam=args.beam, seed=args.seed,
+                  recipe="paper")  # the paper's NMT setting (--optimizer and --lr still override it)
     device = "GPU" if args.gpus else "worker"
     runs = [(f"{n} {device}{'s' if n > 1 else ''}", f"workers-{n}",
              RunOptions(**common, **({"gpus": n} if args.gpus else {"workers": n})))

@@ -57,7 +57,8 @@ def main(argv=None) -> int:
     common = dict(task="pos", train=args.train, dev=args.dev, format=args.format, tag=args.tag,
                   preset=args.preset, batch_size=args.batch_size, epochs=args.epochs,
                   time_limit=args.time_limit or None, dev_limit=args.dev_limit or None,
-                  eval_every_seconds=args.eval_every_seconds, seed=args.seed)
+                  eval_every_seconds=args.eval_every_seconds, seed=args.seed,
+                  recipe="paper")  # Figure 1 of the paper: its decay per epoch and its vocabulary (words seen 10 times)
     counts = range(1, (args.gpus or args.workers) + 1)
     device = "GPU" if args.gpus else "worker"
     runs = [(f"SGD, {n} {device}{'s' if n > 1 else ''}", f"sgd-{n}",
