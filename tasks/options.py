@@ -59,6 +59,7 @@ class RunOptions:
     word_column: int | None = None  # 1-based CoNLL columns
     tag_column: int | None = None
     tag: str | None = None  # 'upos' | 'xpos' | 'xpos+feats' (None: the format's main tag)
+    separator: str = "/"  # slash-tagged text: word and tag split at the last separator (word_TAG corpora: "_")
     src_lang: str = "fr"
     tgt_lang: str = "en"
     encoding: str = "utf-8"
@@ -144,6 +145,11 @@ class RunOptions:
             _fail("tgt-lang", f"must differ from --src-lang (both are {self.src_lang!r})")
         if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
             _fail("task", "--word-column, --tag-column and --tag apply to --task pos only")
+        if not self.separator or any(c.isspace() for c in self.separator):
+            _fail("separator", f"must be a non-empty string without spaces, got {self.separator!r}")
+        if self.distributed == "eamsgd" and self.optimizer not in ("msgd", "nesterov"):
+            _fail("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
+                               f"{self.optimizer!r}; use --distributed easgd for plain SGD")
         if self.resume and not self.out:
             _fail("resume", "needs --out DIR (the run directory to continue)")
         if self.mode == "sync" and self.data_assignment != "queue":

@@ -23,7 +23,7 @@ from hogwild.tasks.job import TaskJob, limit_batches
 
 def _read(path: str, options) -> list:
     return read_tagged(path, options.format, options.tag, word_column=options.word_column,
-                       tag_column=options.tag_column, encoding=options.encoding)
+                       tag_column=options.tag_column, separator=options.separator, encoding=options.encoding)
 
 
 def load_data(options) -> PosDataset:
@@ -33,7 +33,7 @@ def load_data(options) -> PosDataset:
         return synthetic_pos_dataset(num_train=options.synthetic_size or 2000, seed=options.seed,
                                   batch_size=options.batch_size)
     config = PosDataConfig(train=options.train[0], dev=options.dev, format=options.format, tag=options.tag,
-                           encoding=options.encoding, batch_size=options.batch_size, seed=options.seed)
+                           separator=options.separator, encoding=options.encoding, batch_size=options.batch_size, seed=options.seed)
     if len(options.train) == 1 and options.word_column is None and options.tag_column is None:
         return load_pos_dataset(config)
     sentences = [s for path in options.train for s in _read(path, options)]

@@ -9,10 +9,11 @@ Usage: `summary = run_training(RunOptions(task="pos", workers=2, time_limit=60, 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import sys
+import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,10 +21,13 @@ import torch
 from tqdm.auto import tqdm
 
 import hogwild
+from hogwild.checkpoint import check_fits, check_resumable, read_checkpoint
+from hogwild.files import RecordLog, write_atomic
 from hogwild.tasks.devices import worker_devices
-from hogwild.tasks.job import TaskJob, build_job
+from hogwild.tasks.job import MODEL_FILE, TaskJob, build_job
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.rundir import merge_config, write_command
+from hogwild.tasks.rundir import RunDirError, check_out, write_command, write_config
+from hogwild.tasks.runlock import RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
 
 
@@ -42,19 +46,6 @@ def default_out(task: str) -> str:
     return os.path.join("runs", f"{task}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def _resumed_from(run_dir: Path) -> int:
-    """Global step of the checkpoint a --resume continues from (0 when there is none)."""
-    path = run_dir / "last.pt"
-    if not path.exists():
-        return 0
-    return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
-
-
-def _append_record(run_dir: Path, record: dict[str, Any]) -> None:
-    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as file:
-        file.write(json.dumps(record) + "\n")
-
-
 def _watched(job: TaskJob, started: list[float], say: Callable[[str], None]) -> Callable:
     """evaluate() that also prints each held-out evaluation with the time since training started."""
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
@@ -66,7 +57,11 @@ def _watched(job: TaskJob, started: list[float], say: Callable[[str], None]) -> 
 
 def run_training(options: RunOptions, argv: list[str] | None = None,
                  say: Callable[[str], None] = _say) -> dict[str, Any]:
-    """Train as `options` say; returns the summary (also written to <out>/summary.json)."""
+    """Train as `options` say; returns the summary (also written to <out>/summary.json).
+
+    Everything is checked before anything is written: flags, corpora, and for --resume the checkpoint against the
+    model, the data and the run's vocabularies. An existing run directory is locked first (run.lock), so a second
+    run on it stops at once; a run that fails those checks leaves the directory as it found it."""
     options = options.resolved()
     if options.out is None:
         options.out = default_out(options.task)
@@ -82,28 +77,63 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     if not rank_is_first:
         say = lambda message: None  # noqa: E731 - one rank speaks for the job
     run_dir = Path(options.out)
+    check_out(run_dir, options.resume)
+    with ExitStack() as owned:
+        if rank_is_first and run_dir.is_dir():
+            _lock(run_dir, owned, say)
+        return _train(options, devices, dist, rank_is_first, run_dir, argv, say, owned)
+
+
+def _lock(run_dir: Path, owned: ExitStack, say: Callable[[str], None]) -> None:
+    """Hold run.lock until `owned` closes (the end of the run, however it ends)."""
+    lock = owned.enter_context(RunDirLock(run_dir))
+    if lock.took_over:
+        say(f"{run_dir}: took over the lock of pid {lock.took_over.get('pid')} (no longer running)")
+
+
+def _train(options: RunOptions, devices: list[str], dist, rank_is_first: bool, run_dir: Path,
+           argv: list[str] | None, say: Callable[[str], None], owned: ExitStack) -> dict[str, Any]:
     engine_dir = run_dir / "host0" if options.distributed else run_dir
+    resume_path = engine_dir / "last.pt"
+    resume_state = read_checkpoint(str(resume_path)) if options.resume and resume_path.exists() else None
     loading = time.time()
     job = build_job(options)
     n_params = sum(p.numel() for p in job.model.parameters())
     say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
         f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
-    start_updates = _resumed_from(engine_dir) if options.resume else 0
-    if options.resume:
-        say(f"resuming {engine_dir / 'last.pt'} at update {start_updates}" if start_updates else
-            f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+    with tempfile.TemporaryDirectory(prefix="hogwild-run-") as staging:
+        job.write_files(Path(staging))  # model.json, vocabularies: compared with the run's, or copied into it
+        if resume_state is not None:
+            check_fits(resume_state, str(resume_path), job.model)
+            check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
+            _check_same_files(Path(staging), run_dir)
+        start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
+        del resume_state  # the engine reads it again (its tensors are not needed here)
+        if options.resume:
+            say(f"resuming {resume_path} at update {start_updates}" if start_updates else
+                f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+        # Known valid: from here on the run directory is written.
+        if rank_is_first:
+            if not run_dir.is_dir():
+                run_dir.mkdir(parents=True, exist_ok=True)
+                _lock(run_dir, owned, say)
+            if not start_updates:
+                _install_files(Path(staging), run_dir)
     previous = read_summary(run_dir) if start_updates else None
     if rank_is_first:
-        job.write_files(run_dir)
         write_command(run_dir, argv)
+        write_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
     config = options.engine_config(devices, job.metric)
     started = [time.time()]
     evaluate = _watched(job, started, say)
     if rank_is_first and not start_updates:
         engine_dir.mkdir(parents=True, exist_ok=True)
         initial = evaluate(job.model)
-        _append_record(engine_dir, {"kind": "eval", "time": time.time(), "elapsed": 0.0, "updates": 0,
-                                    "metrics": initial})
+        log = RecordLog(engine_dir / "metrics.jsonl")
+        try:
+            log.append({"kind": "eval", "time": time.time(), "elapsed": 0.0, "updates": 0, "metrics": initial})
+        finally:
+            log.close()
     say(f"training with {len(devices)} worker(s) on {', '.join(sorted(set(devices)))} ({options.mode}, "
         f"{options.optimizer} lr {options.lr}); run directory {run_dir}")
     started[0] = time.time()
@@ -116,13 +146,12 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
         result, hosts = outcome.local, outcome.hosts
     else:
         result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
-    merge_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
     interrupted = result.stop_reason.startswith("signal")
     heldout = None
     if not interrupted:
         best = copy.deepcopy(job.model)
         if result.best_checkpoint:
-            best.load_state_dict(torch.load(result.best_checkpoint, map_location="cpu", weights_only=False)["model"])
+            best.load_state_dict(read_checkpoint(result.best_checkpoint)["model"])
         heldout = job.finish(best.eval(), run_dir)
     summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info)
     summary["hosts"] = hosts
@@ -137,6 +166,29 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     if interrupted:
         say(f"interrupted: continue with the same command plus --resume --out {run_dir}")
     return summary
+
+
+# Files a resumed run must share with the run it continues: the same ids for the same words. data.json (corpus
+# statistics, paths as given) and model.json (sizes; the checkpoint's shapes are checked instead) may differ.
+_NOT_COMPARED = ("data.json", MODEL_FILE)
+
+
+def _check_same_files(staged: Path, run_dir: Path) -> None:
+    for path in sorted(staged.iterdir()):
+        if path.name in _NOT_COMPARED:
+            continue
+        existing = run_dir / path.name
+        if existing.exists() and existing.read_bytes() != path.read_bytes():
+            raise RunDirError(f"--resume: {existing} differs from the one built from this command's data and flags "
+                              f"(another --train, --format, --tag, --vocab-size or --seed?); the run is left as it was")
+
+
+def _install_files(staged: Path, run_dir: Path) -> None:
+    """Copy the staged job files into the run directory, each replaced whole (a full disk names the file)."""
+    for path in sorted(staged.iterdir()):
+        if path.is_file():
+            data = path.read_bytes()
+            write_atomic(run_dir / path.name, lambda file, data=data: file.write(data))
 
 
 def _number(value: float | None) -> str:
