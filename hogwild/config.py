@@ -10,11 +10,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .schedules import SCHEDULES, LRSchedule, make_schedule
+from .shared_optim import OPTIMIZERS, SharedOptimizer
+
 MODES = ("hogwild", "sync", "single")
 DATA_ASSIGNMENTS = ("queue", "partition")
 BEST_MODES = ("max", "min")
-LR_SCHEDULES = ("constant", "linear_decay", "warmup_scaled")
-OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adadelta", "rmsprop", "adam", "adamax")
 # 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
 
@@ -121,14 +122,12 @@ class Config:
             _fail("optimizer_args", f"must be a dict of torch.optim keyword arguments, got {self.optimizer_args!r}")
         if "lr" in self.optimizer_args:
             _fail("optimizer_args", "must not contain 'lr' (use Config.lr)")
-        from .shared_optim import SharedOptimizer  # its own checks of names and values (betas, momentum, ...)
-
-        try:
+        try:  # the optimizer's own checks of names and values (betas, momentum, ...)
             SharedOptimizer.state_nbytes([], self.optimizer, **self.optimizer_args)
         except (ValueError, TypeError) as error:
             _fail("optimizer_args", str(error))
-        if self.lr_schedule not in LR_SCHEDULES:
-            _fail("lr_schedule", f"must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.lr_schedule not in SCHEDULES:
+            _fail("lr_schedule", f"must be one of {SCHEDULES}, got {self.lr_schedule!r}")
         _positive("decay_per_epoch", self.decay_per_epoch, allow_zero=True)
         _integer("warmup_steps", self.warmup_steps)
         _positive("warmup_steps", self.warmup_steps, allow_zero=True)
@@ -165,6 +164,16 @@ class Config:
                 _fail(name, f"must be True or False, got {getattr(self, name)!r}")
         if "cuda" in " ".join(self.devices) and self.mode == "sync" and "cpu" in " ".join(self.devices):
             _fail("devices", "mode='sync' needs all-CPU or all-GPU devices (one torch.distributed backend)")
+        try:  # the schedule's own rules: decay only for linear_decay, warmup only for warmup_scaled, min_lr <= lr
+            self.schedule()
+        except ValueError as error:
+            _fail("lr_schedule", str(error))
+
+    def schedule(self) -> LRSchedule:
+        """This run's learning rate as a function of (global step, epoch): Config.lr validated here flows through
+        it to the workers, which pass schedule(step, epoch) to the optimizer step."""
+        return make_schedule(self.lr_schedule, self.lr, decay_per_epoch=self.decay_per_epoch,
+                             warmup_steps=self.warmup_steps, workers=self.workers, min_lr=self.min_lr)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for config.json and checkpoints)."""

@@ -1,7 +1,8 @@
 """Optimizers whose whole state lives in shared memory and is updated lock-free by every worker.
 
-Usage: `opt = SharedOptimizer(list(model.parameters()), "adam", lr=1e-3)`; in each worker
-`opt.attach(list(model.parameters()))`, then after `loss.backward()` call `opt.step()`.
+Usage: `opt = SharedOptimizer(list(model.parameters()), "adam", betas=(0.9, 0.98))`; in each worker
+`opt.attach(list(model.parameters()))`, then after `loss.backward()` call `opt.step(lr)` with the lr of the run's
+schedule (`hogwild.Config.schedule()(step, epoch)`); the optimizer keeps no lr of its own.
 
 The update arithmetic is torch.optim's own: each process builds the torch.optim optimizer over its own
 parameter objects and plugs the pre-allocated shared state tensors (the tensor `step` counters included)
@@ -21,7 +22,6 @@ gradients to torch, whose update is already row-wise.
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Any, Sequence
 
 import torch
@@ -59,12 +59,6 @@ def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _check_lr(lr: Any, what: str = "lr") -> float:
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"{what} must be a finite number >= 0, got {lr!r}")
-    return float(lr)
-
-
 def _state_layout(name: str, hyper: dict[str, Any]) -> dict[str, str]:
     """State key -> "scalar" (a 0-d step counter) or "param" (shaped like the parameter)."""
     if name in ("sgd", "msgd", "nesterov"):  # torch.optim.SGD keeps no counter; ours gives checkpoints a step
@@ -86,9 +80,9 @@ def _step_dtype(hyper: dict[str, Any]) -> torch.dtype:
 class SharedOptimizer:
     """One of OPTIMIZERS over shared CPU parameters, with all state allocated up front in shared memory."""
 
-    def __init__(self, params: Sequence[Tensor], name: str, lr: float, **hyper: Any) -> None:
+    def __init__(self, params: Sequence[Tensor], name: str, **hyper: Any) -> None:
         self.hyper = _hyperparameters(name, hyper)
-        self.name, self.lr = name, _check_lr(lr)
+        self.name = name
         params = list(params)
         if not params:
             raise ValueError(f"optimizer {name!r}: got no parameters")
@@ -128,7 +122,7 @@ class SharedOptimizer:
                 raise ValueError(f"attach: parameter {index} is {tuple(p.shape)} {p.dtype}, "
                                  f"the optimizer was built for {shape} {dtype}")
         self._params = params
-        self._optimizer = _CLASSES[self.name](params, lr=self.lr, **self.hyper)
+        self._optimizer = _CLASSES[self.name](params, lr=0.0, **self.hyper)  # step(lr) sets the group's lr
         self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
         self._is_sgd = self.sgd_steps is not None
         self._sgd_counts = self.sgd_steps.numpy() if self._is_sgd else None  # (P,) view of shared memory
@@ -148,11 +142,11 @@ class SharedOptimizer:
     def __getstate__(self) -> dict[str, Any]:
         # Shared tensors pickle as shared-memory handles through torch.multiprocessing; the parameter
         # objects and the torch.optim instance belong to one process and are rebuilt by attach().
-        return {"name": self.name, "lr": self.lr, "hyper": self.hyper, "shapes": self.shapes, "state": self.state,
+        return {"name": self.name, "hyper": self.hyper, "shapes": self.shapes, "state": self.state,
                 "sgd_steps": self.sgd_steps}
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
-        self.name, self.lr, self.hyper = saved["name"], saved["lr"], saved["hyper"]
+        self.name, self.hyper = saved["name"], saved["hyper"]
         self.shapes, self.state, self.sgd_steps = saved["shapes"], saved["state"], saved["sgd_steps"]
         for tensor in [t for state in self.state for t in state.values()] + [self.sgd_steps]:
             if tensor is not None:  # a plain pickle gives private copies: keep the shared-memory invariant
@@ -160,12 +154,13 @@ class SharedOptimizer:
         self._params = None
 
     # --- the update -----------------------------------------------------------------------------------
-    def step(self, lr: float | None = None) -> None:
-        """Apply one update from the attached parameters' .grad, in place on the shared tensors."""
+    def step(self, lr: float) -> None:
+        """Apply one update with learning rate `lr` from the attached parameters' .grad, in place on the shared
+        tensors. `lr` comes from the run's schedule (hogwild.Config.schedule(), where it was validated)."""
         if self._params is None:
             raise RuntimeError("SharedOptimizer.step() before attach(): call opt.attach(list(model.parameters())) "
                                "in this process first")
-        group_lr = self.lr if lr is None else _check_lr(lr)
+        group_lr = lr
         if self._plain_sgd:
             self._plain_sgd_step(group_lr)
             return
@@ -244,8 +239,8 @@ class SharedOptimizer:
 
     # --- checkpoints --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """A snapshot (copies) of the shared state, plus name, lr and hyperparameters."""
-        return {"name": self.name, "lr": self.lr, "hyper": dict(self.hyper),
+        """A snapshot (copies) of the shared state, plus name and hyperparameters."""
+        return {"name": self.name, "hyper": dict(self.hyper),
                 "state": [{k: t.clone() for k, t in s.items()} for s in self.state]}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:

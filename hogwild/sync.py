@@ -49,7 +49,8 @@ def _set_gradients(params: list[torch.Tensor], flat: torch.Tensor) -> None:
 
 def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     """One rank of synchronous data-parallel training."""
-    rank, world = spec.worker, spec.workers
+    config = spec.config
+    rank, world = spec.worker, config.workers
     view, batches = spec.counters.worker_view(rank), spec.store.load()
     params = make_parameters(spec.model, spec.device)
     spec.optimizer.attach(params.shared)
@@ -58,13 +59,13 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     epoch, position = divmod(spec.start_seq, n)
     first = position - position % world
     view.ready()
-    deadline = wait_for_start(spec.control, stopped, spec.time_limit)
-    streak = NonFiniteStreak(spec.worker, spec.max_nonfinite_in_a_row)
-    while spec.epochs is None or epoch < spec.epochs:
-        order = epoch_order(n, spec.seed, epoch, spec.shuffle)
+    deadline = wait_for_start(spec.control, stopped, config.time_limit)
+    streak = NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row)
+    while config.epochs is None or epoch < config.epochs:
+        order = epoch_order(n, config.seed, epoch, config.shuffle)
         for group in range(first, n, world):
             mine = group + rank
-            over = (spec.max_steps is not None and view.global_updates() >= spec.max_steps) or (
+            over = (config.max_steps is not None and view.global_updates() >= config.max_steps) or (
                 deadline is not None and time.time() >= deadline)
             votes[0], votes[1] = float(stopped() or over), float(mine < n)
             dist.all_reduce(votes)
@@ -75,7 +76,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
                 view.take(epoch * n + mine)
                 index = int(order[mine])
                 batch = move_batch(batches[index], params.device, non_blocking=True)
-                seed_batch(params.device, batch_seed(spec.seed, epoch, index))
+                seed_batch(params.device, batch_seed(config.seed, epoch, index))
                 loss, examples = call_loss(spec.loss_fn, params.pull(), batch)
                 loss.backward()
             computed = time.perf_counter()
@@ -83,7 +84,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
             dist.all_reduce(flat)  # the 'push' phase of a synchronous step
             _set_gradients(params.grad_params, flat.div_(votes[1]))
             if rank == 0:
-                if usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite):
+                if usable_gradients(params.grad_params, config.clip_norm, config.skip_nonfinite):
                     pushed = time.perf_counter()
                     params.push()
                     lr = spec.schedule(read_version, epoch)
@@ -104,15 +105,16 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
 
 def sync_main(spec: WorkerSpec, init_method: str) -> None:
     """Process entry point for one rank; failures are reported like a Hogwild worker's."""
+    config = spec.config
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         die_with_parent(spec.parent_pid)
-        torch.set_num_threads(spec.threads)
+        torch.set_num_threads(config.threads_per_worker)
         cuda = spec.device.startswith("cuda")
         if cuda:
             torch.cuda.set_device(torch.device(spec.device))
         dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=spec.worker,
-                                world_size=spec.workers, timeout=timedelta(seconds=120))
+                                world_size=config.workers, timeout=timedelta(seconds=120))
         control, parent = spec.control.numpy(), spec.parent_pid
         try:
             sync_loop(spec, lambda: bool(control[STOP]) or os.getppid() != parent)

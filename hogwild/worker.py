@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .config import Config
 from .counters import SharedCounters
 from .feed import BatchStore, PartitionReader, QueueReader
 from .replica import make_parameters, move_batch
@@ -36,6 +37,7 @@ class WorkerSpec:
 
     worker: int
     device: str
+    config: Config  # the run's settings (workers, seed, stop conditions, clipping, threads...)
     model: nn.Module  # parameters and buffers in shared memory
     loss_fn: Callable
     optimizer: Any  # hogwild.shared_optim.SharedOptimizer
@@ -46,16 +48,6 @@ class WorkerSpec:
     tickets: Any  # queue of tickets, None in partition mode
     errors: Any  # queue for (worker, traceback text)
     parent_pid: int
-    workers: int
-    seed: int
-    shuffle: bool
-    epochs: int | None
-    max_steps: int | None
-    time_limit: float | None  # seconds of training, counted from the parent's start signal
-    clip_norm: float | None
-    skip_nonfinite: bool
-    max_nonfinite_in_a_row: int | None
-    threads: int
     partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
     start_seq: int = 0  # sync mode: the first ticket to train (resume)
 
@@ -181,16 +173,17 @@ def wait_for_start(control: torch.Tensor, stopped: Callable[[], bool], time_limi
 
 def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool]) -> None:
     """One worker's training loop."""
+    config = spec.config
     view, batches = reader.view, spec.store.load()
     params = make_parameters(spec.model, spec.device)
     spec.optimizer.attach(params.shared)
     view.ready()
-    deadline = wait_for_start(spec.control, stopped, spec.time_limit)
-    streak = NonFiniteStreak(spec.worker, spec.max_nonfinite_in_a_row)
+    deadline = wait_for_start(spec.control, stopped, config.time_limit)
+    streak = NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row)
     # Without clipping, finiteness is checked by hooks during backward; clipping computes the norm anyway.
-    check = GradientCheck(params.grad_params) if spec.skip_nonfinite and spec.clip_norm is None else None
+    check = GradientCheck(params.grad_params) if config.skip_nonfinite and config.clip_norm is None else None
     while not stopped():
-        if spec.max_steps is not None and view.global_updates() >= spec.max_steps:
+        if config.max_steps is not None and view.global_updates() >= config.max_steps:
             break
         if deadline is not None and time.time() >= deadline:
             break
@@ -199,14 +192,14 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
             break
         epoch, index = ticket
         batch = batches[index] if params.device.type == "cpu" else move_batch(batches[index], params.device, True)
-        seed_batch(params.device, batch_seed(spec.seed, epoch, index))
+        seed_batch(params.device, batch_seed(config.seed, epoch, index))
         read_version, start = view.global_updates(), time.perf_counter()
         net = params.pull()  # a replica: host->device copy of the shared parameters; 'cpu': the shared model
         pulled = time.perf_counter()
         loss, examples = call_loss(spec.loss_fn, net, batch)  # reads the (shared) parameters
         loss.backward()
         usable = check.finite() if check is not None else \
-            usable_gradients(params.grad_params, spec.clip_norm, spec.skip_nonfinite)  # .item(): device done
+            usable_gradients(params.grad_params, config.clip_norm, config.skip_nonfinite)  # .item(): device done
         if usable:
             computed = time.perf_counter()
             params.push()
@@ -234,10 +227,11 @@ def exit_now(code: int) -> None:
 
 def worker_main(spec: WorkerSpec) -> None:
     """Process entry point: report any exception with its traceback and exit non-zero."""
+    config = spec.config
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
         die_with_parent(spec.parent_pid)
-        torch.set_num_threads(spec.threads)
+        torch.set_num_threads(config.threads_per_worker)
         control = spec.control.numpy()
         view = spec.counters.worker_view(spec.worker)
         parent = spec.parent_pid
@@ -247,8 +241,8 @@ def worker_main(spec: WorkerSpec) -> None:
 
         if spec.tickets is None:
             epoch, position = spec.partition_start
-            reader = PartitionReader(spec.store.length, spec.workers, spec.worker, spec.epochs, spec.seed,
-                                     spec.shuffle, stopped, view, epoch, position)
+            reader = PartitionReader(spec.store.length, config.workers, spec.worker, config.epochs, config.seed,
+                                     config.shuffle, stopped, view, epoch, position)
         else:
             reader = QueueReader(spec.tickets, stopped, view)
         train_loop(spec, reader, stopped)

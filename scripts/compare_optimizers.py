@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hogwild.config import OPTIMIZERS  # noqa: E402
+from hogwild.shared_optim import OPTIMIZERS  # noqa: E402
 from hogwild.tasks.options import RunOptions, default_lr  # noqa: E402
 from hogwild.tasks.plotting import plot_curves  # noqa: E402
 from hogwild.tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402

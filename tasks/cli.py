@@ -12,9 +12,11 @@ import os
 import sys
 from typing import Callable
 
-from hogwild.config import MODES, OPTIMIZERS
-from hogwild.multihost.config import DistConfig
-from hogwild.tasks.options import ALGORITHMS, FORMATS, PRESETS, TAGS, TASKS, RunOptions
+from hogwild.config import MODES
+from hogwild.data.readers import FORMATS, TAGS
+from hogwild.multihost.config import ALGORITHMS, DistConfig
+from hogwild.shared_optim import OPTIMIZERS
+from hogwild.tasks.options import PRESETS, TASKS, RunOptions
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):

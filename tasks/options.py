@@ -14,14 +14,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from hogwild.config import MODES, OPTIMIZERS, Config
-from hogwild.multihost.config import DistConfig
+from hogwild.config import MODES, Config
+from hogwild.data.readers import FORMATS, TAGS
+from hogwild.multihost.config import ALGORITHMS, DistConfig
+from hogwild.shared_optim import OPTIMIZERS
 
 TASKS = ("pos", "nmt")
 PRESETS = ("small", "paper")
-FORMATS = ("auto", "conllu", "conll", "slash")
-TAGS = ("upos", "xpos", "xpos+feats")
-ALGORITHMS = ("allreduce", "adpsgd", "downpour", "easgd", "eamsgd")
 
 # Per-task defaults used when a flag is left at None (paper values where the paper gives one).
 _TASK_DEFAULTS = {

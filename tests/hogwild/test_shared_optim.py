@@ -6,6 +6,8 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+import hogwild
+
 from hogwild.shared_optim import OPTIMIZERS, SharedOptimizer
 
 # (name, SharedOptimizer hyperparameters, the serial torch.optim class and its keyword arguments)
@@ -30,7 +32,7 @@ CASES = [
 CASE_IDS = [f"{name}-{'-'.join(sorted(hyper)) or 'default'}" for name, hyper, _, _ in CASES]
 IMPLS = {"single": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 FUSED = {"sgd", "msgd", "nesterov", "adagrad", "adam"}
-LRS = [0.05, 0.05, 0.02, 0.05, 0.1]  # per step; steps 2 and 4 exercise step(lr=...) overrides
+LRS = [0.05, 0.05, 0.02, 0.05, 0.1]  # per step: the lr changes at steps 2 and 4
 STEPS = len(LRS)
 
 
@@ -53,12 +55,12 @@ def backward(params, x, y):
     loss.backward()
 
 
-def train_shared(name, hyper, base_lr=0.05):
+def train_shared(name, hyper, ):
     params = [p.requires_grad_() for p in shared_params()]
-    opt = SharedOptimizer(params, name, lr=base_lr, **hyper)
+    opt = SharedOptimizer(params, name, **hyper)
     for lr, (x, y) in zip(LRS, batches()):
         backward(params, x, y)
-        opt.step(lr=None if lr == base_lr else lr)
+        opt.step(lr)
     return params, opt
 
 
@@ -100,7 +102,7 @@ def test_plain_sgd_is_bit_identical_to_torch_sgd_and_counts_only_parameters_with
     # Plain SGD takes a direct path (no torch.optim machinery); its arithmetic must stay torch.optim.SGD's exactly.
     mine = [p.requires_grad_() for p in shared_params()] + [torch.zeros(2).share_memory_().requires_grad_()]
     theirs = [p.detach().clone().requires_grad_() for p in mine]
-    opt, ref_opt = SharedOptimizer(mine, "sgd", lr=0.05, **hyper), torch.optim.SGD(theirs, lr=0.05, **hyper)
+    opt, ref_opt = SharedOptimizer(mine, "sgd", **hyper), torch.optim.SGD(theirs, lr=0.05, **hyper)
     for lr, (x, y) in zip(LRS, batches()):
         for params in (mine, theirs):
             backward(params[:2], x, y)  # the third parameter never gets a gradient
@@ -116,7 +118,7 @@ def test_plain_sgd_is_bit_identical_to_torch_sgd_and_counts_only_parameters_with
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_all_state_is_allocated_up_front_in_shared_memory(name):
     params = shared_params()
-    opt = SharedOptimizer(params, name, lr=0.1)
+    opt = SharedOptimizer(params, name)
     for p, state in zip(params, opt.state):
         assert state["step"].shape == () and state["step"].item() == 0 and state["step"].dtype == torch.float32
         for key, tensor in state.items():
@@ -134,7 +136,7 @@ def test_state_nbytes_counts_hyperparameter_dependent_state(name, hyper, per_ele
     params = shared_params()
     expected = per_element * (12 + 3) * 4 + 2 * 4  # two float32 parameters of 12 and 3 elements + two step counters
     assert SharedOptimizer.state_nbytes(params, name, **hyper) == expected
-    assert sum(t.numel() * t.element_size() for s in SharedOptimizer(params, name, 0.1, **hyper).state
+    assert sum(t.numel() * t.element_size() for s in SharedOptimizer(params, name, **hyper).state
                for t in s.values()) == expected
 
 
@@ -145,12 +147,12 @@ def _child_steps(jobs, batch):
         params = [p.requires_grad_() for p in params]
         opt.attach(params)
         backward(params, *batch)
-        opt.step()
+        opt.step(0.05)
 
 
 def test_spawned_child_step_is_visible_in_parent():
     jobs = [(shared_params(), None) for _ in OPTIMIZERS]
-    jobs = [(params, SharedOptimizer(params, name, lr=0.05)) for (params, _), name in zip(jobs, OPTIMIZERS)]
+    jobs = [(params, SharedOptimizer(params, name)) for (params, _), name in zip(jobs, OPTIMIZERS)]
     batch = batches()[0]
     child = mp.get_context("spawn").Process(target=_child_steps, args=(jobs, batch))
     child.start()
@@ -176,17 +178,17 @@ def test_spawned_child_step_is_visible_in_parent():
 def test_pickle_round_trip_keeps_state_and_needs_attach():
     params, opt = train_shared("adam", {"amsgrad": True})
     copy = pickle.loads(pickle.dumps(opt))
-    assert (copy.name, copy.lr, copy.hyper) == ("adam", 0.05, {"amsgrad": True})
+    assert (copy.name, copy.hyper) == ("adam", {"amsgrad": True})
     for mine, theirs in zip(opt.state, copy.state):
         assert set(mine) == set(theirs)
         for key in mine:
             assert theirs[key].is_shared() and torch.equal(mine[key], theirs[key])
     with pytest.raises(RuntimeError, match="attach"):
-        copy.step()
+        copy.step(0.05)
     new_params = [p.detach().clone().share_memory_().requires_grad_() for p in params]
     copy.attach(new_params)
     backward(new_params, *batches()[0])
-    copy.step()
+    copy.step(0.05)
     assert copy.state[0]["step"].item() == STEPS + 1 and opt.state[0]["step"].item() == STEPS
 
 
@@ -195,7 +197,7 @@ def test_load_state_dict_copies_into_the_existing_shared_tensors():
     saved = trained.state_dict()
     assert saved["state"][0]["square_avg"].data_ptr() != trained.state[0]["square_avg"].data_ptr()  # a snapshot
     params = shared_params()
-    fresh = SharedOptimizer(params, "rmsprop", lr=0.05, momentum=0.5, centered=True)
+    fresh = SharedOptimizer(params, "rmsprop", momentum=0.5, centered=True)
     before = [{k: t.data_ptr() for k, t in s.items()} for s in fresh.state]
     fresh.load_state_dict(saved)
     for mine, theirs, pointers in zip(fresh.state, trained.state, before):
@@ -211,7 +213,7 @@ def test_load_state_dict_copies_into_the_existing_shared_tensors():
     (lambda sd: {**sd, "state": [{k: t[:1] if t.dim() else t for k, t in s.items()} for s in sd["state"]]}, "shape"),
 ])
 def test_load_state_dict_rejects_mismatches(change, message):
-    opt = SharedOptimizer(shared_params(), "msgd", lr=0.1)
+    opt = SharedOptimizer(shared_params(), "msgd")
     with pytest.raises(ValueError, match=message):
         opt.load_state_dict(change(opt.state_dict()))
 
@@ -232,20 +234,23 @@ def test_load_state_dict_rejects_mismatches(change, message):
     ("sgd", 0.1, {"differentiable": True}, "differentiable"),
 ])
 def test_invalid_name_or_hyperparameters_raise_value_error_naming_them(name, lr, hyper, message):
-    with pytest.raises(ValueError, match=message):
-        SharedOptimizer(shared_params(), name, lr, **hyper)
+    with pytest.raises(ValueError, match=message):  # where the values enter: the Config
+        hogwild.Config(optimizer=name, lr=lr, optimizer_args=hyper, progress=False)
+    if lr > 0:  # the lr is validated only there; the optimizer checks its own name and hyperparameters
+        with pytest.raises(ValueError, match=message):
+            SharedOptimizer(shared_params(), name, **hyper)
 
 
 def test_invalid_parameters_and_step_lr_are_rejected():
     with pytest.raises(ValueError, match="shared memory"):
-        SharedOptimizer([torch.zeros(3)], "sgd", 0.1)
-    opt = SharedOptimizer(shared_params(), "sgd", 0.1)
+        SharedOptimizer([torch.zeros(3)], "sgd")
+    opt = SharedOptimizer(shared_params(), "sgd")
     with pytest.raises(ValueError, match="built for 2"):
         opt.attach(shared_params()[:1])
     with pytest.raises(ValueError, match="parameter 0"):
         opt.attach([torch.zeros(4, 3).share_memory_(), torch.zeros(3).share_memory_()])
-    with pytest.raises(ValueError, match="lr"):
-        opt.step(lr=-1.0)
+    with pytest.raises(TypeError, match="lr"):  # the optimizer keeps no lr: the schedule's must be passed
+        opt.step()
 
 
 # --- sparse gradients -------------------------------------------------------------------------------------
@@ -269,11 +274,11 @@ def sparse_backward(params, rows, sparse):
 
 def sparse_run(name, hyper, row_batches, lr=0.05):
     params = sparse_params()
-    opt = SharedOptimizer(params, name, lr=lr, **hyper)
+    opt = SharedOptimizer(params, name, **hyper)
     for rows in row_batches:
         sparse_backward(params, rows, sparse=True)
         assert params[0].grad.is_sparse
-        opt.step()
+        opt.step(lr)
     return params, opt
 
 
@@ -322,13 +327,13 @@ def test_sparse_updates_match_torch_sparse_optimizers_on_changing_rows(name, hyp
 def test_sparse_gradients_leave_untouched_rows_and_their_state_bit_identical(name):
     hyper = {"weight_decay": 0.1} | ({"momentum": 0.5, "centered": True} if name == "rmsprop" else {})
     params = sparse_params()
-    opt = SharedOptimizer(params, name, lr=0.05, **hyper)
+    opt = SharedOptimizer(params, name, **hyper)
     sparse_backward(params, ROWS[0], sparse=True)  # touches rows 1, 4, 7
-    opt.step()
+    opt.step(0.05)
     table_before = params[0].detach().clone()
     state_before = {k: t.clone() for k, t in opt.state[0].items()}
     sparse_backward(params, torch.tensor([[2, 2], [5, 2]]), sparse=True)  # touches rows 2 and 5 only
-    opt.step()
+    opt.step(0.05)
     untouched, touched = torch.tensor([0, 1, 3, 4, 6, 7, 8, 9]), torch.tensor([2, 5])
     assert torch.equal(params[0].detach()[untouched], table_before[untouched])
     assert not torch.equal(params[0].detach()[touched], table_before[touched])
@@ -347,14 +352,14 @@ def _child_sparse_steps(params, opt, rows, steps):
     for _ in range(steps):
         sparse_backward(params, rows, sparse=True)
         params[1].grad = None  # only the table: the workers' rows are disjoint, so no write can collide
-        opt.step()
+        opt.step(0.05)
 
 
 def test_concurrent_workers_on_disjoint_rows_match_a_serial_run():
     hyper = {"momentum": 0.5, "weight_decay": 0.1}  # lazy path: momentum rows and decay on touched rows only
     worker_rows = [torch.tensor([[0, 1], [2, 1]]), torch.tensor([[5, 6], [9, 5]])]
     params = sparse_params()
-    opt = SharedOptimizer(params, "msgd", lr=0.05, **hyper)
+    opt = SharedOptimizer(params, "msgd", **hyper)
     context = mp.get_context("spawn")
     children = [context.Process(target=_child_sparse_steps, args=(params, opt, rows, 6)) for rows in worker_rows]
     for child in children:
@@ -363,7 +368,7 @@ def test_concurrent_workers_on_disjoint_rows_match_a_serial_run():
         child.join(60)
         assert child.exitcode == 0
     ref = sparse_params()
-    ref_opt = SharedOptimizer(ref, "msgd", lr=0.05, **hyper)
+    ref_opt = SharedOptimizer(ref, "msgd", **hyper)
     for rows in worker_rows:  # lazy updates of disjoint rows commute: any interleaving gives this result
         _child_sparse_steps(ref, ref_opt, rows, 6)
     torch.testing.assert_close(params[0].detach(), ref[0].detach(), rtol=0, atol=0)

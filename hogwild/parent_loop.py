@@ -1,0 +1,137 @@
+"""The parent's side of a run: start the workers, wait until they are ready, then the loop that alone decides when to
+log, evaluate, checkpoint and stop, while watching for failures.
+
+Usage (engine.py): `loop = ParentLoop(config, supervisor, counters, metrics, stop, agent, state, store, checkpoints)`;
+`failure = loop.wait_until_ready()`; `failure, records = loop.run(evaluator, deadline)`.
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from .agent import CommunicationAgent, SharedTrainingState
+from .config import Config
+from .counters import READY, SharedCounters
+from .evaluator import Evaluator
+from .feed import BatchStore
+from .metrics import MetricsLog
+from .rundir import RunCheckpoints
+from .supervisor import Supervisor
+
+TICK = 0.1  # seconds between the parent's checks
+START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
+
+
+class StopRequest:
+    """The first reason to stop wins; setting control[0] tells every worker to finish its step and exit."""
+
+    def __init__(self, control: torch.Tensor):
+        self.control, self.reason = control, None
+
+    def request(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.control[0] = 1
+
+
+def start_workers(supervisor: Supervisor) -> None:
+    """Spawn the workers; a model, loss_fn or batch that cannot be pickled gets an error saying what to change."""
+    try:
+        supervisor.start()
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        if "pickle" not in str(error).lower():
+            raise
+        raise TypeError(f"cannot send the model, loss_fn or batches to the spawned workers: {error}. Define loss_fn "
+                        f"(and custom batch classes) at module level, not as lambdas or nested functions") from error
+
+
+def total_updates(config: Config, n_batches: int) -> int | None:
+    """The number of updates the run will make if nothing stops it early (None: no bound but time)."""
+    per_epoch = -(-n_batches // config.workers) if config.mode == "sync" else n_batches
+    totals = [t for t in (config.max_steps, config.epochs and config.epochs * per_epoch) if t]
+    return min(totals) if totals else None
+
+
+def natural_reason(config: Config, updates: int, deadline: float | None) -> str:
+    """Why a run whose workers all finished on their own stopped."""
+    if config.max_steps is not None and updates >= config.max_steps:
+        return "max_steps"
+    if deadline is not None and time.time() >= deadline:
+        return "time_limit"
+    return "epochs"
+
+
+class ParentLoop:
+    """Only the parent decides when to log, evaluate, checkpoint and stop (workers only report counters)."""
+
+    def __init__(self, config: Config, supervisor: Supervisor, counters: SharedCounters, metrics: MetricsLog,
+                 stop: StopRequest, agent: CommunicationAgent | None, state: SharedTrainingState, store: BatchStore,
+                 checkpoints: RunCheckpoints) -> None:
+        self.config, self.supervisor, self.counters, self.metrics = config, supervisor, counters, metrics
+        self.stop, self.agent, self.state, self.store, self.checkpoints = stop, agent, state, store, checkpoints
+
+    def _failure(self) -> str | None:
+        failure = self.supervisor.wait(TICK)
+        if failure is None and self.agent is not None:
+            self.agent.poll(self.state)
+            failure = self.agent.failure()
+        return failure
+
+    def wait_until_ready(self) -> str | None:
+        """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
+        races ahead of the others and wall time and time limits count training only. Returns a failure or None."""
+        counters, supervisor = self.counters, self.supervisor
+        deadline = time.monotonic() + START_TIMEOUT
+        while self.stop.reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
+            failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
+            if failure is not None:
+                return failure
+            if supervisor.all_exited():
+                return "every worker exited before training started"
+            if time.monotonic() > deadline:
+                late = [w for w in range(counters.workers) if counters.ints[w, READY] != 1]
+                return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
+        return None
+
+    def run(self, evaluator: Evaluator | None, deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
+        """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written)."""
+        config, metrics, stop = self.config, self.metrics, self.stop
+        start = self.counters.global_updates()
+        next_log = start + config.log_every
+        next_eval = start + config.eval_every if config.eval_every else None
+        next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
+        next_eval_time = time.time() + config.eval_every_seconds if config.eval_every_seconds else None
+        store_removed, records = False, []
+        while True:
+            failure = self._failure()
+            if failure is not None:
+                return failure, records
+            if self.supervisor.all_exited() or stop.reason is not None:
+                return None, records
+            snapshot = self.counters.snapshot()
+            updates = metrics.progress(snapshot)
+            if not store_removed and np.all(snapshot["ints"][:, READY] == 1):
+                self.store.remove()  # every worker has it mapped: nothing to leak on disk if we are killed later
+                store_removed = True
+            if updates >= next_log:
+                records.append(metrics.record(snapshot))
+                next_log = updates + config.log_every
+            if deadline is not None and time.time() >= deadline:
+                stop.request("time_limit")
+            now = time.time()
+            if evaluator is not None and ((next_eval is not None and updates >= next_eval)
+                                          or (next_eval_time is not None and now >= next_eval_time)):
+                metrics.evaluation(updates, evaluator(updates))
+                next_eval = updates + config.eval_every if config.eval_every else None
+                next_eval_time = time.time() + config.eval_every_seconds if config.eval_every_seconds else None
+                if evaluator.should_stop:
+                    stop.request("early_stopping")
+            last = self.checkpoints.last
+            if last and next_checkpoint is not None and updates >= next_checkpoint:
+                self.checkpoints.write(last)
+                metrics.event("checkpoint", path=last, updates=updates)
+                next_checkpoint = updates + config.checkpoint_every
