@@ -20,11 +20,12 @@ from torch import nn
 
 from .agent import CommunicationAgent, SharedTrainingState
 from .config import Config
-from .counters import EXAMPLES, SKIPPED, UPDATES, SharedCounters
+from .counters import EXAMPLES, SKIPPED, UPDATES, SharedCounters, StepBudget
 from .evaluator import Evaluator
 from .feed import BatchFeed, BatchStore, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
 from .parent_loop import ParentLoop, StopRequest, natural_reason, start_workers, total_updates
+from .resources import check_resources, tensor_nbytes
 from .rundir import RunCheckpoints, StartPosition, load_resume_state, prepare_run_dir, resume
 from .shared_optim import SharedOptimizer
 from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_signals
@@ -66,9 +67,9 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     run in this process on a snapshot. Raises WorkerFailed (after checkpointing) when a worker fails.
     """
     batches = _validate(model, batches, config)
+    saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
     run_dir = prepare_run_dir(config)
-    saved = load_resume_state(config, run_dir, model)
-    shared = _share(model, config, saved, run_dir, len(batches))
+    shared = _share(model, config, saved, run_dir, batches)
     scratch = tempfile.mkdtemp(prefix="hogwild-")
     metrics = None
     try:
@@ -113,16 +114,20 @@ class _Shared:
     control: torch.Tensor  # (2,) int64: [stop flag, start time in ms]
     start: StartPosition
     checkpoints: RunCheckpoints
+    budget: StepBudget | None = None  # with max_steps; held here, as its lock must outlive the workers' start-up
 
 
-def _share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | None, n_batches: int) -> _Shared:
+def _share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | None, batches: Sequence) -> _Shared:
     """Move the model and the optimizer state to shared memory and load a resumed run into them."""
     for param in model.parameters():
         param.grad = None  # a .grad would otherwise be moved to shared memory and summed into by every worker
     params = list(model.parameters())
+    n_batches = len(batches)
+    optimizer_bytes = SharedOptimizer.state_nbytes(params, config.optimizer, **config.optimizer_args)
+    check_resources(config.devices, config.threads_per_worker, tensor_nbytes(model.state_dict()), optimizer_bytes,
+                    tensor_nbytes(list(batches)))
     if config.check_shm:
-        check_shared_memory(_model_nbytes(model) + SharedOptimizer.state_nbytes(params, config.optimizer,
-                                                                            **config.optimizer_args))
+        check_shared_memory(_model_nbytes(model) + optimizer_bytes)
     model.share_memory()
     optimizer = SharedOptimizer(params, config.optimizer, **config.optimizer_args)
     counters = SharedCounters(config.workers)
@@ -144,10 +149,12 @@ def _spawn(ctx, shared: _Shared, model: nn.Module, loss_fn: Callable, store: Bat
     """One process per device (not started yet): Hogwild workers, or synchronous ones in sync mode."""
     config, errors = shared.config, ctx.Queue()
     schedule = config.schedule()
+    budget = StepBudget(ctx, config.max_steps, shared.counters.global_updates()) if config.max_steps else None
+    shared.budget = budget  # Process.start() drops its args: without this reference the lock would be unlinked
     specs = [WorkerSpec(worker=w, device=device, config=config, model=model, loss_fn=loss_fn,
                         optimizer=shared.optimizer, schedule=schedule, store=store, counters=shared.counters,
                         control=shared.control, tickets=feed.queue if feed else None, errors=errors,
-                        parent_pid=os.getpid(), partition_start=shared.start.partitions[w],
+                        parent_pid=os.getpid(), budget=budget, partition_start=shared.start.partitions[w],
                         start_seq=shared.start.seq)
              for w, device in enumerate(config.devices)]
     if config.mode == "sync":
@@ -203,7 +210,8 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
                 control[START] = int(started * 1000)
                 failure, records = loop.run(evaluator, deadline)
         finally:
-            supervisor.stop(control, config.join_timeout)
+            # Workers that never started training have no step to finish: do not wait join_timeout for them.
+            supervisor.stop(control, config.join_timeout if control[START] else min(config.join_timeout, 1.0))
             if feed is not None:
                 feed.close()
             if agent is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -130,6 +131,11 @@ class MetricsLog:
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self.writer.add_scalar(f"eval/{key}", value, updates)
         return record
+
+    def note(self, message: str) -> None:
+        """A line for the user on stderr (e.g. start-up progress), printed above the progress bar."""
+        tqdm.write(message, file=sys.stderr)
+        sys.stderr.flush()
 
     def event(self, kind: str, **fields: Any) -> None:
         """A one-off record: stop reason, failure, checkpoint written."""

@@ -7,7 +7,11 @@ Usage (engine.py): `loop = ParentLoop(config, supervisor, counters, metrics, sto
 from __future__ import annotations
 
 import pickle
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,9 @@ from .supervisor import Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
+STARTUP_GRACE = 10.0  # with a time limit, start-up may take that limit plus this before the run is stopped
+STARTUP_QUIET = 2.0  # a start-up shorter than this prints nothing; a longer one prints progress every:
+STARTUP_EVERY = 5.0
 
 
 class StopRequest:
@@ -39,14 +46,31 @@ class StopRequest:
 
 
 def start_workers(supervisor: Supervisor) -> None:
-    """Spawn the workers; a model, loss_fn or batch that cannot be pickled gets an error saying what to change."""
+    """Spawn the workers; a model, loss_fn or batch that cannot be pickled gets an error saying what to change.
+
+    SIGINT is blocked while spawning: the workers inherit the blocked mask, so a Ctrl-C (sent by the terminal to
+    the whole process group) during their seconds of start-up does not kill them mid-import with a traceback each;
+    the parent receives it once unblocked, and stops the run."""
     try:
-        supervisor.start()
+        with _sigint_blocked():
+            supervisor.start()
     except (pickle.PicklingError, AttributeError, TypeError) as error:
         if "pickle" not in str(error).lower():
             raise
         raise TypeError(f"cannot send the model, loss_fn or batches to the spawned workers: {error}. Define loss_fn "
                         f"(and custom batch classes) at module level, not as lambdas or nested functions") from error
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def total_updates(config: Config, n_batches: int) -> int | None:
@@ -83,18 +107,39 @@ class ParentLoop:
 
     def wait_until_ready(self) -> str | None:
         """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
-        races ahead of the others and wall time and time limits count training only. Returns a failure or None."""
-        counters, supervisor = self.counters, self.supervisor
-        deadline = time.monotonic() + START_TIMEOUT
+        races ahead of the others and wall time and time limits count training only. Returns a failure or None.
+
+        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (the run then stops with reason 'time_limit'
+        before any update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start shows
+        its progress."""
+        counters, supervisor, workers = self.counters, self.supervisor, self.counters.workers
+        began = time.monotonic()
+        limit = START_TIMEOUT
+        if self.config.time_limit:  # the training clock starts once all are ready; start-up gets limit + grace
+            limit = min(START_TIMEOUT, self.config.time_limit + STARTUP_GRACE)
+        next_note, noted = began + STARTUP_QUIET, False
         while self.stop.reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
             failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
             if failure is not None:
                 return failure
             if supervisor.all_exited():
                 return "every worker exited before training started"
-            if time.monotonic() > deadline:
-                late = [w for w in range(counters.workers) if counters.ints[w, READY] != 1]
+            now = time.monotonic()
+            ready = int(counters.ints[:, READY].sum())
+            if now >= next_note:
+                self.metrics.note(f"starting workers: {ready}/{workers} ready after {now - began:.0f} s")
+                next_note, noted = now + STARTUP_EVERY, True
+            if now - began > limit:
+                late = [w for w in range(workers) if counters.ints[w, READY] != 1]
+                if limit < START_TIMEOUT:
+                    self.metrics.note(f"time limit: workers still starting after {now - began:.0f} s (the limit of "
+                                      f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), "
+                                      f"{ready}/{workers} ready: stopping before the first update")
+                    self.stop.request("time_limit")
+                    return None
                 return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
+        if noted and self.stop.reason is None:
+            self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
         return None
 
     def run(self, evaluator: Evaluator | None, deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:

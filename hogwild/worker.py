@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .config import Config
-from .counters import SharedCounters
+from .counters import SharedCounters, StepBudget
 from .feed import BatchStore, PartitionReader, QueueReader
 from .replica import make_parameters, move_batch
 from .supervisor import die_with_parent
@@ -48,6 +48,7 @@ class WorkerSpec:
     tickets: Any  # queue of tickets, None in partition mode
     errors: Any  # queue for (worker, traceback text)
     parent_pid: int
+    budget: StepBudget | None = None  # with config.max_steps: the shared count of claimed update slots
     partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
     start_seq: int = 0  # sync mode: the first ticket to train (resume)
 
@@ -182,13 +183,16 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
     streak = NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row)
     # Without clipping, finiteness is checked by hooks during backward; clipping computes the norm anyway.
     check = GradientCheck(params.grad_params) if config.skip_nonfinite and config.clip_norm is None else None
+    budget = spec.budget  # None without max_steps
     while not stopped():
-        if config.max_steps is not None and view.global_updates() >= config.max_steps:
-            break
         if deadline is not None and time.time() >= deadline:
+            break
+        if budget is not None and not budget.claim():  # an update slot, so that max_steps is exact
             break
         ticket = reader.next()
         if ticket is None:
+            if budget is not None:
+                budget.release()
             break
         epoch, index = ticket
         batch = batches[index] if params.device.type == "cpu" else move_batch(batches[index], params.device, True)
@@ -212,6 +216,8 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
             streak.applied()
         else:
             view.skipped()  # never write a non-finite gradient into the shared parameters
+            if budget is not None:
+                budget.release()  # skipped updates do not count towards max_steps
             streak.skipped()
         params.clear()
         reader.done()

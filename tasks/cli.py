@@ -10,6 +10,7 @@ import argparse
 import codecs
 import os
 import sys
+import warnings
 from typing import Callable
 
 from hogwild.config import MODES
@@ -198,6 +199,18 @@ def _positive_ints(parser: argparse.ArgumentParser, args: argparse.Namespace, na
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
 
+def _warning_line(prog: str) -> Callable:
+    """Warnings for the user (e.g. more workers than cores) as one line naming the flag; others as Python shows."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        option = getattr(message, "option", None)
+        if option is None:
+            return shown(message, category, filename, lineno, file, line)
+        print(f"{prog}: warning: --{option.replace('_', '-')}: {message}", file=sys.stderr)
+    return show
+
+
 def _check_encoding(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     encoding = getattr(args, "encoding", None)
     if encoding is None:
@@ -229,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(error))
     _check_encoding(parser, args)
     try:
-        return command(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line(parser.prog)
+            return command(args)
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130

@@ -23,6 +23,8 @@ from tqdm.auto import tqdm
 import hogwild
 from hogwild.checkpoint import check_fits, check_resumable, read_checkpoint
 from hogwild.files import RecordLog, write_atomic
+from hogwild.resources import check_resources, tensor_nbytes
+from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
 from hogwild.tasks.job import MODEL_FILE, TaskJob, build_job
 from hogwild.tasks.options import RunOptions
@@ -107,6 +109,7 @@ def _train(options: RunOptions, devices: list[str], dist, rank_is_first: bool, r
             check_fits(resume_state, str(resume_path), job.model)
             check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
             _check_same_files(Path(staging), run_dir)
+        _check_machine(job, devices, options)
         start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
         del resume_state  # the engine reads it again (its tensors are not needed here)
         if options.resume:
@@ -166,6 +169,14 @@ def _train(options: RunOptions, devices: list[str], dist, rank_is_first: bool, r
     if interrupted:
         say(f"interrupted: continue with the same command plus --resume --out {run_dir}")
     return summary
+
+
+def _check_machine(job: TaskJob, devices: list[str], options: RunOptions) -> None:
+    """The engine's cores and memory check, here before anything is written (it warns, or refuses --workers)."""
+    params = list(job.model.parameters())
+    optimizer_bytes = SharedOptimizer.state_nbytes(params, options.optimizer, **options.optimizer_args())
+    check_resources(devices, options.threads_per_worker, tensor_nbytes(job.model.state_dict()), optimizer_bytes,
+                    tensor_nbytes(job.batches))
 
 
 # Files a resumed run must share with the run it continues: the same ids for the same words. data.json (corpus
