@@ -28,7 +28,8 @@ from .supervisor import Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
-STARTUP_GRACE = 10.0  # with a time limit, start-up may take that limit plus this before the run is stopped
+STARTUP_GRACE = 30.0  # with a time limit, start-up may take that limit plus this before the run is stopped (2
+# workers took 12 s to start on a 2-core machine busy with other test runs; 100 workers on 2 cores take minutes)
 STARTUP_QUIET = 2.0  # a start-up shorter than this prints nothing; a longer one prints progress every:
 STARTUP_EVERY = 5.0
 
