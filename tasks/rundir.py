@@ -31,14 +31,15 @@ class RunDirError(ValueError):
 RUN_FILES = (MODEL_FILE, "config.json", "metrics.jsonl", "last.pt", "best.pt", "summary.json")
 
 
-def check_out(run_dir: Path, resume: bool) -> None:
-    """--out must be a directory (or not exist yet), and a new run must not land on top of another one."""
+def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
+    """--out must be a directory (or not exist yet), and a new run must not land on top of another one (checked by
+    the process that writes the run directory: other MPI ranks may look after it has begun writing)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--out {run_dir}: is a file, not a directory")
     if run_dir.parent.exists() and not run_dir.parent.is_dir():
         raise RunDirError(f"--out {run_dir}: {run_dir.parent} is a file, not a directory")
     held = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / "host0" / name).exists()]
-    if held and not resume:
+    if held and not resume and writer:
         raise RunDirError(f"--out {run_dir}: already holds a run ({', '.join(held)}); add --resume to continue it, or "
                           f"choose another --out")
 

@@ -79,7 +79,7 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     if not rank_is_first:
         say = lambda message: None  # noqa: E731 - one rank speaks for the job
     run_dir = Path(options.out)
-    check_out(run_dir, options.resume)
+    check_out(run_dir, options.resume, writer=rank_is_first)
     with ExitStack() as owned:
         if rank_is_first and run_dir.is_dir():
             _lock(run_dir, owned, say)
@@ -172,7 +172,11 @@ def _train(options: RunOptions, devices: list[str], dist, rank_is_first: bool, r
 
 
 def _check_machine(job: TaskJob, devices: list[str], options: RunOptions) -> None:
-    """The engine's cores and memory check, here before anything is written (it warns, or refuses --workers)."""
+    """The engine's checks that depend on the data and the machine, here before anything is written: a batch per
+    worker in partition mode; cores and memory (a warning, or a refusal naming --workers)."""
+    if options.data_assignment == "partition" and len(job.batches) < len(devices):
+        raise ValueError(f"--data-assignment partition needs at least one batch per worker: {len(job.batches)} "
+                         f"batches for {len(devices)} workers")
     params = list(job.model.parameters())
     optimizer_bytes = SharedOptimizer.state_nbytes(params, options.optimizer, **options.optimizer_args())
     check_resources(devices, options.threads_per_worker, tensor_nbytes(job.model.state_dict()), optimizer_bytes,
