@@ -13,7 +13,6 @@ import os
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,50 +77,48 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
         rank_is_first = world.Get_rank() == ranks_with(dist.roles(world.Get_size()), "worker")[0]
     if not rank_is_first:
         say = lambda message: None  # noqa: E731 - one rank speaks for the job
-    run_dir = Path(options.out)
-    check_out(run_dir, options.resume, writer=rank_is_first)
-    with ExitStack() as owned:
-        if rank_is_first and run_dir.is_dir():
-            _lock(run_dir, owned, say)
-        return _train(options, devices, dist, rank_is_first, run_dir, argv, say, owned)
+    with _RunDirOwner(Path(options.out), options.resume, rank_is_first, say) as owner:
+        return _train(options, devices, dist, owner, argv, say)
 
 
-def _lock(run_dir: Path, owned: ExitStack, say: Callable[[str], None]) -> None:
-    """Hold run.lock until `owned` closes (the end of the run, however it ends)."""
-    lock = owned.enter_context(RunDirLock(run_dir))
-    if lock.took_over:
-        say(f"{run_dir}: took over the lock of pid {lock.took_over.get('pid')} (no longer running)")
+class _RunDirOwner:
+    """The run directory as this process holds it: checked at once; locked at once when it exists, else created and
+    locked only when the run is known to be valid (`claim`); released (run.lock removed) however the run ends.
+    Only the writer (the first training rank of an MPI job) locks and writes."""
+
+    def __init__(self, run_dir: Path, resume: bool, writer: bool, say: Callable[[str], None]):
+        self.run_dir, self.resume, self.writer, self.say = run_dir, resume, writer, say
+        self._lock: RunDirLock | None = None
+        check_out(run_dir, resume, writer)
+        if writer and run_dir.is_dir():
+            self._take()
+
+    def _take(self) -> None:
+        self._lock = RunDirLock(self.run_dir).acquire()
+        if self._lock.took_over:
+            self.say(f"{self.run_dir}: took over the lock of pid {self._lock.took_over.get('pid')} (no longer "
+                     f"running)")
+
+    def claim(self) -> None:
+        """Create and lock a run directory that did not exist at the start (the writer only)."""
+        if self.writer and self._lock is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._take()
+            check_out(self.run_dir, self.resume)  # another run may have filled it while we loaded the data
+
+    def __enter__(self) -> "_RunDirOwner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
 
-def _train(options: RunOptions, devices: list[str], dist, rank_is_first: bool, run_dir: Path,
-           argv: list[str] | None, say: Callable[[str], None], owned: ExitStack) -> dict[str, Any]:
+def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, argv: list[str] | None,
+           say: Callable[[str], None]) -> dict[str, Any]:
+    run_dir, rank_is_first = owner.run_dir, owner.writer
     engine_dir = run_dir / "host0" if options.distributed else run_dir
-    resume_path = engine_dir / "last.pt"
-    resume_state = read_checkpoint(str(resume_path)) if options.resume and resume_path.exists() else None
-    loading = time.time()
-    job = build_job(options)
-    n_params = sum(p.numel() for p in job.model.parameters())
-    say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
-        f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
-    with tempfile.TemporaryDirectory(prefix="hogwild-run-") as staging:
-        job.write_files(Path(staging))  # model.json, vocabularies: compared with the run's, or copied into it
-        if resume_state is not None:
-            check_fits(resume_state, str(resume_path), job.model)
-            check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
-            _check_same_files(Path(staging), run_dir)
-        _check_machine(job, devices, options)
-        start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
-        del resume_state  # the engine reads it again (its tensors are not needed here)
-        if options.resume:
-            say(f"resuming {resume_path} at update {start_updates}" if start_updates else
-                f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
-        # Known valid: from here on the run directory is written.
-        if rank_is_first:
-            if not run_dir.is_dir():
-                run_dir.mkdir(parents=True, exist_ok=True)
-                _lock(run_dir, owned, say)
-            if not start_updates:
-                _install_files(Path(staging), run_dir)
+    job, start_updates = _checked_job(options, devices, owner, engine_dir, say)
     previous = read_summary(run_dir) if start_updates else None
     if rank_is_first:
         write_command(run_dir, argv)
@@ -169,6 +166,36 @@ def _train(options: RunOptions, devices: list[str], dist, rank_is_first: bool, r
     if interrupted:
         say(f"interrupted: continue with the same command plus --resume --out {run_dir}")
     return summary
+
+
+def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, engine_dir: Path,
+                 say: Callable[[str], None]) -> tuple[TaskJob, int]:
+    """Load the data and build the job, check a --resume against it and the machine against it, then (only then)
+    create or take the run directory and install the job's files. Returns (job, update resumed from or 0)."""
+    resume_path = engine_dir / "last.pt"
+    resume_state = read_checkpoint(str(resume_path)) if options.resume and resume_path.exists() else None
+    loading = time.time()
+    job = build_job(options)
+    n_params = sum(p.numel() for p in job.model.parameters())
+    say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
+        f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
+    with tempfile.TemporaryDirectory(prefix="hogwild-run-") as staging:
+        job.write_files(Path(staging))  # model.json, vocabularies: compared with the run's, or copied into it
+        if resume_state is not None:
+            check_fits(resume_state, str(resume_path), job.model)
+            check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
+            _check_same_files(Path(staging), owner.run_dir)
+        _check_machine(job, devices, options)
+        start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
+        del resume_state  # the engine reads it again (its tensors are not needed here)
+        if options.resume:
+            say(f"resuming {resume_path} at update {start_updates}" if start_updates else
+                f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+        if owner.writer:  # known valid: from here on the run directory is written
+            owner.claim()
+            if not start_updates:
+                _install_files(Path(staging), owner.run_dir)
+    return job, start_updates
 
 
 def _check_machine(job: TaskJob, devices: list[str], options: RunOptions) -> None:
