@@ -1,6 +1,6 @@
 """Data pipeline speed: Europarl fr-en 200k load time, first (Moses tokenization) and cached, and batcher throughput.
 
-Usage: flock /tmp/hogwild-heavy.lock .venv/bin/python bench/bench_data.py [--train-limit N] [--processes P]
+Usage: flock /tmp/hogwild-heavy.lock .venv/bin/python -m bench.bench_data [--train-limit N] [--processes P]
 
 Prints the command line, the first and the cached load time of the Europarl task (train 200k + dev 3k, max_len 50,
 15k vocabularies) and their ratio, then the tokens/s of the NMT batcher (batch 64, bucketed) and of the POS batcher
@@ -10,24 +10,17 @@ temporary cache folder, so it always includes reading, tokenizing and tensorizin
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from hogwild.data.cache import ArrayCache  # noqa: E402
-from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset  # noqa: E402
-from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset  # noqa: E402
-from hogwild.data.text import default_processes  # noqa: E402
-
-
-def corpora_dir() -> Path:
-    return Path(os.environ.get("HOGWILD_CORPORA", REPO.parent / "shared" / "corpora"))
+from hogwild.data.cache import ArrayCache
+from hogwild.data.corpora import corpora_dir
+from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
+from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset
+from hogwild.data.text import default_processes
 
 
 def batcher_speed(batcher, max_batches: int, count) -> tuple[float, int, float]:
@@ -61,14 +54,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-cache-") as root:
         cache = ArrayCache(root)
         start = time.perf_counter()
-        task = load_nmt_dataset(config, cache)
+        dataset = load_nmt_dataset(config, cache)
         first = time.perf_counter() - start
         start = time.perf_counter()
         cached = load_nmt_dataset(config, cache)
         second = time.perf_counter() - start
-        assert cached.info["cached"] and not task.info["cached"]
-        print(f"europarl fr-en train: {task.info['train']} -> {task.info['train_pairs']} pairs, "
-              f"vocab {task.info['src_vocab']}/{task.info['tgt_vocab']}")
+        assert cached.info["cached"] and not dataset.info["cached"]
+        print(f"europarl fr-en train: {dataset.info['train']} -> {dataset.info['train_pairs']} pairs, "
+              f"vocab {dataset.info['src_vocab']}/{dataset.info['tgt_vocab']}")
         print(f"europarl load, first (read + Moses tokenize + vocab + tensorize): {first:8.2f} s")
         print(f"europarl load, cached:                                          {second:8.2f} s")
         print(f"first / cached: {first / second:.0f}x")

@@ -1,6 +1,6 @@
 """Multi-host algorithms vs single-host Hogwild at an equal total number of workers, on one machine.
 
-Usage: flock /tmp/hogwild-heavy.lock nice -n 10 .venv/bin/python bench/bench_distributed.py [--rounds 2]
+Usage: flock /tmp/hogwild-heavy.lock nice -n 10 .venv/bin/python -m bench.bench_distributed [--rounds 2]
 
 Variants (total training workers = --workers, default 2):
   single      one host, `workers` Hogwild workers (hogwild.train)

@@ -1,6 +1,6 @@
 """Engine throughput benchmark: one interleaved run comparing Hogwild engine workers with the usual alternatives.
 
-Usage: `flock /tmp/hogwild-heavy.lock python bench/bench_engine.py --updates 400 --rounds 3`
+Usage: `flock /tmp/hogwild-heavy.lock python -m bench.bench_engine --updates 400 --rounds 3`
 
 Variants (same model, same synthetic batches, same number of total updates, SGD, 1 torch thread per process):
   plain      a plain PyTorch training loop in this process (torch.optim.SGD)
@@ -33,7 +33,6 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_engine.py` from anywhere
 
 VARIANTS = ("plain", "engine1", "engine2", "mnist1", "mnist2")
 TARGETS = (("engine2", "engine1", 1.9), ("engine1", "plain", 0.97), ("engine2", "mnist2", 1.0))

@@ -5,7 +5,7 @@ timed interleaved, round after round, and the median per configuration is report
 For NMT, the decoder's step loop share is shown by also timing the encoder alone (forward+backward of a loss on it).
 
 Usage:
-    flock /tmp/hogwild-heavy.lock .venv/bin/python bench/bench_models.py --rounds 5 --paper-rounds 2
+    flock /tmp/hogwild-heavy.lock .venv/bin/python -m bench.bench_models --rounds 5 --paper-rounds 2
 """
 from __future__ import annotations
 
@@ -14,20 +14,17 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
+from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
 
 AFFIX = 10
 POS_VOCAB = dict(n_words=10_000, n_chars=100, n_tags=470)  # about Brown's sizes (8,296 words, 86 chars, 469 tags)
 
 
 def pos_batch(sentences: int, length: int, g: torch.Generator) -> dict[str, torch.Tensor]:
-    """`sentences` sentences of `length` tokens, words of 2..10 chars, affixes padded as in CONTRACTS.md."""
+    """`sentences` sentences of `length` tokens, words of 2..10 chars, affixes padded as in data/features.py."""
     words = torch.randint(1, POS_VOCAB["n_words"], (sentences, length), generator=g)
     word_lengths = torch.randint(2, AFFIX + 1, (sentences, length), generator=g)
     chars = torch.randint(4, POS_VOCAB["n_chars"], (sentences, length, AFFIX), generator=g)

@@ -1,8 +1,10 @@
 """hogwild's data pipeline: corpus files -> tokens -> vocabularies -> tensorized, cached corpora -> batch dicts.
 
-Usage: ``from data.pos_dataset import synthetic_pos_dataset; task = synthetic_pos_dataset(); batch = next(task.train.epoch(0))``
+Usage: ``from hogwild.data.pos_dataset import synthetic_pos_dataset``; ``dataset = synthetic_pos_dataset()``;
+``batch = next(dataset.train.epoch(0))``
 
 Modules (data flows down this list; none imports one below it):
+- ``corpora``    corpora_dir(): where the real corpora live ($HOGWILD_CORPORA, else ../shared/corpora).
 - ``errors``     CorpusError: bad input, named by file and line.
 - ``textio``     reading .gz/.xz/.bz2 text with an encoding.
 - ``readers``    read_tagged (CoNLL-U, CoNLL columns, slash-tagged), detect_format, corpus_files.
@@ -11,7 +13,7 @@ Modules (data flows down this list; none imports one below it):
 - ``subwords``   sentencepiece BPE/unigram models trained on the training side.
 - ``vocab``      Vocabulary (pad 0, unk 1, bos 2, eos 3), top-K, min_freq, JSON.
 - ``features``   prefix/suffix character ids for the POS tagger.
-- ``batching``   TaggedData/ParallelData arrays, PosBatcher/NmtBatcher -> CONTRACTS.md batch dicts.
+- ``batching``   TaggedData/ParallelData arrays, PosBatcher/NmtBatcher -> batch dicts (the contract: its docstring).
 - ``cache``      ArrayCache: tensorized corpora on disk under $HOGWILD_CACHE.
 - ``synthetic``  seeded synthetic tagging and translation corpora.
 - ``pos_dataset``   PosDataConfig, load_pos_dataset, synthetic_pos_dataset -> PosDataset.

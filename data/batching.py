@@ -1,4 +1,4 @@
-"""Tensorized corpora and deterministic batchers producing the batch dicts of CONTRACTS.md.
+"""Tensorized corpora and deterministic batchers producing the batch dicts that the models' losses take.
 
 Usage: ``batcher = NmtBatcher(ParallelData.tensorize(pairs, src_vocab, tgt_vocab), batch_size=64, seed=1)``
 then ``for batch in batcher.epoch(0): loss_fn(model, batch)``.
@@ -7,8 +7,15 @@ A corpus is held as flat int64 numpy arrays plus sentence offsets (cheap to cach
 a batcher turns a list of example indices into a small dict of CPU tensors, so a worker receives batches, never the
 corpus. ``epoch_plan(epoch)`` is a pure function of ``(seed, epoch)``: the same seed gives the same batches.
 
-POS batch:  words (B, T), prefixes (B, T, L), suffixes (B, T, L), tags (B, T) with -100 at padding, lengths (B,).
-NMT batch:  src (B, S) ids + eos, src_mask (B, S), tgt (B, T) bos + ids + eos, tgt_mask (B, T); pad 0.
+The batch contract (what ``models.pos_loss`` / ``models.nmt_loss`` read; every tensor on the CPU, int64 unless said):
+
+POS batch:  ``words`` (B, T) word ids, pad 0; ``prefixes`` and ``suffixes`` (B, T, L) char ids with L = 10
+            (``features.AFFIX_LENGTH``): the prefix RIGHT-padded, the suffix LEFT-padded with 0 (``data/features.py``);
+            ``tags`` (B, T) tag ids, -100 (``vocab.IGNORE_INDEX``) at padding, never pad; ``lengths`` (B,) tokens per
+            sentence (>= 1). Sentences keep their order in the batch; T = max(lengths).
+NMT batch:  ``src`` (B, S) source ids + eos, pad 0; ``src_mask`` (B, S) bool, True on real tokens; ``tgt`` (B, T)
+            bos + target ids + eos, pad 0; ``tgt_mask`` (B, T) bool. The loss predicts tgt[:, 1:] from tgt[:, :-1].
+Ids: every vocabulary has pad 0, unk 1, bos 2, eos 3 (``data/vocab.py``); tag vocabularies pad 0 and unk 1 only.
 """
 from __future__ import annotations
 

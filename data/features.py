@@ -2,9 +2,10 @@
 
 Usage: ``prefix, suffix = affix_ids("Haus", char_vocab)`` -> ``[h, a, u, s, 0, ..]``, ``[0, .., h, a, u, s]``
 
-Layout (CONTRACTS.md): the prefix holds the first <= ``length`` chars RIGHT-padded with 0, so a backward LSTM reading it
-right-to-left ends on the first char; the suffix holds the last <= ``length`` chars LEFT-padded with 0, so a forward
-LSTM ends on the last char. Characters not in the vocabulary (seen once in training, POS paper) map to unk (1).
+Layout (part of the batch contract in data/batching.py): the prefix holds the first <= ``length`` chars RIGHT-padded
+with 0, so a backward LSTM reading it right-to-left ends on the first char; the suffix holds the last <= ``length``
+chars LEFT-padded with 0, so a forward LSTM ends on the last char. Characters not in the vocabulary (seen once in
+training, POS paper) map to unk (1).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """NMT data, end to end: parallel files -> Moses tokens or subwords -> vocabularies -> cached arrays -> batchers.
 
-Usage: ``task = load_nmt_dataset(NmtDataConfig(train=".../europarl-fr-en/train", dev=".../europarl-fr-en/dev"))``;
-``for batch in task.train.epoch(0): ...``; to score BLEU: ``hyps = [task.decode(ids) for ids in outputs]`` and
-``sacrebleu.corpus_bleu(hyps, [task.dev_references])``; ``synthetic_nmt_dataset()`` for the fast default.
+Usage: ``dataset = load_nmt_dataset(NmtDataConfig(train=".../europarl-fr-en/train", dev=".../europarl-fr-en/dev"))``;
+``for batch in dataset.train.epoch(0): ...``; to score BLEU: ``hyps = [dataset.decode(ids) for ids in outputs]`` and
+``sacrebleu.corpus_bleu(hyps, [dataset.dev_references])``; ``synthetic_nmt_dataset()`` for the fast default.
 
 Training pairs longer than ``max_len`` units (Moses tokens, or pieces with subwords) on either side are dropped (paper:
 50). Dev pairs are kept whatever their length (only empty ones are dropped), in file order, so that dev batch i holds
@@ -104,7 +104,7 @@ class NmtDataset:
         return self.decoder(self.tgt_vocab.decode(ids))
 
     def tokenize(self, lines: Sequence[str], side: str = "src") -> list[list[str]]:
-        """Raw lines -> the units this task's vocabularies hold (Moses tokens or pieces; lowercased as in training)."""
+        """Raw lines -> the units this dataset's vocabularies hold (Moses tokens or pieces; lowercased as in training)."""
         if side not in ("src", "tgt"):
             raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
         if self.config is None:
@@ -183,7 +183,7 @@ def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorp
 
 
 def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> NmtDataset:
-    """Read, tokenize, filter, build and cache an NMT task from parallel files. Raises CorpusError for bad input."""
+    """Read, tokenize, filter, build and cache an NMT dataset from parallel files. Raises CorpusError for bad input."""
     if not config.train:
         raise ValueError("NmtDataConfig.train: give a parallel corpus prefix such as <dir>/train")
     files = list(parallel_files(config.train, config.src_lang, config.tgt_lang))
@@ -214,19 +214,20 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
                             config.dev_limit)
     else:
         train, dev = _holdout(train, config.dev_size, config.seed)
-    task = build_nmt_dataset(train, dev, config, _decoder(config, models),
+    dataset = build_nmt_dataset(train, dev, config, _decoder(config, models),
                           {"train_path": str(config.train), "dev_path": config.dev}, models)
-    arrays = {f"{part}.{name}": array for part, batcher in (("train", task.train), ("dev", task.dev))
+    arrays = {f"{part}.{name}": array for part, batcher in (("train", dataset.train), ("dev", dataset.dev))
               for name, array in batcher.data.arrays().items()}
-    meta = {"info": task.info, "src_vocab": task.src_vocab.to_dict(), "tgt_vocab": task.tgt_vocab.to_dict(),
-            "dev_sources": task.dev_sources, "dev_references": task.dev_references, "subword_sides": sorted(models)}
+    meta = {"info": dataset.info, "src_vocab": dataset.src_vocab.to_dict(), "tgt_vocab": dataset.tgt_vocab.to_dict(),
+            "dev_sources": dataset.dev_sources, "dev_references": dataset.dev_references,
+            "subword_sides": sorted(models)}
     folder = cache.store(key, arrays, meta, {f"spm.{side}.model": path for side, path in models.items()})
     if folder is not None and models:
         shutil.rmtree(cache.root / f".{key}.spm", ignore_errors=True)
-        task.subword_models = {side: str(folder / f"spm.{side}.model") for side in models}
-        task.decoder = _decoder(config, task.subword_models)
-    task.info["cached"] = False
-    return task
+        dataset.subword_models = {side: str(folder / f"spm.{side}.model") for side in models}
+        dataset.decoder = _decoder(config, dataset.subword_models)
+    dataset.info["cached"] = False
+    return dataset
 
 
 def _moses_tokenize(lines, lang, lowercase, processes):

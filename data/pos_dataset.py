@@ -1,7 +1,8 @@
 """POS tagging data, end to end: corpus -> vocabularies -> tensorized train/dev sets -> batchers (cached on disk).
 
-Usage: ``task = load_pos_dataset(PosDataConfig(train="../shared/corpora/brown"))``;
-``for batch in task.train.epoch(0): ...``; ``task.dev`` for accuracy; ``synthetic_pos_dataset()`` for a fast default.
+Usage: ``dataset = load_pos_dataset(PosDataConfig(train="../shared/corpora/brown"))``;
+``for batch in dataset.train.epoch(0): ...``; ``dataset.dev`` for accuracy; ``synthetic_pos_dataset()`` for a fast
+default.
 
 Vocabularies follow the POS paper: words seen fewer than ``word_min_freq`` (10) times and characters seen fewer than
 ``char_min_freq`` (2, i.e. seen once) times in the training set become unk. Tags seen only in dev map to the tag
@@ -69,7 +70,7 @@ class PosDataset:
     config: PosDataConfig | None = None  # how the corpora were read (None: synthetic)
 
     def eval_set(self, path: str | os.PathLike, batch_size: int | None = None) -> PosBatcher:
-        """Another tagged corpus (e.g. a test set) read like the training one and encoded with this task's
+        """Another tagged corpus (e.g. a test set) read like the training one and encoded with this dataset's
         vocabularies, batched in file order."""
         c = self.config or PosDataConfig(train="<synthetic>")
         sentences = read_tagged(path, c.format, c.tag, separator=c.separator, encoding=c.encoding)
@@ -77,7 +78,7 @@ class PosDataset:
         return PosBatcher(data, batch_size or c.eval_batch_size, shuffle=False, seed=c.seed)
 
     def encode_sentences(self, sentences: Sequence[Sequence[str]]) -> dict[str, torch.Tensor]:
-        """Untagged, tokenized sentences -> one POS batch (CONTRACTS.md) with every tag -100 (for tagging text)."""
+        """Untagged, tokenized sentences -> one POS batch (data/batching.py) with every tag -100 (for tagging text)."""
         length = self.config.affix_length if self.config else AFFIX_LENGTH
         return encode_sentences(sentences, self.words, self.chars, length)
 
@@ -92,7 +93,7 @@ class PosDataset:
 
 def encode_sentences(sentences: Sequence[Sequence[str]], words: Vocabulary, chars: Vocabulary,
                      affix_length: int = AFFIX_LENGTH) -> dict[str, torch.Tensor]:
-    """Untagged, tokenized sentences -> one POS batch (CONTRACTS.md) with every tag -100, padded by PosBatcher."""
+    """Untagged, tokenized sentences -> one POS batch (data/batching.py) with every tag -100, padded by PosBatcher."""
     if not sentences or not all(sentences):
         raise ValueError("encode_sentences needs at least one sentence and no empty sentence")
     tokens = [word for sentence in sentences for word in sentence]
@@ -136,7 +137,7 @@ def _assemble(train_data, dev_data, words, chars, tags, config, info) -> PosData
 
 
 def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> PosDataset:
-    """Read, split, build and cache a POS task from real corpora. Raises CorpusError for bad input."""
+    """Read, split, build and cache a POS dataset from real corpora. Raises CorpusError for bad input."""
     if not config.train:
         raise ValueError("PosDataConfig.train: give a tagged corpus path")
     files = corpus_files(config.train) + (corpus_files(config.dev) if config.dev else [])
@@ -156,13 +157,13 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
         train, dev = sentences, read_tagged(config.dev, **read)
     else:
         train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
-    task = build_pos_dataset(train, dev, config, {"train_path": str(config.train), "dev_path": config.dev})
-    arrays = {f"{part}.{name}": array for part, batcher in (("train", task.train), ("dev", task.dev))
+    dataset = build_pos_dataset(train, dev, config, {"train_path": str(config.train), "dev_path": config.dev})
+    arrays = {f"{part}.{name}": array for part, batcher in (("train", dataset.train), ("dev", dataset.dev))
               for name, array in batcher.data.arrays().items()}
-    cache.store(key, arrays, {"info": task.info, "words": task.words.to_dict(), "chars": task.chars.to_dict(),
-                              "tags": task.tags.to_dict()})
-    task.info["cached"] = False
-    return task
+    cache.store(key, arrays, {"info": dataset.info, "words": dataset.words.to_dict(), "chars": dataset.chars.to_dict(),
+                              "tags": dataset.tags.to_dict()})
+    dataset.info["cached"] = False
+    return dataset
 
 
 def synthetic_pos_dataset(num_train: int = 2000, num_dev: int = 200, seed: int = 0, batch_size: int = 1,

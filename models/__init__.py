@@ -1,6 +1,6 @@
 """The two models of the Hogwild paper, each an nn.Module plus a `loss(model, batch) -> (mean loss, tokens)` function
 and evaluation functions. Nothing here knows about parallelism (no torch.multiprocessing, no MPI) or reads text: the
-batches are the dicts of CONTRACTS.md, and evaluation takes id -> text callables as arguments.
+batches are the dicts documented in data/batching.py, and evaluation takes id -> text callables as arguments.
 
 Usage:
     from hogwild.models import POSTagger, pos_preset, pos_loss, evaluate_pos

@@ -11,7 +11,7 @@ readout and the softmax projection run once over all steps after the loop. s_0 =
 
 Usage:
     model = AttentionNMT(nmt_preset("small", src_words=len(src_vocab), tgt_words=len(tgt_vocab)))
-    loss, n_tokens = nmt_loss(model, batch)   # batch: the NMT dict of CONTRACTS.md
+    loss, n_tokens = nmt_loss(model, batch)   # batch: the NMT dict of data/batching.py
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Character-aware BiLSTM POS tagger of the Hogwild paper (Deyringer et al.), and its loss.
 
 A word is represented by [word embedding ; final state of a forward char-LSTM over its suffix ; final state of a
-backward char-LSTM over its prefix]. The affixes have a fixed length (10) and are padded as in CONTRACTS.md: the
+backward char-LSTM over its prefix]. The affixes have a fixed length (10) and are padded as data/features.py says: the
 suffix is LEFT-padded, so the forward LSTM reads the pads first and ends on the word's last character; the prefix is
 RIGHT-padded and read right-to-left, so the backward LSTM ends on the first character. Both char LSTMs therefore run as
 single fused nn.LSTM calls over all words of a batch. A 2-layer bidirectional word LSTM (packed, so padding never
@@ -9,7 +9,7 @@ enters it) reads the sentence and a linear layer scores the tags at each positio
 
 Usage:
     model = POSTagger(pos_preset("small", n_words=len(words), n_chars=len(chars), n_tags=len(tags)))
-    loss, n_tokens = pos_loss(model, batch)   # batch: the POS dict of CONTRACTS.md
+    loss, n_tokens = pos_loss(model, batch)   # batch: the POS dict of data/batching.py
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ class POSTagger(nn.Module):
         return self.output(self.dropout(states))  # (B, T, n_tags)
 
     def score_batch(self, batch: dict[str, Tensor]) -> Tensor:
-        """Tag scores (B, T, n_tags) for a CONTRACTS.md POS batch."""
+        """Tag scores (B, T, n_tags) for a POS batch (data/batching.py)."""
         return self(batch["words"], batch["prefixes"], batch["suffixes"], batch["lengths"])
 
 

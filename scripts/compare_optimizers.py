@@ -4,24 +4,26 @@ reach a target. POS tagging on CoNLL-2000 (WSJ) by default; any run.py task and 
 
 Writes <out>/compare_optimizers.md, .csv and .png (held-out metric vs time for every run). Defaults fit a 2-core CPU
 machine (9 runs of 90 seconds, 15 minutes in all on 2026-11-22); for a GPU box:
-    python scripts/compare_optimizers.py --gpus 4 --time-limit 1800 \
+    python -m scripts.compare_optimizers --gpus 4 --time-limit 1800 \
         --optimizers sgd msgd nesterov adagrad adadelta rmsprop adam adamax
 
-Usage: python scripts/compare_optimizers.py [--optimizers sgd adam] [--workers 2] [--time-limit 90]
+Usage: python -m scripts.compare_optimizers [--optimizers sgd adam] [--workers 2] [--time-limit 90]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hogwild.shared_optim import OPTIMIZERS
+from hogwild.data.corpora import corpora_dir
+from hogwild.tasks.learning_rate import default_lr
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.plotting import plot_curves
 
-from hogwild.shared_optim import OPTIMIZERS  # noqa: E402
-from hogwild.tasks.options import RunOptions, default_lr  # noqa: E402
-from hogwild.tasks.plotting import plot_curves  # noqa: E402
-from hogwild.tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402
-                             write_table)  # noqa: E402
+if __package__:  # python -m scripts.compare_optimizers (the documented form)
+    from .series import run_series, script_argv, script_entry, write_runs_json, write_table
+else:  # python scripts/compare_optimizers.py with the project installed: this folder is sys.path[0]
+    from series import run_series, script_argv, script_entry, write_runs_json, write_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -34,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--optimizers", nargs="+", choices=OPTIMIZERS, default=["sgd", "adagrad", "rmsprop", "adam"],
                    help="optimizers to compare")
     p.add_argument("--lr", nargs="*", default=[], metavar="OPT=LR",
-                   help="learning-rate overrides, e.g. sgd=0.05 (default: tasks.options.default_lr)")
+                   help="learning-rate overrides, e.g. sgd=0.05 (default: tasks.learning_rate.default_lr)")
     p.add_argument("--workers", type=int, default=2, help="N: Hogwild CPU workers of the parallel runs")
     p.add_argument("--gpus", type=int, default=0, help="N GPUs instead of CPU workers")
     p.add_argument("--no-sync", action="store_true", help="skip synchronous SGD")

@@ -5,25 +5,25 @@ Writes <out>/nmt_table1.md and nmt_table1.csv (workers, minutes, train loss, hel
 (loss and BLEU vs time and vs updates, one line per worker count). Defaults fit a 2-core CPU machine (small model,
 6,000-word vocabularies, pairs of <= 30 words, 1 and 2 workers, 1,500 updates of 32 pairs each, BLEU on 200 held-out
 sentences: 10 minutes in all on 2026-11-22); the paper's setting on a GPU box:
-    python scripts/reproduce_nmt.py --gpus 4 --preset paper --vocab-size 15000 --max-len 50 --batch-size 64 \
+    python -m scripts.reproduce_nmt --gpus 4 --preset paper --vocab-size 15000 --max-len 50 --batch-size 64 \
         --updates 90000 --dev-limit 0 --eval-every 5000
 
-Usage: python scripts/reproduce_nmt.py [--workers 2] [--updates 1500] [--out docs/results]
+Usage: python -m scripts.reproduce_nmt [--workers 2] [--updates 1500] [--out docs/results]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hogwild.tasks.options import RunOptions  # noqa: E402
-from hogwild.tasks.plotting import plot_curves  # noqa: E402
-from hogwild.tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402
-                             write_table)  # noqa: E402
-
 PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
+from hogwild.data.corpora import corpora_dir
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.plotting import plot_curves
+
+if __package__:  # python -m scripts.reproduce_nmt (the documented form)
+    from .series import run_series, script_argv, script_entry, write_runs_json, write_table
+else:  # python scripts/reproduce_nmt.py with the project installed: this folder is sys.path[0]
+    from series import run_series, script_argv, script_entry, write_runs_json, write_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -4,22 +4,23 @@ default (the paper used TIGER, which cannot be redistributed; give --train/--dev
 
 Writes <out>/pos_figure1.png (loss and accuracy vs time and vs updates), pos_figure1.md and pos_figure1.csv.
 Defaults fit a 2-core CPU machine (3 runs of 5 minutes each, 16 minutes in all on 2026-11-22); for a GPU box:
-    python scripts/reproduce_pos.py --gpus 4 --preset paper --epochs 2 --time-limit 0 --dev-limit 0
+    python -m scripts.reproduce_pos --gpus 4 --preset paper --epochs 2 --time-limit 0 --dev-limit 0
 
-Usage: python scripts/reproduce_pos.py [--workers 2] [--time-limit 300] [--out docs/results]
+Usage: python -m scripts.reproduce_pos [--workers 2] [--time-limit 300] [--out docs/results]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hogwild.data.corpora import corpora_dir
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.plotting import plot_curves
 
-from hogwild.tasks.options import RunOptions  # noqa: E402
-from hogwild.tasks.plotting import plot_curves  # noqa: E402
-from hogwild.tasks.reproduce import (corpora_dir, run_series, script_argv, script_entry, write_runs_json,  # noqa: E402
-                             write_table)  # noqa: E402
+if __package__:  # python -m scripts.reproduce_pos (the documented form)
+    from .series import run_series, script_argv, script_entry, write_runs_json, write_table
+else:  # python scripts/reproduce_pos.py with the project installed: this folder is sys.path[0]
+    from series import run_series, script_argv, script_entry, write_runs_json, write_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,22 +1,23 @@
 """Serial (one process, plain PyTorch loop) training of the POS tagger or the NMT model on the real corpora: the
 single-process reference runs recorded in docs/results.md.
 
-Usage:
-    .venv/bin/python scripts/train_serial.py --task pos --preset small --out runs/pos-brown
-    .venv/bin/python scripts/train_serial.py --task nmt --preset small --minutes 30 --out runs/nmt-europarl
-    .venv/bin/python scripts/train_serial.py --task nmt --synthetic --max-updates 20 --out /tmp/nmt-check  # seconds
+Usage (from the repository root):
+    python -m scripts.train_serial --task pos --preset small --out runs/pos-brown
+    python -m scripts.train_serial --task nmt --preset small --minutes 30 --out runs/nmt-europarl
+    python -m scripts.train_serial --task nmt --synthetic --max-updates 20 --out /tmp/nmt-check  # seconds
 
 The run folder gets config.json (all arguments), command.txt, metrics.jsonl (one JSON object per log/eval line),
 results.json (final figures) and, for NMT, the test translations (test.greedy.hyp, test.beam5.hyp). Corpora come
-from --corpora (default $HOGWILD_CORPORA, else ../shared/corpora beside the checkout). --loop engine (default) trains
-through hogwild.train with one worker (mode 'single'); --loop plain uses the loop in this file.
+from --corpora (default: hogwild.data.corpora.corpora_dir(), i.e. $HOGWILD_CORPORA, else ../shared/corpora beside the
+checkout). The data and the model come from run.py's job builders (tasks.pos, tasks.nmt) and the learning-rate
+schedule from its rule (tasks.learning_rate). --loop engine (default) trains through hogwild.train with one worker
+(mode 'single'); --loop plain uses the loop in this file.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
-import os
 import shlex
 import sys
 import time
@@ -26,30 +27,31 @@ from typing import Callable, Iterator
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from hogwild.data.corpora import corpora_dir
+from hogwild.models import evaluate_nmt, heldout_loss, nmt_loss
+from hogwild.schedules import make_schedule
+from hogwild.tasks import nmt as nmt_task
+from hogwild.tasks import pos as pos_task
+from hogwild.tasks.learning_rate import default_lr, schedule_fields
+from hogwild.tasks.options import RunOptions
 
-from hogwild.schedules import make_schedule  # noqa: E402
-from hogwild.models import (AttentionNMT, POSTagger, evaluate_nmt, evaluate_pos, heldout_loss, nmt_loss,  # noqa: E402
-                    nmt_preset, pos_loss, pos_preset)
-
-
-def default_corpora() -> Path:
-    return Path(os.environ.get("HOGWILD_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
+SERIAL_ADAM_LR = 2e-3  # the serial reference runs' Adam rate (docs/results.md); other optimizers: the task's rule
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--task", choices=("pos", "nmt"), required=True, help="which model/corpus")
-    p.add_argument("--corpora", type=Path, default=default_corpora(), help="folder holding brown/, europarl-fr-en/")
+    p.add_argument("--corpora", type=Path, default=corpora_dir(), help="folder holding brown/, europarl-fr-en/")
     p.add_argument("--synthetic", action="store_true", help="train on the data package's synthetic task instead")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model size preset")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
                    help="optimizer (torch.optim in the plain loop, hogwild's SharedOptimizer in the engine)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: adam 2e-3, sgd: pos 0.03 / nmt 0.1)")
-    p.add_argument("--lr-decay", type=float, default=0.0,
-                   help="lr decrease per epoch (POS paper: 0.0135 with sgd 0.03)")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"learning rate (default: adam {SERIAL_ADAM_LR:g}, sgd: pos 0.03 / nmt 0.1)")
+    p.add_argument("--lr-decay", type=float, default=None,
+                   help="linear lr decrease per epoch, floored at 1%% of --lr (default: the task's rule, "
+                        "tasks.learning_rate: 0.0135 for pos with sgd, the paper's, else 0)")
     p.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: off; NMT paper 1.0)")
     p.add_argument("--dropout", type=float, default=0.0, help="model dropout")
     p.add_argument("--batch-size", type=int, default=None,
@@ -72,13 +74,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True, help="run folder (created)")
     args = p.parse_args(argv)
     if args.lr is None:
-        args.lr = 2e-3 if args.optimizer == "adam" else (0.03 if args.task == "pos" else 0.1)
+        args.lr = SERIAL_ADAM_LR if args.optimizer == "adam" else default_lr(args.task, args.optimizer)
     if args.batch_size is None:
         args.batch_size = 16 if args.task == "pos" else 64
     for name in ("batch_size", "epochs", "log_every", "threads", "beam", "max_len", "vocab"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    try:
+        args.schedule = schedule_fields(args.task, args.optimizer, args.lr, args.lr_decay)
+        args.options = run_options(args)
+    except ValueError as error:  # a bad --lr/--lr-decay, or a missing corpus: one line naming the flag or path
+        p.error(str(error))
+    args.lr_decay = args.schedule["decay_per_epoch"]  # config.json records the decay the rule chose
     return args
+
+
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """run.py's options for this run's data and model (the job builders read them; training stays in this file)."""
+    if args.synthetic:
+        data = {}
+    elif args.task == "pos":
+        data = {"train": [str(args.corpora / "brown")]}
+    else:
+        europarl = args.corpora / "europarl-fr-en"
+        data = {"train": [str(europarl / "train")], "dev": str(europarl / "dev"), "src_lang": "fr", "tgt_lang": "en"}
+    return RunOptions(task=args.task, preset=args.preset, optimizer=args.optimizer, lr=args.lr,
+                      lr_decay=args.lr_decay, dropout=args.dropout, batch_size=args.batch_size, max_len=args.max_len,
+                      vocab_size=args.vocab, beam=args.beam, seed=args.seed, progress=False, **data)
 
 
 @dataclass
@@ -95,57 +117,49 @@ class Job:
 
 
 def pos_job(args: argparse.Namespace) -> Job:
-    from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset, synthetic_pos_dataset
-
-    task = (synthetic_pos_dataset(batch_size=args.batch_size, seed=args.seed) if args.synthetic else
-            load_pos_dataset(PosDataConfig(train=str(args.corpora / "brown"), batch_size=args.batch_size, seed=args.seed)))
-    config = pos_preset(args.preset, n_words=len(task.words), n_chars=len(task.chars), n_tags=len(task.tags),
-                        dropout=args.dropout)
-    dev = lambda model: evaluate_pos(model, task.dev.epoch(0))  # noqa: E731
-    return Job(POSTagger(config), pos_loss, task.train.epoch, len(task.train), dev,
-               lambda model, run_dir: dev(model), dict(task.info, model=vars(config)))
+    """run.py's POS job (data, tagger, held-out accuracy); the final figures are the dev accuracies."""
+    dataset = pos_task.load_data(args.options)
+    job = pos_task.pos_job(args.options, dataset)
+    return Job(job.model, job.loss_fn, dataset.train.epoch, len(dataset.train), job.evaluate,
+               lambda model, run_dir: job.evaluate(model), dict(dataset.info, model=job.model_spec["config"]))
 
 
 def nmt_job(args: argparse.Namespace) -> Job:
+    """run.py's NMT data and model; held-out loss during training (cheap), greedy and beam BLEU on the test set."""
     from hogwild.data.batching import NmtBatcher, ParallelData
-    from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset, synthetic_nmt_dataset
     from hogwild.data.parallel import read_parallel
     from hogwild.data.text import tokenize_lines
 
+    dataset = nmt_task.load_data(args.options)
+    job = nmt_task.nmt_job(args.options, dataset)  # its BLEU evaluation is not used: dev loss here (cheaper)
     if args.synthetic:  # no test set: the synthetic dev set plays its part
-        task = synthetic_nmt_dataset(batch_size=args.batch_size, seed=args.seed)
-        test_batches, test_references, test_counts = task.dev, task.dev_references, {"kept": len(task.dev_references)}
+        test_batches, test_references = dataset.dev, dataset.dev_references
+        test_counts = {"kept": len(dataset.dev_references)}
     else:
-        corpus = args.corpora / "europarl-fr-en"
-        task = load_nmt_dataset(NmtDataConfig(train=str(corpus / "train"), dev=str(corpus / "dev"), src_lang="fr",
-                                           tgt_lang="en", max_len=args.max_len, vocab_size=args.vocab,
-                                           batch_size=args.batch_size, seed=args.seed))
         # The test set: every non-empty pair, whatever its length, encoded with the training vocabularies.
-        test = read_parallel(corpus / "test", "fr", "en", None, lambda lines, lang: tokenize_lines(lines, lang),
-                             limit=args.test_limit)
-        test_batches = NmtBatcher(ParallelData.tensorize(list(zip(test.src, test.tgt)), task.src_vocab,
-                                                         task.tgt_vocab), batch_size=64, shuffle=False)
+        test = read_parallel(args.corpora / "europarl-fr-en" / "test", "fr", "en", None,
+                             lambda lines, lang: tokenize_lines(lines, lang), limit=args.test_limit)
+        test_batches = NmtBatcher(ParallelData.tensorize(list(zip(test.src, test.tgt)), dataset.src_vocab,
+                                                         dataset.tgt_vocab), batch_size=64, shuffle=False)
         test_references, test_counts = test.tgt_lines, test.counts()
-    config = nmt_preset(args.preset, src_words=len(task.src_vocab), tgt_words=len(task.tgt_vocab),
-                        dropout=args.dropout)
 
     def dev(model: torch.nn.Module, batches: int | None = args.dev_batches) -> dict[str, float]:
-        metrics = heldout_loss(model, itertools.islice(task.dev.epoch(0), batches), nmt_loss)
+        metrics = heldout_loss(model, itertools.islice(dataset.dev.epoch(0), batches), nmt_loss)
         return {f"dev_{k}": v for k, v in metrics.items()}
 
     def finish(model: torch.nn.Module, run_dir: Path) -> dict:
         results = dict(dev(model), test_counts=test_counts)
         for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
             start = time.monotonic()
-            bleu = evaluate_nmt(model, test_batches.epoch(0), test_references, task.decode, beam_size=beam,
+            bleu = evaluate_nmt(model, test_batches.epoch(0), test_references, dataset.decode, beam_size=beam,
                                 length_penalty=args.length_penalty, out_path=run_dir / f"test.{name}.hyp")
             results.update({f"test_bleu_{name}": bleu.bleu, f"bleu_text_{name}": bleu.text,
                             f"decode_minutes_{name}": round((time.monotonic() - start) / 60, 2)})
         results["bleu_signature"] = bleu.signature
         return results
 
-    return Job(AttentionNMT(config), nmt_loss, task.train.epoch, len(task.train), dev, finish,
-               dict(task.info, model=vars(config)))
+    return Job(job.model, job.loss_fn, dataset.train.epoch, len(dataset.train), dev, finish,
+               dict(dataset.info, model=job.model_spec["config"]))
 
 
 def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> dict:
@@ -153,8 +167,9 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
     params = [p for p in job.model.parameters() if p.requires_grad]
     optimizer = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
                  else torch.optim.SGD(params, lr=args.lr))
-    schedule = make_schedule("linear_decay" if args.lr_decay else "constant", args.lr,
-                             decay_per_epoch=args.lr_decay, min_lr=min(args.lr, 1e-4))
+    fields = args.schedule  # tasks.learning_rate's rule, as the engine path gets it
+    schedule = make_schedule(fields["lr_schedule"], args.lr, decay_per_epoch=fields["decay_per_epoch"],
+                             warmup_steps=fields["warmup_steps"], min_lr=fields["min_lr"])
     start, step, window_loss, window_tokens = time.monotonic(), 0, 0.0, 0
     window_start = start
     minutes = lambda: (time.monotonic() - start) / 60  # noqa: E731
@@ -196,9 +211,8 @@ def train_with_engine(job: Job, args: argparse.Namespace, log: Callable[[dict], 
     import hogwild
 
     config = hogwild.Config(
-        mode="single", threads_per_worker=args.threads, optimizer=args.optimizer, lr=args.lr,
-        lr_schedule="linear_decay" if args.lr_decay else "constant", decay_per_epoch=args.lr_decay,
-        min_lr=min(args.lr, 1e-4) if args.lr_decay else 0.0, clip_norm=args.clip or None, epochs=args.epochs,
+        mode="single", threads_per_worker=args.threads, optimizer=args.optimizer, lr=args.lr, **args.schedule,
+        clip_norm=args.clip or None, epochs=args.epochs,
         max_steps=args.max_updates or None, time_limit=args.minutes * 60 or None, eval_every=args.eval_every or None,
         checkpoint_dir=str(args.out / "engine"), log_every=args.log_every, progress=False, tensorboard=False,
         seed=args.seed)
@@ -215,9 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "command.txt").write_text(shlex.join([sys.executable.split("/")[-1], *sys.argv]) + "\n")
-    (args.out / "config.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
-                                                      for k, v in vars(args).items()}, indent=2) + "\n")
+    script = ["-m", __spec__.name] if __spec__ is not None else [sys.argv[0]]  # as it was run: module or file
+    (args.out / "command.txt").write_text(shlex.join(["python", *script, *sys.argv[1:]]) + "\n")
+    recorded = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "options"}
+    (args.out / "config.json").write_text(json.dumps(recorded, indent=2) + "\n")
     metrics = (args.out / "metrics.jsonl").open("a", encoding="utf-8")
 
     def log(record: dict) -> None:

@@ -1,9 +1,11 @@
 """A training job made ready for the engine: model, loss, batches, evaluation, and the files a run directory needs.
 
-`tasks.pos.pos_job(options)` and `tasks.nmt.nmt_job(options)` build one; `tasks.training.run_training` hands its parts
-to `hogwild.train` (`loss_fn(model, batch)` and `evaluate(model) -> dict`, CONTRACTS.md).
+`tasks.pos.pos_job(options)` and `tasks.nmt.nmt_job(options)` build one (`tasks.jobs.build_job` picks by task);
+`tasks.training.run_training` hands its parts to `hogwild.train`, whose docstring states the contract:
+`loss_fn(model, batch) -> loss or (loss, tokens)` and `evaluate(model) -> dict`. The batches are the dicts documented
+in `data/batching.py`.
 
-Usage: `job = build_job(options); result = hogwild.train(job.model, job.loss_fn, job.batches, config, job.evaluate)`
+Usage: `job = pos_job(options); result = hogwild.train(job.model, job.loss_fn, job.batches, config, job.evaluate)`
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ class TaskJob:
     task: str  # 'pos' | 'nmt'
     model: nn.Module  # on the CPU; the engine shares it
     loss_fn: Callable  # module-level (picklable): models.pos_loss / models.nmt_loss
-    batches: list[dict]  # training batches (CONTRACTS.md dicts), one update each
+    batches: list[dict]  # training batches (the dicts of data/batching.py), one update each
     evaluate: Callable[[nn.Module], dict[str, float]]  # held-out metrics, the main metric first
     metric: str  # 'accuracy' | 'bleu': decides the best checkpoint
     model_spec: dict[str, Any]  # {"task", "preset", "config": model config fields}
@@ -35,15 +37,6 @@ class TaskJob:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.save_vocabularies(run_dir)
         (run_dir / MODEL_FILE).write_text(json.dumps(self.model_spec, indent=2) + "\n", encoding="utf-8")
-
-
-def build_job(options) -> TaskJob:
-    """The job for `options.task` (options must be `RunOptions.resolved()`)."""
-    if options.task == "pos":
-        from hogwild.tasks.pos import pos_job
-        return pos_job(options)
-    from hogwild.tasks.nmt import nmt_job
-    return nmt_job(options)
 
 
 def limit_batches(batches: list[dict], limit: int | None, key: str) -> list[dict]:

@@ -21,7 +21,8 @@ from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, TextDecoder, loa
 from hogwild.data.parallel import read_parallel
 from hogwild.data.text import MosesText, tokenize_lines
 from hogwild.data.vocab import Vocabulary
-from hogwild.models import AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset, translate
+from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
+                            translate)
 from hogwild.tasks.job import TaskJob, limit_batches
 
 TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
@@ -30,27 +31,29 @@ TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "mose
 def load_data(options) -> NmtDataset:
     if options.synthetic:
         return synthetic_nmt_dataset(num_train=options.synthetic_size or 5000, seed=options.seed,
-                                  batch_size=options.batch_size)
+                                     batch_size=options.batch_size)
     if len(options.train) > 1:
         raise ValueError("--train: --task nmt takes one corpus prefix (e.g. europarl-fr-en/train)")
     return load_nmt_dataset(NmtDataConfig(train=options.train[0], dev=options.dev, src_lang=options.src_lang,
-                                       tgt_lang=options.tgt_lang, max_len=options.max_len,
-                                       vocab_size=options.vocab_size, train_limit=options.train_limit,
-                                       batch_size=options.batch_size, seed=options.seed, encoding=options.encoding))
+                                          tgt_lang=options.tgt_lang, max_len=options.max_len,
+                                          vocab_size=options.vocab_size, train_limit=options.train_limit,
+                                          batch_size=options.batch_size, seed=options.seed,
+                                          encoding=options.encoding))
 
 
-def nmt_job(options) -> TaskJob:
-    task = load_data(options)
-    config = nmt_preset(options.preset, src_words=len(task.src_vocab), tgt_words=len(task.tgt_vocab),
+def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
+    """The NMT job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it."""
+    dataset = load_data(options) if dataset is None else dataset
+    config = nmt_preset(options.preset, src_words=len(dataset.src_vocab), tgt_words=len(dataset.tgt_vocab),
                         dropout=options.dropout)
     torch.manual_seed(options.seed)
     model = AttentionNMT(config)
-    dev_batches = limit_batches(list(task.dev.epoch(0)), options.dev_limit, "src")
-    references = task.dev_references[:sum(b["src"].shape[0] for b in dev_batches)]
-    sources = task.dev_sources[:len(references)]
+    dev_batches = limit_batches(list(dataset.dev.epoch(0)), options.dev_limit, "src")
+    references = dataset.dev_references[:sum(b["src"].shape[0] for b in dev_batches)]
+    sources = dataset.dev_sources[:len(references)]
 
     def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
-        hypotheses = [task.decode(ids) for ids in translate(snapshot, dev_batches, beam_size=1)]
+        hypotheses = [dataset.decode(ids) for ids in translate(snapshot, dev_batches, beam_size=1)]
         loss = heldout_loss(snapshot, dev_batches, nmt_loss)
         return {"bleu": corpus_bleu(hypotheses, references).bleu, "loss": loss["loss"],
                 "perplexity": loss["perplexity"]}
@@ -58,29 +61,29 @@ def nmt_job(options) -> TaskJob:
     def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
         (run_dir / "dev.src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
         (run_dir / "dev.ref").write_text("".join(r + "\n" for r in references), encoding="utf-8")
-        dev = evaluate_nmt(best, dev_batches, references, task.decode, beam_size=options.beam,
+        dev = evaluate_nmt(best, dev_batches, references, dataset.decode, beam_size=options.beam,
                            out_path=run_dir / "dev.hyp")
         results = {"dev": {"bleu": dev.bleu, "beam": options.beam, "sentences": dev.sentences,
                            "signature": dev.signature}}
         if options.test:
             test = read_parallel(options.test, options.src_lang, options.tgt_lang, None,
                                  lambda lines, lang: tokenize_lines(lines, lang), options.encoding)
-            data = ParallelData.tensorize(list(zip(test.src, test.tgt)), task.src_vocab, task.tgt_vocab)
-            scored = evaluate_nmt(best, NmtBatcher(data, 64, shuffle=False).epoch(0), test.tgt_lines, task.decode,
+            data = ParallelData.tensorize(list(zip(test.src, test.tgt)), dataset.src_vocab, dataset.tgt_vocab)
+            scored = evaluate_nmt(best, NmtBatcher(data, 64, shuffle=False).epoch(0), test.tgt_lines, dataset.decode,
                                   beam_size=options.beam, out_path=run_dir / "test.hyp")
             results["test"] = {"bleu": scored.bleu, "beam": options.beam, "sentences": scored.sentences,
                                "signature": scored.signature}
         return results
 
     def save(run_dir: Path) -> None:
-        task.save(run_dir)
+        dataset.save(run_dir)
         kind = "join" if options.synthetic else "moses"
         (run_dir / TEXT_FILE).write_text(json.dumps({"kind": kind, "src_lang": options.src_lang,
                                                      "tgt_lang": options.tgt_lang}) + "\n", encoding="utf-8")
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("nmt", model, nmt_loss, list(task.train.epoch(0)), evaluate, "bleu", spec, save, finish,
-                   dict(task.info, dev_eval_sentences=len(references)))
+    return TaskJob("nmt", model, nmt_loss, list(dataset.train.epoch(0)), evaluate, "bleu", spec, save, finish,
+                   dict(dataset.info, dev_eval_sentences=len(references)))
 
 
 class Translator:

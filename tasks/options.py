@@ -3,8 +3,9 @@
 
 Usage: `options = RunOptions(task="pos", workers=2, time_limit=60); config = options.engine_config(devices)`
 
-Every value has a default; `None` defaults are filled per task and optimizer by `resolved()` (e.g. POS with SGD:
-lr 0.03 and the paper's linear decay of 0.0135 per epoch; NMT: lr 0.1, batch 64, gradient clipping 1.0).
+Every value has a default; `None` defaults are filled per task and optimizer by `resolved()` (e.g. NMT: batch 64,
+gradient clipping 1.0); the learning rate, its decay and the schedule come from `tasks.learning_rate` (POS with SGD:
+lr 0.03 and the paper's linear decay of 0.0135 per epoch).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from hogwild.config import MODES, Config
 from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
+from hogwild.tasks.learning_rate import default_lr, default_lr_decay, schedule_fields
 
 TASKS = ("pos", "nmt")
 PRESETS = ("small", "paper")
@@ -28,13 +30,6 @@ _TASK_DEFAULTS = {
     "nmt": {"batch_size": 64, "clip_norm": 1.0},
 }
 _SYNTHETIC_BATCH = {"pos": 1, "nmt": 32}
-
-
-def default_lr(task: str, optimizer: str) -> float:
-    """POS paper: SGD 0.03; NMT paper: SGD 0.1; adaptive optimizers: their usual defaults."""
-    if optimizer in ("sgd", "msgd", "nesterov"):
-        return {"pos": 0.03, "nmt": 0.1}[task] if optimizer == "sgd" else {"pos": 0.01, "nmt": 0.03}[task]
-    return {"adam": 1e-3, "adamax": 2e-3, "rmsprop": 1e-3, "adagrad": 0.05, "adadelta": 1.0}[optimizer]
 
 
 def _fail(flag: str, message: str) -> None:
@@ -140,6 +135,8 @@ class RunOptions:
             _fail("dropout", f"must be in [0, 1), got {self.dropout}")
         if not 0.0 < self.alpha < 1.0:
             _fail("alpha", f"must be in (0, 1), got {self.alpha}")
+        schedule_fields(self.task, self.optimizer, self.lr or default_lr(self.task, self.optimizer), self.lr_decay,
+                        self.warmup_steps, self.min_lr)  # conflicting schedule flags fail here, naming the flag
         if self.src_lang == self.tgt_lang:
             _fail("tgt-lang", f"must differ from --src-lang (both are {self.src_lang!r})")
         if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
@@ -175,7 +172,7 @@ class RunOptions:
         if values["lr"] is None:
             values["lr"] = default_lr(self.task, self.optimizer)
         if values["lr_decay"] is None:
-            values["lr_decay"] = 0.0135 if (self.task == "pos" and self.optimizer == "sgd") else 0.0
+            values["lr_decay"] = default_lr_decay(self.task, self.optimizer, self.warmup_steps)
         if values["steps"] is None and values["epochs"] is None and values["time_limit"] is None:
             values["epochs"] = 2 if self.synthetic else 1  # the default job: about a minute on 2 CPU workers
         if values["log_every"] is None:
@@ -194,12 +191,10 @@ class RunOptions:
 
     def engine_config(self, devices: list[str], best_metric: str) -> Config:
         """The hogwild.Config of this run (call on a `resolved()` copy)."""
-        schedule = "warmup_scaled" if self.warmup_steps else "linear_decay" if self.lr_decay else "constant"
         return Config(
             devices=devices, mode=self.mode, threads_per_worker=self.threads_per_worker, optimizer=self.optimizer,
-            lr=self.lr, optimizer_args=self.optimizer_args(), lr_schedule=schedule,
-            decay_per_epoch=self.lr_decay or 0.0, warmup_steps=self.warmup_steps,
-            min_lr=self.min_lr if schedule != "linear_decay" else max(self.min_lr, self.lr * 0.01),
+            lr=self.lr, optimizer_args=self.optimizer_args(),
+            **schedule_fields(self.task, self.optimizer, self.lr, self.lr_decay, self.warmup_steps, self.min_lr),
             clip_norm=self.clip_norm, max_steps=self.steps, epochs=self.epochs, time_limit=self.time_limit,
             eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, best_metric=best_metric,
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,

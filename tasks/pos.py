@@ -14,7 +14,7 @@ import torch
 
 from hogwild.data.batching import PosBatcher, TaggedData
 from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, encode_sentences, load_pos_dataset,
-                           split_sentences, synthetic_pos_dataset)
+                                      split_sentences, synthetic_pos_dataset)
 from hogwild.data.readers import read_tagged
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
@@ -27,11 +27,11 @@ def _read(path: str, options) -> list:
 
 
 def load_data(options) -> PosDataset:
-    """The synthetic task, the cached single-corpus task, or (several --train paths, explicit columns) a task
-    built from the concatenated corpora."""
+    """The synthetic dataset, the cached single-corpus dataset, or (several --train paths, explicit columns) a
+    dataset built from the concatenated corpora."""
     if options.synthetic:
         return synthetic_pos_dataset(num_train=options.synthetic_size or 2000, seed=options.seed,
-                                  batch_size=options.batch_size)
+                                     batch_size=options.batch_size)
     config = PosDataConfig(train=options.train[0], dev=options.dev, format=options.format, tag=options.tag,
                            separator=options.separator, encoding=options.encoding, batch_size=options.batch_size, seed=options.seed)
     if len(options.train) == 1 and options.word_column is None and options.tag_column is None:
@@ -44,13 +44,14 @@ def load_data(options) -> PosDataset:
     return build_pos_dataset(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
 
 
-def pos_job(options) -> TaskJob:
-    task = load_data(options)
-    config = pos_preset(options.preset, n_words=len(task.words), n_chars=len(task.chars), n_tags=len(task.tags),
-                        dropout=options.dropout)
+def pos_job(options, dataset: PosDataset | None = None) -> TaskJob:
+    """The POS job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it."""
+    dataset = load_data(options) if dataset is None else dataset
+    config = pos_preset(options.preset, n_words=len(dataset.words), n_chars=len(dataset.chars),
+                        n_tags=len(dataset.tags), dropout=options.dropout)
     torch.manual_seed(options.seed)
     model = POSTagger(config)
-    dev_batches = limit_batches(list(task.dev.epoch(0)), options.dev_limit, "lengths")
+    dev_batches = limit_batches(list(dataset.dev.epoch(0)), options.dev_limit, "lengths")
 
     def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
         return evaluate_pos(snapshot, dev_batches)
@@ -58,13 +59,13 @@ def pos_job(options) -> TaskJob:
     def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
         results: dict[str, Any] = {"dev": evaluate_pos(best, dev_batches)}
         if options.test:
-            test = TaggedData.tensorize(_read(options.test, options), task.words, task.chars, task.tags)
+            test = TaggedData.tensorize(_read(options.test, options), dataset.words, dataset.chars, dataset.tags)
             results["test"] = evaluate_pos(best, PosBatcher(test, 32, shuffle=False).epoch(0))
         return results
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("pos", model, pos_loss, list(task.train.epoch(0)), evaluate, "accuracy", spec, task.save, finish,
-                   dict(task.info, dev_eval_sentences=sum(b["lengths"].shape[0] for b in dev_batches)))
+    return TaskJob("pos", model, pos_loss, list(dataset.train.epoch(0)), evaluate, "accuracy", spec, dataset.save,
+                   finish, dict(dataset.info, dev_eval_sentences=sum(b["lengths"].shape[0] for b in dev_batches)))
 
 
 class PosTagging:

@@ -25,7 +25,8 @@ from hogwild.files import RecordLog, write_atomic
 from hogwild.resources import check_resources, tensor_nbytes
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
-from hogwild.tasks.job import MODEL_FILE, TaskJob, build_job
+from hogwild.tasks.job import MODEL_FILE, TaskJob
+from hogwild.tasks.jobs import build_job
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.rundir import RunDirError, check_out, write_command, write_config
 from hogwild.tasks.runlock import RunDirLock

@@ -1,16 +1,12 @@
 """Shared test fixtures: the location of the real corpora, and deterministic single-threaded torch."""
-import os
 import pathlib
 
 import pytest
 import torch
 
+from hogwild.data.corpora import corpora_dir
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def corpora_dir() -> pathlib.Path:
-    """Where the real corpora live: $HOGWILD_CORPORA, else ../shared/corpora beside the checkout."""
-    return pathlib.Path(os.environ.get("HOGWILD_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
 
 
 @pytest.fixture

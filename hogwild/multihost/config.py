@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-ALGORITHMS = ("downpour", "easgd", "eamsgd", "adpsgd", "allreduce")
+ALGORITHMS = ("allreduce", "adpsgd", "downpour", "easgd", "eamsgd")
 SERVER_ALGORITHMS = ("downpour", "easgd", "eamsgd")  # the ones with a central model held by parameter servers
 ROLES = ("server", "worker", "tester")
 

@@ -1,4 +1,5 @@
-"""Batchers: exact batch tensors, the CONTRACTS.md layout, determinism per seed, coverage and length bucketing."""
+"""Batchers: exact batch tensors, the batch contract of data/batching.py's docstring, determinism per seed, coverage
+and length bucketing."""
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Prefix/suffix character ids: length 10, prefix right-padded, suffix left-padded (CONTRACTS.md)."""
+"""Prefix/suffix character ids: length 10, prefix right-padded, suffix left-padded (data/features.py)."""
 from hogwild.data.features import affix_arrays, affix_ids
 from hogwild.data.vocab import UNK, Vocabulary
 

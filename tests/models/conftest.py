@@ -1,4 +1,4 @@
-"""Seeded random batches in the CONTRACTS.md formats, for the model tests."""
+"""Seeded random batches in the formats of data/batching.py, for the model tests."""
 import pytest
 import torch
 

@@ -62,7 +62,7 @@ def test_overfits_a_tiny_batch(make_pos_batch):
 
 def test_char_lstms_end_on_the_word_edges():
     """The suffix LSTM reads the left-padded suffix left to right and ends on the LAST char; the prefix LSTM reads the
-    right-padded prefix right to left and ends on the FIRST char (CONTRACTS.md padding)."""
+    right-padded prefix right to left and ends on the FIRST char (the padding of data/features.py)."""
     model = tiny_tagger()
     prefix = torch.tensor([[5, 6, 7, 0, 0, 0, 0, 0, 0, 0]])  # "abc" right-padded
     suffix = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 5, 6, 7]])  # "abc" left-padded

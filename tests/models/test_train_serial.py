@@ -1,5 +1,6 @@
-"""scripts/train_serial.py, run as its docstring shows, on the synthetic tasks (seconds): run folder contents, update
-limits, both loops (plain and the hogwild engine in single mode)."""
+"""scripts/train_serial.py, run as its docstring shows (`python -m scripts.train_serial` from the repository root), on
+the synthetic tasks (seconds): run folder contents, update limits, both loops (plain and the hogwild engine in single
+mode), and the learning-rate rule it shares with run.py (tasks.learning_rate)."""
 import json
 import subprocess
 import sys
@@ -8,13 +9,13 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "scripts" / "train_serial.py"
+COMMAND = [sys.executable, "-m", "scripts.train_serial"]
 
 
 def run(*args, tmp_path):
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(out)], capture_output=True, text=True,
-                          timeout=300, cwd=REPO_ROOT)
+    done = subprocess.run([*COMMAND, *args, "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     return out, json.loads((out / "results.json").read_text())
 
@@ -27,7 +28,20 @@ def test_pos_plain_loop_run_folder(tmp_path):
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if "train_loss" in r] == [10, 20, 30]
     assert json.loads((out / "config.json").read_text())["max_updates"] == 30
-    assert "--synthetic" in (out / "command.txt").read_text()
+    assert (out / "command.txt").read_text().startswith("python -m scripts.train_serial --task pos --synthetic")
+
+
+def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
+    """POS + SGD without --lr-decay: the paper's decay 0.0135, floored at 1% of lr (as run.py decides)."""
+    expected = {"lr_schedule": "linear_decay", "decay_per_epoch": 0.0135, "warmup_steps": 0, "min_lr": 0.0003}
+    for loop in ("plain", "engine"):
+        out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", loop, "--max-updates", "4",
+                           "--log-every", "2", tmp_path=tmp_path / loop)
+        config = json.loads((out / "config.json").read_text())
+        assert config["schedule"] == pytest.approx(expected) and (config["lr"], config["lr_decay"]) == (0.03, 0.0135)
+        assert results["updates"] == 4
+    lines = [json.loads(line) for line in (tmp_path / "plain" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in lines if "train_loss" in r] == [0.03, 0.03]  # epoch 0: the full rate
 
 
 @pytest.mark.slow
@@ -41,6 +55,12 @@ def test_nmt_engine_loop_writes_translations(tmp_path):
 
 
 def test_bad_arguments_exit_with_a_message(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--task", "pos", "--batch-size", "0", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*COMMAND, "--task", "pos", "--batch-size", "0", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 2 and "--batch-size must be >= 1, got 0" in done.stderr
+    done = subprocess.run([*COMMAND, "--task", "pos", "--corpora", str(tmp_path / "none"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 2 and f"--train: {tmp_path / 'none' / 'brown'} does not exist" in done.stderr
+    done = subprocess.run([*COMMAND, "--task", "pos", "--synthetic", "--lr", "1e-5", "--lr-decay", "-1", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 2 and "--lr-decay: must be >= 0, got -1.0" in done.stderr

@@ -1,7 +1,8 @@
 """tasks.options: validation of every kind of bad value, task defaults, and the mapping onto hogwild.Config."""
 import pytest
 
-from hogwild.tasks.options import RunOptions, default_lr
+from hogwild.tasks.learning_rate import default_lr
+from hogwild.tasks.options import RunOptions
 
 
 def test_resolved_fills_the_papers_defaults_per_task():

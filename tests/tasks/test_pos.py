@@ -1,5 +1,5 @@
 """tasks.pos: corpus options reach the readers (columns, several --train paths), and text is encoded into the POS
-batch of CONTRACTS.md."""
+batch of data/batching.py."""
 import torch
 
 from hogwild.data.vocab import Vocabulary

@@ -1,21 +1,38 @@
 """The reproduction scripts on tiny corpora: each writes its table (Markdown + CSV, with the command), its figure
-and the run directories; --reuse re-reads finished runs instead of training again."""
+and the run directories; --reuse re-reads finished runs instead of training again. They run as the README shows
+(`python -m scripts.NAME` from the repository root) and, with the project importable, as files."""
 import csv
-import importlib.util
+import importlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from tests.tasks.helpers import REPO
 
 pytestmark = pytest.mark.slow
+SCRIPTS = ("reproduce_pos", "reproduce_nmt", "compare_optimizers", "train_serial")
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"scripts.{name}")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_runs_as_a_module_and_as_a_file(name):
+    """`python -m scripts.NAME` from the checkout; `python scripts/NAME.py` when hogwild is importable (installed;
+    here PYTHONPATH stands in for the install). Neither edits sys.path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    as_module = subprocess.run([sys.executable, "-m", f"scripts.{name}", "--help"], cwd=REPO, env=env,
+                               capture_output=True, text=True, timeout=120)
+    assert as_module.returncode == 0 and "usage:" in as_module.stdout, as_module.stderr[-2000:]
+    as_file = subprocess.run([sys.executable, f"scripts/{name}.py", "--help"], cwd=REPO,
+                             env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert as_file.returncode == 0 and as_file.stdout == as_module.stdout, as_file.stderr[-2000:]
+    source = (REPO / "scripts" / f"{name}.py").read_text()
+    assert "sys.path.insert" not in source and "sys.path.append" not in source
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +56,7 @@ def test_reproduce_pos_figure1(tiny_pos, tmp_path):
                                                                                       "150")]
     assert all(0.0 <= float(r["best held-out accuracy"]) <= 1.0 for r in rows)
     assert (out / "pos_figure1.png").read_bytes()[:4] == b"\x89PNG"
-    assert "Command: `python scripts/reproduce_pos.py --train" in (out / "pos_figure1.md").read_text()
+    assert "Command: `python -m scripts.reproduce_pos --train" in (out / "pos_figure1.md").read_text()
     assert json.loads((runs / "sgd-2" / "summary.json").read_text())["workers"] == 2
     before = (runs / "adam-1" / "summary.json").stat().st_mtime
     assert _script("reproduce_pos").main(argv + ["--reuse"]) == 0  # reads the runs back, trains nothing

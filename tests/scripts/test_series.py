@@ -1,11 +1,11 @@
-"""tasks.reproduce and tasks.plotting: tables (Markdown + CSV with the command), time to target, figures."""
+"""scripts.series and tasks.plotting: tables (Markdown + CSV with the command), time to target, figures."""
 import csv
 from pathlib import Path
 
 import pytest
 
 from hogwild.tasks.plotting import plot_curves
-from hogwild.tasks.reproduce import RunResult, write_table
+from scripts.series import RunResult, command_line, script_argv, write_table
 from hogwild.tasks.rundir import Curves
 
 
@@ -36,3 +36,9 @@ def test_plot_curves_writes_a_png_and_needs_runs(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="at least one run"):
         plot_curves([], tmp_path / "g.png")
+
+
+def test_the_command_is_the_module_form_run_from_the_repository_root():
+    argv = script_argv(str(Path("scripts") / "reproduce_pos.py"), ["--time-limit", "60", "--out", "a b"])
+    assert argv == ["-m", "scripts.reproduce_pos", "--time-limit", "60", "--out", "a b"]
+    assert command_line(argv) == "python -m scripts.reproduce_pos --time-limit 60 --out 'a b'"

@@ -1,6 +1,6 @@
 """What the reproduction scripts (scripts/reproduce_*.py, scripts/compare_optimizers.py) share: running a series of
 labelled training runs one after another, reading their results, time-to-target, and writing Markdown/CSV tables
-with the command that produced them.
+with the command that produced them (`python -m scripts.NAME ...`, run from the repository root).
 
 Usage: `results = run_series([("SGD, 1 worker", "sgd-1", options)], "runs/x", script_argv(__file__, argv))`;
 `write_table(rows, columns, "t.md")`
@@ -26,12 +26,7 @@ from hogwild.tasks.options import RunOptions
 from hogwild.tasks.rundir import Curves, read_curves
 from hogwild.tasks.summary import read_summary
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def corpora_dir() -> Path:
-    """$HOGWILD_CORPORA, else ../shared/corpora beside the checkout."""
-    return Path(os.environ.get("HOGWILD_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
+REPO_ROOT = Path(__file__).resolve().parent.parent  # scripts/ is never installed: it lives in the checkout
 
 
 def machine() -> str:
@@ -41,8 +36,9 @@ def machine() -> str:
 
 
 def script_argv(script: str, argv: Sequence[str] | None) -> list[str]:
-    """[script path relative to the repo root, *arguments] (arguments: sys.argv[1:] when None)."""
-    return [os.path.relpath(os.path.abspath(script), REPO_ROOT), *(sys.argv[1:] if argv is None else argv)]
+    """["-m", the script's module (scripts.reproduce_pos), *arguments] (arguments: sys.argv[1:] when None)."""
+    module = Path(os.path.relpath(os.path.abspath(script), REPO_ROOT)).with_suffix("")
+    return ["-m", ".".join(module.parts), *(sys.argv[1:] if argv is None else argv)]
 
 
 def command_line(argv: Sequence[str]) -> str:
