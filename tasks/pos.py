@@ -33,7 +33,8 @@ def load_data(options) -> PosDataset:
         return synthetic_pos_dataset(num_train=options.synthetic_size or 2000, seed=options.seed,
                                      batch_size=options.batch_size)
     config = PosDataConfig(train=options.train[0], dev=options.dev, format=options.format, tag=options.tag,
-                           separator=options.separator, encoding=options.encoding, batch_size=options.batch_size, seed=options.seed)
+                           separator=options.separator, encoding=options.encoding, batch_size=options.batch_size,
+                           seed=options.seed)
     if len(options.train) == 1 and options.word_column is None and options.tag_column is None:
         return load_pos_dataset(config)
     sentences = [s for path in options.train for s in _read(path, options)]
