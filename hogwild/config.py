@@ -70,7 +70,11 @@ class Config:
     # --- evaluation, best model, early stopping ---
     eval_every: int | None = None  # evaluate a snapshot every this many shared updates
     eval_every_seconds: float | None = None  # ... and/or every this many seconds
-    eval_device: str = "cpu"  # where the evaluation snapshot lives (parent process)
+    eval_device: str = "auto"  # where the evaluation snapshot lives (parent process): 'auto' = the first worker's
+    #                            GPU when workers are on GPUs, else 'cpu'; or 'cpu' / 'cuda:N'
+    eval_budget: float | None = 0.1  # periodic evaluations may take at most this share of the wall time since training
+    #                            started (the next one waits until the measured evaluation time allows it); None or
+    #                            0: no cap. Evaluations run on a thread beside the parent's loop, one at a time
     best_metric: str | None = None  # key of evaluate()'s dict deciding the best checkpoint; None -> first key
     best_mode: str = "max"  # 'max' (accuracy, BLEU) or 'min' (loss, perplexity)
     patience: int | None = None  # stop after this many evaluations without improvement
@@ -144,8 +148,11 @@ class Config:
         _positive("join_timeout", self.join_timeout)
         if self.max_steps is None and self.epochs is None and self.time_limit is None:
             self.epochs = 1
-        if not isinstance(self.eval_device, str) or not _DEVICE.match(self.eval_device):
-            _fail("eval_device", f"unknown device {self.eval_device!r}")
+        if not isinstance(self.eval_device, str) or not (self.eval_device == "auto" or _DEVICE.match(self.eval_device)):
+            _fail("eval_device", f"unknown device {self.eval_device!r} (use 'auto', 'cpu' or 'cuda:N')")
+        _positive("eval_budget", self.eval_budget, allow_zero=True)
+        if self.eval_budget is not None and self.eval_budget > 1:
+            _fail("eval_budget", f"is a share of the wall time, in [0, 1]; got {self.eval_budget!r}")
         if self.best_mode not in BEST_MODES:
             _fail("best_mode", f"must be 'max' or 'min', got {self.best_mode!r}")
         if self.best_metric is not None and not isinstance(self.best_metric, str):
@@ -174,6 +181,13 @@ class Config:
         it to the workers, which pass schedule(step, epoch) to the optimizer step."""
         return make_schedule(self.lr_schedule, self.lr, decay_per_epoch=self.decay_per_epoch,
                              warmup_steps=self.warmup_steps, workers=self.workers, min_lr=self.min_lr)
+
+    def evaluation_device(self) -> str:
+        """The torch device of the evaluation snapshot: eval_device, with 'auto' resolved to the first worker's GPU
+        (or 'cpu' when no worker is on a GPU) and 'cpu-replica' to 'cpu'."""
+        if self.eval_device == "auto":
+            return next((device for device in self.devices if device.startswith("cuda")), "cpu")
+        return "cpu" if self.eval_device == "cpu-replica" else self.eval_device
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for config.json and checkpoints)."""

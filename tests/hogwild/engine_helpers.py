@@ -121,3 +121,12 @@ def serial_reference(model: nn.Module, loss_fn, batches: list, optimizer: torch.
             optimizer.step()
             losses.append(loss.item())
     return losses
+
+
+def flagged_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """mse_loss that raises once the file named by $HOGWILD_TEST_FAIL_FLAG exists (a worker failure at a moment the
+    test chooses)."""
+    if os.path.exists(os.environ["HOGWILD_TEST_FAIL_FLAG"]):
+        raise RuntimeError("deliberate failure: the flag file exists")
+    time.sleep(0.01)
+    return mse_loss(model, batch)

@@ -71,3 +71,14 @@ def test_round_trip_through_dict():
 def test_invalid_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^Config\.{field}: "):
         Config(**kwargs)
+
+
+def test_evaluation_device_and_budget():
+    assert Config(workers=2).evaluation_device() == "cpu"
+    assert Config(devices=["cuda:1", "cuda:0"]).evaluation_device() == "cuda:1"  # 'auto': the first worker's GPU
+    assert Config(devices=["cuda:0"], eval_device="cpu").evaluation_device() == "cpu"
+    assert Config(eval_device="cpu-replica").evaluation_device() == "cpu"
+    assert Config().eval_budget == 0.1 and Config(eval_budget=0).eval_budget == 0
+    for bad in (1.5, -0.1, float("nan"), "x"):
+        with pytest.raises(ValueError, match=r"^Config\.eval_budget: "):
+            Config(eval_budget=bad)
