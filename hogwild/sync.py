@@ -52,7 +52,9 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     config = spec.config
     rank, world = spec.worker, config.workers
     view, batches = spec.counters.worker_view(rank), spec.store.load()
-    params = make_parameters(spec.model, spec.device)
+    # Gradients are averaged on the device first, so they are copied to the host at push(), not during backward.
+    params = make_parameters(spec.model, spec.device) if spec.device == "cpu" else make_parameters(
+        spec.model, spec.device, copy_in_backward=False)
     spec.optimizer.attach(params.shared)
     n = len(batches)
     votes = torch.zeros(2, dtype=torch.float64, device=params.device)  # [ranks wanting to stop, batches this step]
@@ -86,7 +88,8 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
             if rank == 0:
                 if usable_gradients(params.grad_params, config.clip_norm, config.skip_nonfinite):
                     pushed = time.perf_counter()
-                    params.push()
+                    for param, grad in zip(params.shared, params.push()):
+                        param.grad = grad
                     lr = spec.schedule(read_version, epoch)
                     spec.optimizer.step(lr)
                     phases = (0.0, computed - start, pushed - computed, time.perf_counter() - pushed)

@@ -34,10 +34,12 @@ def test_replica_pulls_shared_values_and_pushes_gradients_onto_the_shared_parame
     assert net.out.weight.data_ptr() != model.out.weight.data_ptr()  # a private copy
     loss, _ = H.tagger_loss(net, {"words": torch.tensor([[1, 2]]), "tags": torch.tensor([[0, 1]])})
     loss.backward()
-    params.push()
-    assert model.embed.weight.grad.is_sparse
-    assert sorted(model.embed.weight.grad.coalesce().indices()[0].tolist()) == [1, 2]
-    torch.testing.assert_close(model.out.weight.grad, net.out.weight.grad, rtol=0, atol=0)
+    grads = params.push()  # host gradients, in the order of the shared parameters
+    embed, out = grads[0], grads[1]
+    assert embed.is_sparse
+    assert sorted(embed.coalesce().indices()[0].tolist()) == [1, 2]
+    torch.testing.assert_close(out, net.out.weight.grad, rtol=0, atol=0)
+    assert params.host_sets[0][0] is None  # no page-locked buffer for the sparse table's gradient
     params.clear()
     assert model.out.weight.grad is None and net.out.weight.grad is None
     assert isinstance(make_parameters(model, "cpu"), SharedParameters)
