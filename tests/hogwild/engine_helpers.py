@@ -151,3 +151,9 @@ def delayed_reference(model: nn.Module, loss_fn, batches: list, optimizer: torch
             param.grad = grad
         optimizer.step()
     return losses
+
+
+def bf16_mse_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """mse_loss with its forward under CPU bf16 autocast (the serial reference of Config.amp='bf16')."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return mse_loss(model, batch)

@@ -104,3 +104,29 @@ def test_gradients_are_copied_to_the_host_during_backward_into_alternating_buffe
         slots.append([g.data_ptr() for g in grads])
         params.clear()
     assert slots[0] == slots[2] and all(a != b for a, b in zip(slots[0], slots[1]))
+
+
+def test_bf16_autocast_trains_like_the_autocast_serial_loop_and_keeps_fp32_parameters():
+    batches = H.regression_batches(n=8)
+    model, reference = H.regression_model(), H.regression_model()
+    result = hogwild.train(model, H.mse_loss, batches, hogwild.Config(
+        devices=["cpu-replica"], optimizer="adam", lr=0.01, epochs=1, seed=2, amp="bf16", progress=False,
+        tensorboard=False))
+    H.serial_reference(reference, H.bf16_mse_loss, batches, torch.optim.Adam(reference.parameters(), lr=0.01),
+                       epochs=1, seed=2)
+    assert result.updates == 8
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_fused_step_worker_equals_the_serial_loop_with_torchs_fused_adam():
+    batches = H.regression_batches(n=8)
+    model, reference = H.regression_model(), H.regression_model()
+    hogwild.train(model, H.mse_loss, batches, hogwild.Config(
+        devices=["cpu-replica"], optimizer="adam", lr=0.01, epochs=2, seed=2, fused_step=True, progress=False,
+        tensorboard=False))
+    H.serial_reference(reference, H.mse_loss, batches, torch.optim.Adam(reference.parameters(), lr=0.01, fused=True),
+                       epochs=2, seed=2)
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
