@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from .feed import epoch_order
-from .replica import make_parameters, move_batch
+from .replica import make_parameters, move_batch, torch_device
 from .supervisor import die_with_parent
-from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, call_loss, exit_now, seed_batch,
+from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, bind_device, call_loss, exit_now, seed_batch,
                      usable_gradients, wait_for_start)
 
 
@@ -114,8 +114,7 @@ def sync_main(spec: WorkerSpec, init_method: str) -> None:
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(config.threads_per_worker)
         cuda = spec.device.startswith("cuda")
-        if cuda:
-            torch.cuda.set_device(torch.device(spec.device))
+        bind_device(torch_device(spec.device))
         dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=spec.worker,
                                 world_size=config.workers, timeout=timedelta(seconds=120))
         control, parent = spec.control.numpy(), spec.parent_pid

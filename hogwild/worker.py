@@ -223,7 +223,7 @@ def bind_device(device: torch.device) -> None:
     """Make a GPU worker's device the current one: torch.cuda.manual_seed (seed_batch) and any allocation
     without an explicit device go to the current device, which is otherwise cuda:0 in every process."""
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(0 if device.index is None else device.index)  # 'cuda' is cuda:0 in a fresh process
 
 
 def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool]) -> None:
