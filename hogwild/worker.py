@@ -238,8 +238,9 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
         spec.optimizer.attach(params.shared, fused=options["fused"])
         updater = Updater(spec.optimizer, params.shared, spec.schedule, view, background=options["overlap"])
         try:
+            batches = spec.store.load()
             view.ready()
-            train_steps(spec, reader, stopped, params, updater, spec.store.load())
+            train_steps(spec, reader, stopped, params, updater, batches)
             updater.finish()  # the last step's update lands before the worker reports it stopped
         finally:
             updater.shutdown()
