@@ -196,6 +196,10 @@ class PageLocked:
                     continue
                 torch.cuda.check_error(cudart.cudaHostRegister(storage.data_ptr(), storage.nbytes(), 0))
                 self.pointers.append(storage.data_ptr())
+        except torch.cuda.CudaError as error:
+            self.close()
+            raise RuntimeError(f"cudaHostRegister of the shared parameters failed ({error}); the locked-memory "
+                               f"limit (ulimit -l) may be too low. Train with Config.pin_shared=False") from error
         except BaseException:
             self.close()
             raise
