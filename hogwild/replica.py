@@ -67,9 +67,8 @@ class SharedParameters:
     def pull(self, batch: Any = None) -> nn.Module:
         return self.model
 
-    def push(self) -> list[Tensor | None]:
-        """The gradients already sit on the shared parameters' (process-private) .grad."""
-        return [param.grad for param in self.shared]
+    def push(self) -> None:
+        """None: the gradients already sit on the shared parameters' (process-private) .grad."""
 
     def clear(self) -> None:
         for param in self.shared:

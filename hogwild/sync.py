@@ -88,7 +88,8 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
             if rank == 0:
                 if usable_gradients(params.grad_params, config.clip_norm, config.skip_nonfinite):
                     pushed = time.perf_counter()
-                    for param, grad in zip(params.shared, params.push()):
+                    grads = params.push()  # None: already on the shared parameters ('cpu')
+                    for param, grad in zip(params.shared, grads or []):
                         param.grad = grad
                     lr = spec.schedule(read_version, epoch)
                     spec.optimizer.step(lr)

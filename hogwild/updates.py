@@ -29,7 +29,8 @@ from .counters import WorkerView
 class Update:
     """One gradient, on the host, ready to apply."""
 
-    grads: list[Tensor | None]  # one per shared parameter (None: no gradient this step)
+    grads: list[Tensor | None] | None  # one per shared parameter (None: no gradient this step); None: already
+    #                                     on the shared parameters' .grad ('cpu' workers)
     read_version: int  # global update count when its parameters were pulled
     epoch: int
     examples: int
@@ -96,10 +97,11 @@ class Updater:
         if pulled is not None:
             pulled.synchronize()
         start = time.perf_counter()
-        for param, grad in zip(self.shared, update.grads):
-            param.grad = grad
+        if update.grads is not None:  # setting .grad checks shape, dtype and device: skipped when already there
+            for param, grad in zip(self.shared, update.grads):
+                param.grad = grad
         if update.clip_scale is not None:
-            scale_gradients(update.grads, update.clip_scale)
+            scale_gradients([param.grad for param in self.shared], update.clip_scale)
         lr = self.schedule(update.read_version, update.epoch)
         staleness = self.view.global_updates() - update.read_version  # updates that landed since the pull
         self.optimizer.step(lr)  # lock-free, in place on the shared parameters and state
