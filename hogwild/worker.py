@@ -1,6 +1,8 @@
 """The Hogwild worker process: take a batch, compute its gradient, update the shared parameters without locks.
 
-This is the only code (with sync.py, its synchronous twin) that calls backward() and the optimizer step.
+This is the only code (with sync.py, its synchronous twin) that calls backward(); the optimizer step it submits
+is applied by updates.py (at once, or on a device one step later in a background thread while the next step
+computes). A step reads the device once: the gradients' finiteness (or norm) and the loss in one transfer.
 Everything a worker needs arrives once, pickled at spawn, in a `WorkerSpec`; afterwards a step exchanges
 no Python objects with other processes except a small ticket from the feed queue.
 
