@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .schedules import SCHEDULES, LRSchedule, make_schedule
-from .shared_optim import OPTIMIZERS, SharedOptimizer
+from .shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS, SharedOptimizer
 
 MODES = ("hogwild", "sync", "single")
 DATA_ASSIGNMENTS = ("queue", "partition")
 BEST_MODES = ("max", "min")
+AMP_DTYPES = (None, "bf16")  # Config.amp: autocast dtypes of the forward
 # 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
 
@@ -46,7 +47,17 @@ class Config:
     devices: list[str] | None = None  # one entry per worker: 'cpu', 'cpu-replica', 'cuda:0', ...; None -> workers x 'cpu'
     workers: int = 1  # shorthand for devices=['cpu'] * workers (ignored when devices is given)
     mode: str = "hogwild"  # 'hogwild' (lock-free async), 'sync' (averaged gradients every step), 'single' (1 worker)
-    threads_per_worker: int = 1  # torch intra-op threads in every worker process
+    threads_per_worker: int = 1  # torch intra-op threads in every worker process (the CPU update uses them too)
+
+    # --- device workers ('cuda:N', 'cpu-replica'; 'cpu' workers train in place and ignore these) ---
+    overlap_update: bool | None = None  # apply update k on the CPU in a background thread while update k+1
+    #                              computes (one more step of staleness, counted); None: on for 'cuda' workers
+    fused_step: bool | None = None  # torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on
+    #                              for 'cuda' workers; True: every worker (refused for optimizers without one)
+    amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    pin_shared: bool = True  # 'cuda' workers register the shared parameters page-locked (true async pulls)
+    sparse_pull: bool = False  # pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the
+    #                              batch's integer tensors (exact when the model embeds only ids from its batch)
 
     # --- optimizer and learning rate ---
     optimizer: str = "sgd"  # one of OPTIMIZERS (shared optimizer state, updated lock-free)
@@ -171,10 +182,34 @@ class Config:
                 _fail(name, f"must be True or False, got {getattr(self, name)!r}")
         if "cuda" in " ".join(self.devices) and self.mode == "sync" and "cpu" in " ".join(self.devices):
             _fail("devices", "mode='sync' needs all-CPU or all-GPU devices (one torch.distributed backend)")
+        self._check_device_options()
         try:  # the schedule's own rules: decay only for linear_decay, warmup only for warmup_scaled, min_lr <= lr
             self.schedule()
         except ValueError as error:
             _fail("lr_schedule", str(error))
+
+    def _check_device_options(self) -> None:
+        cuda = [("cuda:0" if d == "cuda" else d) for d in self.devices if d.startswith("cuda")]
+        if self.mode == "sync" and len(set(cuda)) < len(cuda):
+            twice = sorted({d for d in cuda if cuda.count(d) > 1})
+            _fail("devices", f"mode='sync' needs one GPU per worker (NCCL cannot run two ranks on one device); "
+                             f"{', '.join(twice)} appears more than once")
+        for name in ("overlap_update", "fused_step"):
+            if getattr(self, name) not in (None, True, False):
+                _fail(name, f"must be None (automatic), True or False, got {getattr(self, name)!r}")
+        for name in ("pin_shared", "sparse_pull"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, f"must be True or False, got {getattr(self, name)!r}")
+        if self.overlap_update and (self.mode == "sync" or all(d == "cpu" for d in self.devices)):
+            _fail("overlap_update", "needs device workers ('cuda:N' or 'cpu-replica') in mode 'hogwild' or "
+                                    "'single'; 'cpu' workers update in place and sync mode averages first")
+        if self.sparse_pull and self.mode == "sync":
+            _fail("sparse_pull", "mode='sync' averages dense gradients; use it with mode 'hogwild' or 'single'")
+        if self.fused_step and self.optimizer not in FUSED_OPTIMIZERS:
+            _fail("fused_step", f"torch has a fused CPU kernel only for {', '.join(FUSED_OPTIMIZERS)}, "
+                                f"not {self.optimizer!r}")
+        if self.amp not in AMP_DTYPES:
+            _fail("amp", f"must be None or one of {tuple(a for a in AMP_DTYPES if a)}, got {self.amp!r}")
 
     def schedule(self) -> LRSchedule:
         """This run's learning rate as a function of (global step, epoch): Config.lr validated here flows through

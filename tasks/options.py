@@ -85,6 +85,7 @@ class RunOptions:
     # --- engine ---
     data_assignment: str = "queue"
     threads_per_worker: int = 1
+    amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
     checkpoint_every: int | None = None
     log_every: int | None = None
     seed: int = 0
@@ -203,7 +204,7 @@ class RunOptions:
             eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, best_metric=best_metric,
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
             checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
-            seed=self.seed, data_assignment=self.data_assignment)
+            seed=self.seed, data_assignment=self.data_assignment, amp=self.amp)
 
     def dist_config(self):
         """The MPI module's DistConfig for these options."""
