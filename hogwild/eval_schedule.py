@@ -68,10 +68,6 @@ class PeriodicEvaluation:
         self.outcome: tuple[dict[str, float] | None, BaseException | None] = (None, None)
         self.seconds = 0.0  # how long the latest evaluate() took
 
-    @property
-    def running(self) -> bool:
-        return self.thread is not None
-
     def due(self, updates: int, now: float) -> bool:
         if self.thread is not None:
             return False
@@ -107,10 +103,7 @@ class PeriodicEvaluation:
 
     def finish(self) -> tuple[int, dict[str, float]] | None:
         """Wait for a running evaluation (bounded by evaluate itself) and record it; None when none runs."""
-        if self.thread is None:
-            return None
-        self.thread.join()
-        return self._collect()
+        return None if self.thread is None else self._collect()
 
     def _collect(self) -> tuple[int, dict[str, float]]:
         self.thread.join()
