@@ -86,6 +86,8 @@ class Config:
     eval_budget: float | None = 0.1  # periodic evaluations may take at most this share of the wall time since training
     #                            started (the next one waits until the measured evaluation time allows it); None or
     #                            0: no cap. Evaluations run on a thread beside the parent's loop, one at a time
+    eval_at_start: bool = False  # also evaluate the starting parameters, as the first periodic evaluation (on the
+    #                            thread while training begins, within time_limit and eval_budget)
     best_metric: str | None = None  # key of evaluate()'s dict deciding the best checkpoint; None -> first key
     best_mode: str = "max"  # 'max' (accuracy, BLEU) or 'min' (loss, perplexity)
     patience: int | None = None  # stop after this many evaluations without improvement
@@ -177,7 +179,7 @@ class Config:
         for name in ("checkpoint_every", "resume"):
             if getattr(self, name) and self.checkpoint_dir is None:
                 _fail(name, "needs checkpoint_dir (the run directory)")
-        for name in ("resume", "progress", "tensorboard", "shuffle", "check_shm", "skip_nonfinite"):
+        for name in ("resume", "progress", "tensorboard", "shuffle", "check_shm", "skip_nonfinite", "eval_at_start"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, f"must be True or False, got {getattr(self, name)!r}")
         if "cuda" in " ".join(self.devices) and self.mode == "sync" and "cpu" in " ".join(self.devices):

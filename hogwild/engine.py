@@ -212,9 +212,10 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
             if failure is None and stop.reason is None:
                 started = time.time()  # the clock starts when every worker is ready to train
                 deadline = started + config.time_limit if config.time_limit else None
-                control[START] = int(started * 1000)
                 if evaluator is not None:
                     periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
+                    periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
+                control[START] = int(started * 1000)
                 try:
                     failure, records = loop.run(periodic, deadline)
                 except EvaluationFailed as error:

@@ -9,7 +9,8 @@ that is, when evaluation time will still be within the share at its end if it ta
 evaluation (a large model, a long held-out set, a busy machine) thus spaces the evaluations out by itself.
 
 PeriodicEvaluation: the parent's loop calls `poll()` and `maybe_start(updates)` every tick. An evaluation is due
-`eval_every` updates after the previous one started or `eval_every_seconds` after it ended; it starts when it is due,
+`eval_every` updates after the previous one started or `eval_every_seconds` after it ended (and at once with
+`eval_at_start`: the engine starts that one before the workers do); it starts when it is due,
 the budget allows and no other one runs. The snapshot is copied in the loop (so it belongs to the update count it is
 labelled with); evaluate() then runs on a thread, and its result is recorded back in the loop (history, best.pt,
 patience). torch releases the GIL in its kernels, so the loop keeps logging, checkpointing, stopping on time and
@@ -61,16 +62,12 @@ class PeriodicEvaluation:
         self.every, self.every_seconds = config.eval_every, config.eval_every_seconds
         now = clock()
         self.budget = EvalBudget(config.eval_budget, now)
-        self.next_updates = updates + self.every if self.every else None
+        self.next_updates = updates if config.eval_at_start else updates + self.every if self.every else None
         self.next_time = now + self.every_seconds if self.every_seconds else None
         self.thread: threading.Thread | None = None
         self.updates: int | None = None  # update count of the snapshot being evaluated
         self.outcome: tuple[dict[str, float] | None, BaseException | None] = (None, None)
         self.seconds = 0.0  # how long the latest evaluate() took
-
-    @property
-    def running(self) -> bool:
-        return self.thread is not None
 
     def due(self, updates: int, now: float) -> bool:
         if self.thread is not None:
@@ -107,10 +104,7 @@ class PeriodicEvaluation:
 
     def finish(self) -> tuple[int, dict[str, float]] | None:
         """Wait for a running evaluation (bounded by evaluate itself) and record it; None when none runs."""
-        if self.thread is None:
-            return None
-        self.thread.join()
-        return self._collect()
+        return None if self.thread is None else self._collect()
 
     def _collect(self) -> tuple[int, dict[str, float]]:
         self.thread.join()

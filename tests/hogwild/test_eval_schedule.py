@@ -189,3 +189,20 @@ def test_the_budget_spaces_evaluations_in_a_real_run(tmp_path):
         spent += end - start
 
 
+
+
+def test_eval_at_start_scores_the_starting_parameters_while_training_begins():
+    model, seen = H.regression_model(), []
+    initial = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+    def evaluate(snapshot):
+        seen.append({name: tensor.clone() for name, tensor in snapshot.state_dict().items()})
+        return {"loss": 1.0}
+
+    result = hogwild.train(model, H.slow_loss, H.regression_batches(n=8), hogwild.Config(
+        workers=2, epochs=1, lr=0.01, eval_at_start=True, progress=False, tensorboard=False), evaluate=evaluate)
+    assert [(h["updates"], h["final"]) for h in result.history] == [(0, False), (8, True)]
+    assert all(torch.equal(seen[0][name], tensor) for name, tensor in initial.items())
+    assert not torch.equal(seen[1]["0.weight"], initial["0.weight"])
+    with pytest.raises(ValueError, match=r"^Config\.eval_at_start: must be True or False"):
+        hogwild.Config(eval_at_start=1)
