@@ -83,7 +83,7 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
     config = dataclasses.replace(options.engine_config(["cpu"] * options.workers, job.metric), checkpoint_dir=None,
                                  eval_every=args.eval_updates,
                                  eval_every_seconds=None if args.eval_updates else args.eval_seconds,
-                                 target=args.target, tensorboard=False)
+                                 target=args.target, tensorboard=False, eval_budget=None)  # every scheduled check runs
     start[0] = time.perf_counter()
     result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
     for point, record in zip(curve.points, result.history):  # the engine's history holds each evaluation's updates

@@ -55,11 +55,12 @@ def corpus_files(path: str | os.PathLike) -> list[Path]:
     return files
 
 
-def _sample(path: Path, encoding: str, limit: int = 50) -> list[str]:
+def _sample(path: Path, encoding: str, limit: int = 50) -> list[tuple[int, str]]:
+    """The first `limit` non-blank lines as (line number, text)."""
     lines = []
-    for _, text in numbered_lines(path, encoding):
+    for number, text in numbered_lines(path, encoding):
         if text.strip():
-            lines.append(text)
+            lines.append((number, text))
             if len(lines) >= limit:
                 break
     return lines
@@ -78,20 +79,32 @@ def detect_format(path: str | os.PathLike, separator: str = "/", encoding: str =
     lines = _sample(first, encoding)
     if not lines:
         raise CorpusError("empty corpus: cannot detect its format", path=first)
-    tokens = [line for line in lines if not line.startswith("#")]
-    tabbed = [line.split("\t") for line in tokens if "\t" in line]
+    tokens = [(number, line) for number, line in lines if not line.startswith("#")]
+    tabbed = [line.split("\t") for _, line in tokens if "\t" in line]
     if tabbed and all(len(fields) == 10 for fields in tabbed):
         words = [fields for fields in tabbed if fields[0].isdigit()]
         if len(tokens) < len(lines) or len(words) < len(tabbed) or all(fields[3] in UPOS for fields in words):
             return "conllu"  # comments, multiword ranges / empty nodes, or UD tags in column 4
         return "conll"
-    if all(separator in tok for line in tokens for tok in line.split()):
+    unslashed = [(number, tok) for number, line in tokens for tok in line.split() if separator not in tok]
+    if not unslashed:
         return "slash"
-    widths = {len(line.split()) for line in tokens if not line.startswith("-DOCSTART-")}
-    if len(widths) == 1 and min(widths) >= 2:
+    rows = [(number, len(line.split())) for number, line in tokens if not line.startswith("-DOCSTART-")]
+    widths = [width for _, width in rows]
+    if len(set(widths)) == 1 and widths[0] >= 2:
         return "conll"
-    raise CorpusError("cannot detect the format (not CoNLL-U, CoNLL columns or slash-tagged text); "
-                      "pass format='conllu', 'conll' or 'slash'", path=first)
+    # Say where the file stops looking like the more likely format: a token without the separator in slash-tagged
+    # text, else the first line whose column count differs from the most common one.
+    slashed = sum(1 for _, line in tokens if all(separator in tok for tok in line.split()))
+    if slashed * 2 >= len(tokens):
+        number, token = unslashed[0]
+        why = f"token {token!r} has no {separator!r} as in word{separator}TAG"
+    else:
+        usual = max(set(widths), key=widths.count)
+        number, width = next((n, w) for n, w in rows if w != usual)
+        why = f"{width} columns where most lines have {usual}"
+    raise CorpusError(f"cannot detect the format: {why} (not CoNLL-U, CoNLL columns or slash-tagged text); give "
+                      f"the format: conllu, conll or slash", path=first, line=number, option="format")
 
 
 def read_tagged(path: str | os.PathLike, format: str = "auto", tag: str | None = None, *,
@@ -113,6 +126,11 @@ def read_tagged(path: str | os.PathLike, format: str = "auto", tag: str | None =
             raise ValueError(f"{name} is 1-based, got {column}")
     if format == "auto":
         format = detect_format(path, separator, encoding)
+    if format == "conllu" and (word_column or tag_column or feats_column):
+        option = "word_column" if word_column else "tag_column" if tag_column else "feats_column"
+        raise CorpusError("is CoNLL-U, whose columns are fixed: word, tag and feats columns apply to CoNLL column "
+                          "files only (choose UPOS or XPOS with the tag instead)", path=corpus_files(path)[0],
+                          option=option)
     if format == "slash" and tag not in (None, "xpos"):
         raise ValueError(f"slash-tagged text has a single tag per word; tag={tag!r} does not apply")
     sentences: list[TaggedSentence] = []
@@ -167,7 +185,8 @@ def _read_conllu(path: Path, tag: str, encoding: str) -> Iterator[TaggedSentence
         try:
             (tokens,) = conllu.parse("\n".join(text for _, text in block) + "\n\n")
         except Exception as error:  # conllu raises ParseException and ValueError subclasses
-            raise CorpusError(f"CoNLL-U parse error: {error}", path=path, line=block[0][0]) from None
+            raise CorpusError(f"CoNLL-U parse error: {error}", path=path, line=_bad_line(token_lines, block)) \
+                from None
         words = [(number, t) for (number, _), t in zip(token_lines, tokens) if isinstance(t["id"], int)]
         sentence = []
         for number, token in words:
@@ -181,6 +200,17 @@ def _read_conllu(path: Path, tag: str, encoding: str) -> Iterator[TaggedSentence
             sentence.append((token["form"], value))
         if sentence:
             yield sentence
+
+
+def _bad_line(token_lines: list[tuple[int, str]], block: list[tuple[int, str]]) -> int:
+    """The number of the first token line conllu cannot parse on its own (else the sentence's first line: the
+    problem is between lines, e.g. in the ids)."""
+    for number, text in token_lines:
+        try:
+            conllu.parser.parse_line(text, conllu.parser.DEFAULT_FIELDS)
+        except Exception:  # noqa: BLE001 - the same errors as conllu.parse, raised per line
+            return number
+    return block[0][0]
 
 
 def _columns(first: list[str], tag: str | None, word_column, tag_column, feats_column):

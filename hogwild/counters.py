@@ -3,9 +3,14 @@
 The global update count is the sum of the per-worker counts, so no two processes ever write the same
 slot and no lock is needed. The parent (and a communication agent) only read.
 
+The one exception is StepBudget, the shared count of claimed update slots that makes max_steps exact: workers
+claim slots under a lock.
+
 Usage: `counters = SharedCounters(workers=2); view = counters.worker_view(0); view.updates += 1`
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import torch
@@ -118,3 +123,60 @@ class WorkerView:
             self._ints[EPOCH] = epoch
             self._ints[POSITION] = position
         self._ints[IN_PROGRESS] = pending
+
+
+class StepBudget:
+    """max_steps made exact: a worker claims an update slot before it trains a batch, atomically under one lock
+    (about a microsecond, next to milliseconds per update), and gives it back when the update is not applied
+    (non-finite gradient, no batch left). Reading the global count and comparing would let every worker pass the
+    check at max_steps - 1, ending up to workers - 1 updates over.
+
+    Usage: `budget = StepBudget(ctx, max_steps, already_done)`; in a worker `if not budget.claim(): stop`
+    """
+
+    def __init__(self, ctx, max_steps: int, done: int = 0):
+        self.max_steps = max_steps
+        self._claimed = ctx.Value("q", done)  # slots taken: applied updates plus those being computed
+
+    def claim(self) -> bool:
+        with self._claimed.get_lock():
+            if self._claimed.value >= self.max_steps:
+                return False
+            self._claimed.value += 1
+            return True
+
+    def release(self) -> None:
+        with self._claimed.get_lock():
+            self._claimed.value -= 1
+
+
+class PhaseClock:
+    """Times the phases of one update: time.perf_counter on the CPU; CUDA events on a GPU, where the work is
+    asynchronous and only events recorded in the streams tell when it ran (a host clock would time the launches).
+
+    Usage: `clock.mark()` at each phase boundary (on a GPU, optionally on a stream), then, once the device has
+    finished the marked work, `clock.seconds()` -> the durations between consecutive marks."""
+
+    def __init__(self, device: torch.device, marks: int = 4):
+        self.cuda = device.type == "cuda"
+        self.count = 0
+        if self.cuda:
+            self.events = [torch.cuda.Event(enable_timing=True) for _ in range(marks)]  # reused every update
+        else:
+            self.times = [0.0] * marks
+
+    def mark(self, stream=None) -> None:
+        if self.cuda:
+            self.events[self.count].record(stream)
+        else:
+            self.times[self.count] = time.perf_counter()
+        self.count += 1
+
+    def seconds(self) -> list[float]:
+        """Durations between consecutive marks since the last call (on a GPU: waits for the last mark)."""
+        count, self.count = self.count, 0
+        if self.cuda:
+            for event in self.events[:count]:
+                event.synchronize()
+            return [self.events[i].elapsed_time(self.events[i + 1]) / 1000 for i in range(count - 1)]
+        return [self.times[i + 1] - self.times[i] for i in range(count - 1)]

@@ -3,15 +3,15 @@
 Per worker and in total: updates/s, examples (or tokens)/s, mean training loss, skipped updates; staleness (shared
 updates that landed between a worker's read of the parameters and its write) as mean and histogram. Written as
 JSON lines to `<run dir>/metrics.jsonl`, as TensorBoard events when tensorboard is installed, and shown on a tqdm
-progress bar.
+progress bar. Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk.
 
 Usage: `log = MetricsLog(run_dir, workers=2, total=1000); log.progress(snapshot); log.record(snapshot); log.close()`
 """
 from __future__ import annotations
 
-import json
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .counters import EXAMPLES, LAST_LR, LOSS_COUNT, LOSS_SUM, PHASE_COLUMNS, PHASES, SKIPPED, STALENESS_SUM, UPDATES
+from .files import RecordLog
 
 
 def staleness_summary(ints: np.ndarray, histogram: np.ndarray) -> tuple[float, list[int]]:
@@ -52,7 +53,9 @@ class MetricsLog:
     def __init__(self, run_dir: str | None, workers: int, total: int | None, progress: bool = True,
                  tensorboard: bool = True, initial: dict[str, np.ndarray] | None = None):
         self.workers, self.start = workers, time.time()
-        self.file = open(os.path.join(run_dir, "metrics.jsonl"), "a") if run_dir else None
+        # Whole records only: a torn last line (crash, full disk) is cut off before appending; a failed write is
+        # undone and raises WriteFailed naming the file.
+        self.file = RecordLog(os.path.join(run_dir, "metrics.jsonl")) if run_dir else None
         self.writer = None
         if run_dir and tensorboard:
             try:
@@ -66,6 +69,8 @@ class MetricsLog:
         self.shown = int(initial["ints"][:, UPDATES].sum()) if initial else 0
         self.bar.update(self.shown)
         self.last_loss: float | None = None
+        if self.file is not None and self.file.repaired:  # a record torn by a crash or a full disk was cut off
+            self.event("repaired", path=self.file.path, dropped_bytes=self.file.repaired)
 
     def progress(self, snapshot: dict[str, np.ndarray]) -> int:
         """Advance the progress bar; returns the global update count."""
@@ -127,14 +132,18 @@ class MetricsLog:
                     self.writer.add_scalar(f"eval/{key}", value, updates)
         return record
 
+    def note(self, message: str) -> None:
+        """A line for the user on stderr (e.g. start-up progress), printed above the progress bar."""
+        tqdm.write(message, file=sys.stderr)
+        sys.stderr.flush()
+
     def event(self, kind: str, **fields: Any) -> None:
         """A one-off record: stop reason, failure, checkpoint written."""
         self._write({"kind": kind, "time": time.time(), "elapsed": time.time() - self.start, **fields})
 
     def _write(self, record: dict[str, Any]) -> None:
         if self.file is not None:
-            self.file.write(json.dumps(record) + "\n")
-            self.file.flush()
+            self.file.append(record)
 
     def close(self) -> None:
         self.bar.close()

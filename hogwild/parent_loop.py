@@ -1,13 +1,17 @@
 """The parent's side of a run: start the workers, wait until they are ready, then the loop that alone decides when to
-log, evaluate, checkpoint and stop, while watching for failures.
+log, evaluate, checkpoint and stop, while watching for failures (evaluations run on a thread beside it).
 
 Usage (engine.py): `loop = ParentLoop(config, supervisor, counters, metrics, stop, agent, state, store, checkpoints)`;
-`failure = loop.wait_until_ready()`; `failure, records = loop.run(evaluator, deadline)`.
+`failure = loop.wait_until_ready()`; `failure, records = loop.run(periodic, deadline)`.
 """
 from __future__ import annotations
 
 import pickle
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -16,7 +20,7 @@ import torch
 from .agent import CommunicationAgent, SharedTrainingState
 from .config import Config
 from .counters import READY, SharedCounters
-from .evaluator import Evaluator
+from .eval_schedule import PeriodicEvaluation
 from .feed import BatchStore
 from .metrics import MetricsLog
 from .rundir import RunCheckpoints
@@ -24,6 +28,10 @@ from .supervisor import Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
+STARTUP_GRACE = 30.0  # with a time limit, start-up may take that limit plus this before the run is stopped (2
+# workers took 12 s to start on a 2-core machine busy with other test runs; 100 workers on 2 cores take minutes)
+STARTUP_QUIET = 2.0  # a start-up shorter than this prints nothing; a longer one prints progress every:
+STARTUP_EVERY = 5.0
 
 
 class StopRequest:
@@ -39,14 +47,31 @@ class StopRequest:
 
 
 def start_workers(supervisor: Supervisor) -> None:
-    """Spawn the workers; a model, loss_fn or batch that cannot be pickled gets an error saying what to change."""
+    """Spawn the workers; a model, loss_fn or batch that cannot be pickled gets an error saying what to change.
+
+    SIGINT is blocked while spawning: the workers inherit the blocked mask, so a Ctrl-C (sent by the terminal to
+    the whole process group) during their seconds of start-up does not kill them mid-import with a traceback each;
+    the parent receives it once unblocked, and stops the run."""
     try:
-        supervisor.start()
+        with _sigint_blocked():
+            supervisor.start()
     except (pickle.PicklingError, AttributeError, TypeError) as error:
         if "pickle" not in str(error).lower():
             raise
         raise TypeError(f"cannot send the model, loss_fn or batches to the spawned workers: {error}. Define loss_fn "
                         f"(and custom batch classes) at module level, not as lambdas or nested functions") from error
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def total_updates(config: Config, n_batches: int) -> int | None:
@@ -83,28 +108,50 @@ class ParentLoop:
 
     def wait_until_ready(self) -> str | None:
         """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
-        races ahead of the others and wall time and time limits count training only. Returns a failure or None."""
-        counters, supervisor = self.counters, self.supervisor
-        deadline = time.monotonic() + START_TIMEOUT
+        races ahead of the others and wall time and time limits count training only. Returns a failure or None.
+
+        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (the run then stops with reason 'time_limit'
+        before any update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start shows
+        its progress."""
+        counters, supervisor, workers = self.counters, self.supervisor, self.counters.workers
+        began = time.monotonic()
+        limit = START_TIMEOUT
+        if self.config.time_limit:  # the training clock starts once all are ready; start-up gets limit + grace
+            limit = min(START_TIMEOUT, self.config.time_limit + STARTUP_GRACE)
+        next_note, noted = began + STARTUP_QUIET, False
         while self.stop.reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
             failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
             if failure is not None:
                 return failure
             if supervisor.all_exited():
                 return "every worker exited before training started"
-            if time.monotonic() > deadline:
-                late = [w for w in range(counters.workers) if counters.ints[w, READY] != 1]
+            now = time.monotonic()
+            ready = int(counters.ints[:, READY].sum())
+            if now >= next_note:
+                self.metrics.note(f"starting workers: {ready}/{workers} ready after {now - began:.0f} s")
+                next_note, noted = now + STARTUP_EVERY, True
+            if now - began > limit:
+                late = [w for w in range(workers) if counters.ints[w, READY] != 1]
+                if limit < START_TIMEOUT:
+                    self.metrics.note(f"time limit: workers still starting after {now - began:.0f} s (the limit of "
+                                      f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), "
+                                      f"{ready}/{workers} ready: stopping before the first update")
+                    self.stop.request("time_limit")
+                    return None
                 return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
+        if noted and self.stop.reason is None:
+            self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
         return None
 
-    def run(self, evaluator: Evaluator | None, deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
-        """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written)."""
+    def run(self, periodic: PeriodicEvaluation | None,
+            deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
+        """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written).
+        Periodic evaluations run beside this loop (eval_schedule.py), which goes on ticking while they do; one that
+        fails raises EvaluationFailed (the caller stops the workers and checkpoints)."""
         config, metrics, stop = self.config, self.metrics, self.stop
         start = self.counters.global_updates()
         next_log = start + config.log_every
-        next_eval = start + config.eval_every if config.eval_every else None
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
-        next_eval_time = time.time() + config.eval_every_seconds if config.eval_every_seconds else None
         store_removed, records = False, []
         while True:
             failure = self._failure()
@@ -122,14 +169,14 @@ class ParentLoop:
                 next_log = updates + config.log_every
             if deadline is not None and time.time() >= deadline:
                 stop.request("time_limit")
-            now = time.time()
-            if evaluator is not None and ((next_eval is not None and updates >= next_eval)
-                                          or (next_eval_time is not None and now >= next_eval_time)):
-                metrics.evaluation(updates, evaluator(updates))
-                next_eval = updates + config.eval_every if config.eval_every else None
-                next_eval_time = time.time() + config.eval_every_seconds if config.eval_every_seconds else None
-                if evaluator.should_stop:
-                    stop.request("target" if evaluator.reached_target else "early_stopping")
+            if periodic is not None:
+                done = periodic.poll()
+                if done is not None:
+                    metrics.evaluation(*done)
+                    if periodic.evaluator.should_stop:
+                        stop.request("target" if periodic.evaluator.reached_target else "early_stopping")
+                if stop.reason is None:
+                    periodic.maybe_start(updates)
             last = self.checkpoints.last
             if last and next_checkpoint is not None and updates >= next_checkpoint:
                 self.checkpoints.write(last)

@@ -7,7 +7,6 @@ The checkpoint file format itself lives in checkpoint.py.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -16,42 +15,35 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .checkpoint import build_checkpoint, load_checkpoint, restore_model, restore_rng_states, save_checkpoint
+from .checkpoint import (build_checkpoint, check_resumable, load_checkpoint, restore_model, restore_rng_states,
+                         save_checkpoint)
 from .config import Config
 from .counters import READY, SharedCounters
 from .feed import partition_positions, resume_seq
+from .files import update_sections
 
 LAST, BEST = "last.pt", "best.pt"
 
 
 def prepare_run_dir(config: Config) -> str | None:
-    """Create config.checkpoint_dir and write its config.json sections "config" and "command" (other sections,
-    e.g. run.py's options, are kept). None when the run has no directory."""
+    """Create config.checkpoint_dir and write its config.json sections "config" and "command" (the engine's; other
+    sections, e.g. run.py's `run`, are kept: each section has one writer). None when the run has no directory."""
     if config.checkpoint_dir is None:
         return None
     os.makedirs(config.checkpoint_dir, exist_ok=True)
-    path = os.path.join(config.checkpoint_dir, "config.json")
-    values = {}
-    if os.path.exists(path):  # keep sections others wrote there (e.g. run.py's options)
-        try:
-            with open(path) as file:
-                values = json.load(file)
-        except (OSError, ValueError):
-            values = {}
-    values = values if isinstance(values, dict) else {}
-    values.update({"config": config.to_dict(), "command": sys.argv})
-    with open(path + ".tmp", "w") as file:
-        json.dump(values, file, indent=2, default=str)
-    os.replace(path + ".tmp", path)
+    update_sections(os.path.join(config.checkpoint_dir, "config.json"), config=config.to_dict(), command=sys.argv)
     return config.checkpoint_dir
 
 
-def load_resume_state(config: Config, run_dir: str | None, model: nn.Module) -> dict[str, Any] | None:
-    """The saved last.pt when config.resume and it exists (checked against the model's shapes), else None."""
-    path = os.path.join(run_dir, LAST) if run_dir else None
+def load_resume_state(config: Config, model: nn.Module, n_batches: int) -> dict[str, Any] | None:
+    """The saved last.pt when config.resume and it exists, checked against the model's shapes and the data (the
+    batch count; in partition mode the worker count) before anything is written. Else None."""
+    path = os.path.join(config.checkpoint_dir, LAST) if config.checkpoint_dir else None
     if not (config.resume and path and os.path.exists(path)):
         return None
-    return load_checkpoint(path, model)
+    saved = load_checkpoint(path, model)
+    check_resumable(saved, path, n_batches, config.data_assignment, config.workers)
+    return saved
 
 
 @dataclass(frozen=True)
@@ -70,14 +62,9 @@ def resume(saved: dict[str, Any] | None, model: nn.Module, optimizer, counters: 
     if saved is None:
         return StartPosition(0, [(0, 0)] * workers)
     position = saved["data_position"]
-    if position["n_batches"] != n_batches:  # checked before anything shared is touched
-        raise ValueError(f"cannot resume {path}: it was trained on {position['n_batches']} batches, "
-                         f"now there are {n_batches}")
+    check_resumable(saved, path, n_batches, config.data_assignment, workers)  # before anything shared is touched
     partitions = [(0, 0)] * workers
     if config.data_assignment == "partition":
-        if len(position.get("workers", [])) != workers:
-            raise ValueError(f"cannot resume {path} in partition mode with {workers} workers: it was "
-                             f"written with {len(position.get('workers', []))} shards")
         partitions = [tuple(p) for p in position["workers"]]
     restore_model(model, saved)
     optimizer.load_state_dict(saved["optimizer"])

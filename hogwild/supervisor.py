@@ -124,13 +124,13 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
-            if process.exitcode is None:
-                process.terminate()
-                process.join(2.0)
-            if process.exitcode is None:
-                process.kill()
-                process.join(2.0)
+        for signal_them in ("terminate", "kill"):  # all at once: 100 hung workers take 2 s, not 200
+            late = [process for process in self.processes if process.exitcode is None]
+            for process in late:
+                getattr(process, signal_them)()
+            deadline = time.monotonic() + 2.0
+            for process in late:
+                process.join(max(0.0, deadline - time.monotonic()))
 
 
 @contextmanager

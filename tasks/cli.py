@@ -7,8 +7,10 @@ Usage: `sys.exit(main(["--task", "pos", "--workers", "2"]))`; `main(["tag", "--c
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import sys
+import warnings
 from typing import Callable
 
 from hogwild.config import MODES
@@ -54,6 +56,8 @@ def train_parser() -> argparse.ArgumentParser:
                    help="optimizer, lr rule, POS vocabulary (tasks/recipes.py); None: paper with --preset paper, "
                         "else default")
     g.add_argument("--threads-per-worker", type=int, default=1, metavar="N", help="torch threads per worker")
+    g.add_argument("--amp", choices=("bf16",), default=None, help="bf16: forward under autocast (GPU workers); "
+                   "parameters and optimizer state stay fp32")
     g.add_argument("--data-assignment", choices=("queue", "partition"), default="queue",
                    help="queue: workers share one batch queue; partition: a fixed shard per worker")
     g = p.add_argument_group("data (no --train: the built-in synthetic task)")
@@ -65,6 +69,8 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--word-column", type=int, default=None, metavar="N", help="pos conll: 1-based word column")
     g.add_argument("--tag-column", type=int, default=None, metavar="N", help="pos conll: 1-based tag column")
     g.add_argument("--tag", choices=TAGS, default=None, help="pos: which tag; None: the format's main tag")
+    g.add_argument("--separator", default="/", metavar="SEP",
+                   help="pos slash format: word and tag split at the last SEP (e.g. _ for word_TAG corpora)")
     g.add_argument("--src-lang", default="fr", help="nmt: source language suffix")
     g.add_argument("--tgt-lang", default="en", help="nmt: target language suffix")
     g.add_argument("--encoding", default="utf-8", help="text encoding of the corpora")
@@ -79,7 +85,8 @@ def train_parser() -> argparse.ArgumentParser:
                    help="sentences (pos, default 2000) or pairs (nmt, default 5000) of the synthetic task")
     g = p.add_argument_group("optimisation")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="shared, lock-free optimizer; None: the recipe's (pos sgd, nmt adam; paper recipe: sgd)")
+                   help="shared, lock-free optimizer; None: the recipe's (pos sgd, nmt adam; paper recipe: sgd; "
+                        "msgd with --distributed eamsgd, which needs momentum)")
     g.add_argument("--lr", type=float, default=None,
                    help="learning rate; None: sgd pos 0.1 (paper 0.03) / nmt 0.1, adam 0.001 (tasks/learning_rate.py)")
     g.add_argument("--lr-decay", type=float, default=None,
@@ -136,6 +143,7 @@ def tag_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default=None, help="write here instead of stdout")
     p.add_argument("--format", choices=("slash", "conll"), default="slash",
                    help="slash: word/TAG per token on one line; conll: word<TAB>TAG lines")
+    p.add_argument("--separator", default="/", metavar="SEP", help="slash format: between word and tag")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
     p.add_argument("--encoding", default="utf-8", help="input encoding")
     return p
@@ -167,7 +175,8 @@ def _tag(args: argparse.Namespace) -> int:
     from hogwild.tasks.inference import load_tagger, read_input, tag_lines, write_output
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     lines = read_input(args.files, args.encoding)
-    write_output(tag_lines(tagger, lines, args.format, args.batch_size), args.output, conll=args.format == "conll")
+    write_output(tag_lines(tagger, lines, args.format, args.batch_size, args.separator), args.output,
+                 conll=args.format == "conll")
     return 0
 
 
@@ -202,6 +211,28 @@ def _positive_ints(parser: argparse.ArgumentParser, args: argparse.Namespace, na
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
 
+def _warning_line(prog: str) -> Callable:
+    """Warnings for the user (e.g. more workers than cores) as one line naming the flag; others as Python shows."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        option = getattr(message, "option", None)
+        if option is None:
+            return shown(message, category, filename, lineno, file, line)
+        print(f"{prog}: warning: --{option.replace('_', '-')}: {message}", file=sys.stderr)
+    return show
+
+
+def _check_encoding(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    encoding = getattr(args, "encoding", None)
+    if encoding is None:
+        return
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        parser.error(f"--encoding: unknown text encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and turn expected failures into `run.py: error: ...` on stderr with exit status 1 or 2."""
     global _argv
@@ -219,13 +250,18 @@ def main(argv: list[str] | None = None) -> int:
             RunOptions(**vars(args))  # flag values are checked before anything is loaded
         except ValueError as error:
             parser.error(str(error))
+    _check_encoding(parser, args)
     try:
-        return command(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line(parser.prog)
+            return command(args)
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError, RuntimeError) as error:  # bad input, missing files, failed workers
         if os.environ.get("HOGWILD_TRACEBACK"):
             raise
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        option = getattr(error, "option", None)  # data.errors.CorpusError: the reading option at fault
+        flag = f"--{option.replace('_', '-')}: " if option else ""
+        print(f"{parser.prog}: error: {flag}{error}", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from hogwild.files import write_text_atomic
 from hogwild.tasks.rundir import RunDirError, load_trained
 
 
@@ -71,7 +72,8 @@ def load_translator(run_dir: str | Path):
     return Translator.load(run_dir, spec, state)
 
 
-def tag_lines(tagger, lines: Sequence[str], output_format: str = "slash", batch_size: int = 32) -> list[str]:
+def tag_lines(tagger, lines: Sequence[str], output_format: str = "slash", batch_size: int = 32,
+              separator: str = "/") -> list[str]:
     """Whitespace-tokenized lines -> `word/TAG ...` lines (or CoNLL blocks); empty lines stay empty."""
     sentences = [line.split() for line in lines]
     real = [s for s in sentences if s]
@@ -83,15 +85,18 @@ def tag_lines(tagger, lines: Sequence[str], output_format: str = "slash", batch_
             if sentence:  # CoNLL has no empty sentences: blocks follow the non-empty input lines
                 out.append("".join(f"{w}\t{t}\n" for w, t in zip(sentence, tags)))
         else:
-            out.append(" ".join(f"{w}/{t}" for w, t in zip(sentence, tags)))
+            out.append(" ".join(f"{w}{separator}{t}" for w, t in zip(sentence, tags)))
     return out
 
 
 def write_output(lines: Sequence[str], output: str | None, conll: bool = False) -> None:
-    """One line per input line; CoNLL blocks (each ending in a newline) are separated by a blank line."""
+    """One line per input line; CoNLL blocks (each ending in a newline) are separated by a blank line. --output is
+    replaced whole (a full disk names the file and leaves the previous file)."""
     text = "\n".join(lines) if conll else "".join(line + "\n" for line in lines)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        if Path(output).is_dir():
+            raise InputError(f"--output {output}: is a directory, not a file")
+        write_text_atomic(output, text)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -29,8 +29,8 @@ PRESETS = ("small", "paper")
 
 # Per-task defaults used when a flag is left at None (paper values where the paper gives one).
 _TASK_DEFAULTS = {
-    "pos": {"batch_size": 1, "clip_norm": None},
-    "nmt": {"batch_size": 64, "clip_norm": 1.0},
+    "pos": {"batch_size": 1, "clip_norm": None, "eval_sentences": None},
+    "nmt": {"batch_size": 64, "clip_norm": 1.0, "eval_sentences": 500},
 }
 _SYNTHETIC_BATCH = {"pos": 1, "nmt": 32}
 
@@ -57,11 +57,14 @@ class RunOptions:
     word_column: int | None = None  # 1-based CoNLL columns
     tag_column: int | None = None
     tag: str | None = None  # 'upos' | 'xpos' | 'xpos+feats' (None: the format's main tag)
+    separator: str = "/"  # slash-tagged text: word and tag split at the last separator (word_TAG corpora: "_")
     src_lang: str = "fr"
     tgt_lang: str = "en"
     encoding: str = "utf-8"
     train_limit: int | None = None  # NMT: read only the first N training pairs
     dev_limit: int | None = None  # evaluate on the first N held-out sentences only (faster evaluations)
+    eval_sentences: int | None = None  # periodic checks score a seeded sample of this many of them, the final
+    #                                    evaluation all (None: NMT 500 - greedy decoding is slow -, POS all)
     max_len: int = 50  # NMT: drop training pairs longer than this (paper: 50)
     vocab_size: int = 15000  # NMT: words per side (paper: 15,000)
     synthetic_size: int | None = None  # sentences/pairs of the synthetic task (default 2000 / 5000)
@@ -88,6 +91,7 @@ class RunOptions:
     # --- engine ---
     data_assignment: str = "queue"
     threads_per_worker: int = 1
+    amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
     checkpoint_every: int | None = None
     log_every: int | None = None
     seed: int = 0
@@ -112,7 +116,7 @@ class RunOptions:
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             _fail("optimizer", f"must be one of {', '.join(OPTIMIZERS)}; got {self.optimizer!r}")
         recipe = resolve_recipe(self.recipe, self.preset)  # an unknown recipe fails here, naming --recipe
-        optimizer = self.optimizer or default_optimizer(self.task, recipe)
+        optimizer = self.optimizer or default_optimizer(self.task, recipe, self.distributed)
         if self.tag is not None and self.tag not in TAGS:
             _fail("tag", f"must be one of {', '.join(TAGS)}; got {self.tag!r}")
         if self.distributed is not None and self.distributed not in ALGORITHMS:
@@ -124,9 +128,9 @@ class RunOptions:
                      "n_push", "n_fetch"):
             if getattr(self, name) < 1:
                 _fail(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
-        for name in ("word_column", "tag_column", "train_limit", "dev_limit", "synthetic_size", "batch_size",
-                     "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every", "word_min_freq",
-                     "decay_updates"):
+        for name in ("word_column", "tag_column", "train_limit", "dev_limit", "eval_sentences", "synthetic_size",
+                     "batch_size", "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every",
+                     "word_min_freq", "decay_updates"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 _fail(name.replace("_", "-"), f"must be >= 1, got {value}")
@@ -156,6 +160,11 @@ class RunOptions:
             _fail("tgt-lang", f"must differ from --src-lang (both are {self.src_lang!r})")
         if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
             _fail("task", "--word-column, --tag-column and --tag apply to --task pos only")
+        if not self.separator or any(c.isspace() for c in self.separator):
+            _fail("separator", f"must be a non-empty string without spaces, got {self.separator!r}")
+        if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
+            _fail("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
+                               f"{optimizer!r}; use --distributed easgd for plain SGD")
         if self.resume and not self.out:
             _fail("resume", "needs --out DIR (the run directory to continue)")
         if self.mode == "sync" and self.data_assignment != "queue":
@@ -175,7 +184,7 @@ class RunOptions:
         """A copy with every task-dependent default filled in (what config.json records)."""
         values = dataclasses.asdict(self)
         recipe = values["recipe"] = resolve_recipe(self.recipe, self.preset)
-        optimizer = values["optimizer"] = self.optimizer or default_optimizer(self.task, recipe)
+        optimizer = values["optimizer"] = self.optimizer or default_optimizer(self.task, recipe, self.distributed)
         if values["word_min_freq"] is None and self.task == "pos":
             values["word_min_freq"] = default_word_min_freq(recipe, self.synthetic)
         if values["batch_size"] is None:
@@ -183,6 +192,8 @@ class RunOptions:
                 "batch_size"]
         if values["clip_norm"] is None:
             values["clip_norm"] = _TASK_DEFAULTS[self.task]["clip_norm"]
+        if values["eval_sentences"] is None:
+            values["eval_sentences"] = _TASK_DEFAULTS[self.task]["eval_sentences"]
         if values["lr"] is None:
             values["lr"] = default_lr(self.task, optimizer, recipe)
         if values["lr_decay"] is None:
@@ -217,7 +228,7 @@ class RunOptions:
             eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, best_metric=best_metric,
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
             checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
-            seed=self.seed, data_assignment=self.data_assignment)
+            seed=self.seed, data_assignment=self.data_assignment, amp=self.amp)
 
     def dist_config(self):
         """The MPI module's DistConfig for these options."""

@@ -28,8 +28,10 @@ def resolve_recipe(recipe: str | None, preset: str) -> str:
     return recipe
 
 
-def default_optimizer(task: str, recipe: str) -> str:
-    return _DEFAULT_OPTIMIZER[recipe, task]
+def default_optimizer(task: str, recipe: str, distributed: str | None = None) -> str:
+    """The recipe's optimizer; EAMSGD (--distributed eamsgd) needs momentum: msgd. Every MPI rank resolves the same
+    flags to the same optimizer."""
+    return "msgd" if distributed == "eamsgd" else _DEFAULT_OPTIMIZER[recipe, task]
 
 
 def default_word_min_freq(recipe: str, synthetic: bool = False) -> int:

@@ -1,10 +1,11 @@
 """The run directory: what a training run leaves behind, and how later commands (tag, translate, plot, the
 reproduction scripts) read it back.
 
-Layout: `config.json` (engine config + the run's options + command), `command.txt` (the shell command line),
+Layout: `config.json` (sections `run`, `model`, `devices` written by run.py before training; `config` and `command` by
+the engine), `command.txt` (the shell command line),
 `model.json` + `vocab.*.json` (to rebuild the model), `metrics.jsonl` (train/eval records), `last.pt` and `best.pt`
 (checkpoints), `summary.json`, and for NMT `dev.src/dev.ref/dev.hyp` (held-out translations). A multi-host run keeps
-each host's engine files in `host<i>/`.
+each host's engine files in `host<i>/`. While a run trains, `run.lock` names its process (tasks/runlock.py).
 
 Usage: `curves = read_curves(run_dir)`; `spec, state = load_trained(run_dir)`
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from hogwild.files import RecordLog, update_sections
 from hogwild.tasks.job import MODEL_FILE
 
 
@@ -26,18 +28,36 @@ class RunDirError(ValueError):
     """A run directory is missing a file, or holds one that cannot be read."""
 
 
+RUN_FILES = (MODEL_FILE, "config.json", "metrics.jsonl", "last.pt", "best.pt", "summary.json")
+
+
+def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
+    """--out must be a directory (or not exist yet), and a new run must not land on top of another one (checked by
+    the process that writes the run directory: other MPI ranks may look after it has begun writing)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"--out {run_dir}: is a file, not a directory")
+    if run_dir.parent.exists() and not run_dir.parent.is_dir():
+        raise RunDirError(f"--out {run_dir}: {run_dir.parent} is a file, not a directory")
+    held = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / "host0" / name).exists()]
+    if held and not resume and writer:
+        raise RunDirError(f"--out {run_dir}: already holds a run ({', '.join(held)}); add --resume to continue it, or "
+                          f"choose another --out")
+
+
 def write_command(run_dir: Path, argv: list[str] | None = None) -> None:
+    """Append the command line to command.txt (one whole line per run segment)."""
     argv = sys.argv if argv is None else argv
-    with open(run_dir / "command.txt", "a", encoding="utf-8") as file:
-        file.write(shlex.join(["python", *argv]) + "\n")
+    log = RecordLog(run_dir / "command.txt")
+    try:
+        log.append_text(shlex.join(["python", *argv]) + "\n")
+    finally:
+        log.close()
 
 
-def merge_config(run_dir: Path, **sections: Any) -> None:
-    """Add sections to config.json (the engine writes its own part there when training starts)."""
-    path = run_dir / "config.json"
-    values = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    values.update(sections)
-    path.write_text(json.dumps(values, indent=2, default=str) + "\n", encoding="utf-8")
+def write_config(run_dir: Path, **sections: Any) -> None:
+    """Set run.py's sections of config.json (`run`, `model`, `devices`). The engine owns `config` and `command`
+    and writes them itself when training starts; each section has one writer, and the file is replaced whole."""
+    update_sections(run_dir / "config.json", **sections)
 
 
 def engine_dir(run_dir: Path) -> Path:
@@ -80,15 +100,20 @@ class Curves:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl. A last line without its newline is a record torn by a crash or a full disk:
+    it is skipped (the next --resume cuts it off); a bad line anywhere else is an error naming it."""
     records = []
     with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise RunDirError(f"{path}:{number}: not a JSON record ({error.msg})") from None
+        lines = file.readlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines) and not line.endswith("\n"):
+                break
+            raise RunDirError(f"{path}:{number}: not a JSON record ({error.msg})") from None
     return records
 
 

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hogwild.files import write_text_atomic
+
 SUMMARY_FILE = "summary.json"
 
 
@@ -63,4 +65,5 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    """Replace summary.json whole (a full disk names the file and keeps the previous summary)."""
+    write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")

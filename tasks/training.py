@@ -9,9 +9,9 @@ Usage: `summary = run_training(RunOptions(task="pos", workers=2, time_limit=60, 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -20,11 +20,16 @@ import torch
 from tqdm.auto import tqdm
 
 import hogwild
+from hogwild.checkpoint import check_fits, check_resumable, read_checkpoint
+from hogwild.files import RecordLog, write_atomic
+from hogwild.resources import check_resources, tensor_nbytes
+from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
-from hogwild.tasks.job import TaskJob
+from hogwild.tasks.job import MODEL_FILE, TaskJob
 from hogwild.tasks.jobs import build_job
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.rundir import merge_config, write_command
+from hogwild.tasks.rundir import RunDirError, check_out, write_command, write_config
+from hogwild.tasks.runlock import RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
 
 
@@ -43,19 +48,6 @@ def default_out(task: str) -> str:
     return os.path.join("runs", f"{task}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def _resumed_from(run_dir: Path) -> int:
-    """Global step of the checkpoint a --resume continues from (0 when there is none)."""
-    path = run_dir / "last.pt"
-    if not path.exists():
-        return 0
-    return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
-
-
-def _append_record(run_dir: Path, record: dict[str, Any]) -> None:
-    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as file:
-        file.write(json.dumps(record) + "\n")
-
-
 def _watched(job: TaskJob, started: list[float], say: Callable[[str], None]) -> Callable:
     """evaluate() that also prints each held-out evaluation with the time since training started."""
     def evaluate(model: torch.nn.Module) -> dict[str, float]:
@@ -67,7 +59,11 @@ def _watched(job: TaskJob, started: list[float], say: Callable[[str], None]) -> 
 
 def run_training(options: RunOptions, argv: list[str] | None = None,
                  say: Callable[[str], None] = _say) -> dict[str, Any]:
-    """Train as `options` say; returns the summary (also written to <out>/summary.json)."""
+    """Train as `options` say; returns the summary (also written to <out>/summary.json).
+
+    Everything is checked before anything is written: flags, corpora, and for --resume the checkpoint against the
+    model, the data and the run's vocabularies. An existing run directory is locked first (run.lock), so a second
+    run on it stops at once; a run that fails those checks leaves the directory as it found it."""
     options = options.resolved()
     if options.out is None:
         options.out = default_out(options.task)
@@ -82,29 +78,63 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
         rank_is_first = world.Get_rank() == ranks_with(dist.roles(world.Get_size()), "worker")[0]
     if not rank_is_first:
         say = lambda message: None  # noqa: E731 - one rank speaks for the job
-    run_dir = Path(options.out)
+    with _RunDirOwner(Path(options.out), options.resume, rank_is_first, say) as owner:
+        return _train(options, devices, dist, owner, argv, say)
+
+
+class _RunDirOwner:
+    """The run directory as this process holds it: checked at once; locked at once when it exists, else created and
+    locked only when the run is known to be valid (`claim`); released (run.lock removed) however the run ends.
+    Only the writer (the first training rank of an MPI job) locks and writes."""
+
+    def __init__(self, run_dir: Path, resume: bool, writer: bool, say: Callable[[str], None]):
+        self.run_dir, self.resume, self.writer, self.say = run_dir, resume, writer, say
+        self._lock: RunDirLock | None = None
+        check_out(run_dir, resume, writer)
+        if writer and run_dir.is_dir():
+            self._take()
+
+    def _take(self) -> None:
+        self._lock = RunDirLock(self.run_dir).acquire()
+        if self._lock.took_over:
+            self.say(f"{self.run_dir}: took over the lock of pid {self._lock.took_over.get('pid')} (no longer "
+                     f"running)")
+
+    def claim(self) -> None:
+        """Create and lock a run directory that did not exist at the start (the writer only)."""
+        if self.writer and self._lock is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._take()
+            check_out(self.run_dir, self.resume)  # another run may have filled it while we loaded the data
+
+    def __enter__(self) -> "_RunDirOwner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+
+def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, argv: list[str] | None,
+           say: Callable[[str], None]) -> dict[str, Any]:
+    run_dir, rank_is_first = owner.run_dir, owner.writer
     engine_dir = run_dir / "host0" if options.distributed else run_dir
-    loading = time.time()
-    job = build_job(options)
-    n_params = sum(p.numel() for p in job.model.parameters())
-    say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
-        f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
-    start_updates = _resumed_from(engine_dir) if options.resume else 0
-    if options.resume:
-        say(f"resuming {engine_dir / 'last.pt'} at update {start_updates}" if start_updates else
-            f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+    job, start_updates = _checked_job(options, devices, owner, engine_dir, say)
     previous = read_summary(run_dir) if start_updates else None
     if rank_is_first:
-        job.write_files(run_dir)
         write_command(run_dir, argv)
+        write_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
     config = options.engine_config(devices, job.metric)
     started = [time.time()]
     evaluate = _watched(job, started, say)
     if rank_is_first and not start_updates:
         engine_dir.mkdir(parents=True, exist_ok=True)
         initial = evaluate(job.model)
-        _append_record(engine_dir, {"kind": "eval", "time": time.time(), "elapsed": 0.0, "updates": 0,
-                                    "metrics": initial})
+        log = RecordLog(engine_dir / "metrics.jsonl")
+        try:
+            log.append({"kind": "eval", "time": time.time(), "elapsed": 0.0, "updates": 0, "metrics": initial})
+        finally:
+            log.close()
     say(f"training with {len(devices)} worker(s) on {', '.join(sorted(set(devices)))} ({options.mode}, "
         f"{options.optimizer} lr {options.lr}); run directory {run_dir}")
     started[0] = time.time()
@@ -117,13 +147,12 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
         result, hosts = outcome.local, outcome.hosts
     else:
         result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
-    merge_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
     interrupted = result.stop_reason.startswith("signal")
     heldout = None
     if not interrupted:
         best = copy.deepcopy(job.model)
         if result.best_checkpoint:
-            best.load_state_dict(torch.load(result.best_checkpoint, map_location="cpu", weights_only=False)["model"])
+            best.load_state_dict(read_checkpoint(result.best_checkpoint)["model"])
         heldout = job.finish(best.eval(), run_dir)
     summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info)
     summary["hosts"] = hosts
@@ -138,6 +167,71 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     if interrupted:
         say(f"interrupted: continue with the same command plus --resume --out {run_dir}")
     return summary
+
+
+def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, engine_dir: Path,
+                 say: Callable[[str], None]) -> tuple[TaskJob, int]:
+    """Load the data and build the job, check a --resume against it and the machine against it, then (only then)
+    create or take the run directory and install the job's files. Returns (job, update resumed from or 0)."""
+    resume_path = engine_dir / "last.pt"
+    resume_state = read_checkpoint(str(resume_path)) if options.resume and resume_path.exists() else None
+    loading = time.time()
+    job = build_job(options)
+    n_params = sum(p.numel() for p in job.model.parameters())
+    say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
+        f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
+    with tempfile.TemporaryDirectory(prefix="hogwild-run-") as staging:
+        job.write_files(Path(staging))  # model.json, vocabularies: compared with the run's, or copied into it
+        if resume_state is not None:
+            check_fits(resume_state, str(resume_path), job.model)
+            check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
+            _check_same_files(Path(staging), owner.run_dir)
+        _check_machine(job, devices, options)
+        start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
+        del resume_state  # the engine reads it again (its tensors are not needed here)
+        if options.resume:
+            say(f"resuming {resume_path} at update {start_updates}" if start_updates else
+                f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+        if owner.writer:  # known valid: from here on the run directory is written
+            owner.claim()
+            if not start_updates:
+                _install_files(Path(staging), owner.run_dir)
+    return job, start_updates
+
+
+def _check_machine(job: TaskJob, devices: list[str], options: RunOptions) -> None:
+    """The engine's checks that depend on the data and the machine, here before anything is written: a batch per
+    worker in partition mode; cores and memory (a warning, or a refusal naming --workers)."""
+    if options.data_assignment == "partition" and len(job.batches) < len(devices):
+        raise ValueError(f"--data-assignment partition needs at least one batch per worker: {len(job.batches)} "
+                         f"batches for {len(devices)} workers")
+    params = list(job.model.parameters())
+    optimizer_bytes = SharedOptimizer.state_nbytes(params, options.optimizer, **options.optimizer_args())
+    check_resources(devices, options.threads_per_worker, tensor_nbytes(job.model.state_dict()), optimizer_bytes,
+                    tensor_nbytes(job.batches))
+
+
+# Files a resumed run must share with the run it continues: the same ids for the same words. data.json (corpus
+# statistics, paths as given) and model.json (sizes; the checkpoint's shapes are checked instead) may differ.
+_NOT_COMPARED = ("data.json", MODEL_FILE)
+
+
+def _check_same_files(staged: Path, run_dir: Path) -> None:
+    for path in sorted(staged.iterdir()):
+        if path.name in _NOT_COMPARED:
+            continue
+        existing = run_dir / path.name
+        if existing.exists() and existing.read_bytes() != path.read_bytes():
+            raise RunDirError(f"--resume: {existing} differs from the one built from this command's data and flags "
+                              f"(another --train, --format, --tag, --vocab-size or --seed?); the run is left as it was")
+
+
+def _install_files(staged: Path, run_dir: Path) -> None:
+    """Copy the staged job files into the run directory, each replaced whole (a full disk names the file)."""
+    for path in sorted(staged.iterdir()):
+        if path.is_file():
+            data = path.read_bytes()
+            write_atomic(run_dir / path.name, lambda file, data=data: file.write(data))
 
 
 def _number(value: float | None) -> str:

@@ -47,7 +47,7 @@ def test_sigint_then_resume_continues_from_the_checkpoint(tmp_path):
     assert f"resuming {out / 'last.pt'} at update {first['updates']}" in done.stdout
     second = json.loads((out / "summary.json").read_text())
     assert second["stop_reason"] == "max_steps"
-    assert target <= second["updates"] <= target + 2  # each worker may finish the step it had started
+    assert second["updates"] == target  # update slots are claimed atomically: never over --steps
     assert second["segments"] == 2
     assert second["wall_seconds"] > first["wall_seconds"]
     lines = (out / "command.txt").read_text().splitlines()

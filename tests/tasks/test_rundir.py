@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hogwild.tasks.rundir import RunDirError, load_trained, merge_config, read_curves
+from hogwild.tasks.rundir import RunDirError, load_trained, read_curves, write_config
 
 
 def _write(path, records):
@@ -53,8 +53,8 @@ def test_load_trained_errors_name_what_is_missing(tmp_path):
         load_trained(tmp_path)
 
 
-def test_merge_config_keeps_the_engines_part(tmp_path):
+def test_write_config_keeps_the_engines_part(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"config": {"lr": 0.1}, "command": ["run.py"]}))
-    merge_config(tmp_path, run={"task": "pos"})
+    write_config(tmp_path, run={"task": "pos"})
     assert json.loads((tmp_path / "config.json").read_text()) == {"config": {"lr": 0.1}, "command": ["run.py"],
                                                                   "run": {"task": "pos"}}

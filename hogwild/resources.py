@@ -1,0 +1,97 @@
+"""What a run asks of the machine before anything is spawned: CPU workers against usable cores (a warning: Hogwild!
+gains nothing from more busy workers than cores, and each spawned worker takes seconds to start), and memory against
+what is available (a refusal: 100 workers on a small machine take ~15 GB before their first update).
+
+The memory estimate: every spawned worker costs WORKER_BYTES (a Python process with torch imported: 127-185 MB
+anonymous memory measured on torch 2.x CPU workers of the POS task) plus its gradients (the model's size) - a GPU
+worker another GPU_WORKER_BYTES of host memory for its CUDA context - and the parent holds the shared model, the
+optimizer state and the batches (twice: the list and the file the workers map).
+
+Usage: `check_resources(devices, threads, model_bytes, optimizer_bytes, batch_bytes)` (warns, or raises
+ResourceError naming the `workers` setting)
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+
+WORKER_BYTES = 150 * 2**20
+GPU_WORKER_BYTES = 500 * 2**20
+
+
+class ResourceError(RuntimeError):
+    """The run cannot fit the machine. `option` names the setting to change (a command line shows its flag)."""
+
+    def __init__(self, message: str, option: str = "workers"):
+        super().__init__(message)
+        self.option = option
+
+
+class OversubscriptionWarning(UserWarning):
+    """More busy CPU threads than usable cores: the run works, but slower per update and slow to start."""
+
+    option = "workers"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, e.g. under taskset or a container's cpuset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def available_memory(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemAvailable in bytes (None where /proc/meminfo does not exist)."""
+    try:
+        with open(meminfo) as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def estimate_memory(devices: Sequence[str], model_bytes: int, optimizer_bytes: int, batch_bytes: int) -> int:
+    """Bytes of memory a run needs on this host (see the module docstring for what is counted)."""
+    gpu = sum(1 for device in devices if device != "cpu")
+    workers = len(devices) * (WORKER_BYTES + model_bytes) + gpu * GPU_WORKER_BYTES
+    return workers + model_bytes + optimizer_bytes + 2 * batch_bytes
+
+
+def check_resources(devices: Sequence[str], threads: int, model_bytes: int, optimizer_bytes: int,
+                    batch_bytes: int, cores: int | None = None, available: int | None = None) -> None:
+    """Warn (OversubscriptionWarning) when CPU workers x threads exceed the usable cores; raise ResourceError when
+    the memory estimate exceeds the available memory. `cores` and `available` default to this machine's."""
+    cores = usable_cores() if cores is None else cores
+    cpu = sum(1 for device in devices if device == "cpu")
+    if cpu * threads > cores:
+        threads_text = f" x {threads} threads" if threads > 1 else ""
+        warnings.warn(OversubscriptionWarning(
+            f"{cpu} CPU workers{threads_text} on {cores} usable core{'s' if cores != 1 else ''}: workers will "
+            f"take turns, so updates are slower and start-up takes longer (each worker imports torch); at most "
+            f"{max(1, cores // threads)} keep every core busy without oversubscribing"))  # same line: shown once
+    available = available_memory() if available is None else available
+    need = estimate_memory(devices, model_bytes, optimizer_bytes, batch_bytes)
+    if available is not None and need > available:
+        per_worker = WORKER_BYTES + model_bytes + (GPU_WORKER_BYTES if cpu < len(devices) else 0)
+        fit = max(0, (available - (need - len(devices) * per_worker)) // per_worker)
+        raise ResourceError(
+            f"{len(devices)} workers need about {need / 2**30:.1f} GiB of memory ({WORKER_BYTES / 2**20:.0f} MiB per "
+            f"process plus {model_bytes / 2**20:.1f} MiB of gradients each, the shared model, optimizer state and "
+            f"batches), but {available / 2**30:.1f} GiB is available; about {fit} workers fit")
+
+
+def tensor_nbytes(value) -> int:
+    """Bytes of every tensor in a (nested) batch, sequence of batches, or model state_dict."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_nbytes(v) for v in value)
+    return 0

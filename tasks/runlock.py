@@ -1,0 +1,98 @@
+"""One run per run directory: an exclusive lock file (`<run dir>/run.lock`) holding the owner's pid, host and start
+time, so that a second `run.py` with the same `--out` stops at once, naming the process that holds it, instead of
+interleaving metrics and replacing checkpoints.
+
+The lock is `fcntl.flock` on the file: the kernel releases it when its holder exits, however it exits, so a lock
+left by a killed run (kill -9, power loss) is free and the next run takes it over. The holder removes the file when
+it finishes. flock is per host: two hosts sharing a folder over NFS are not kept apart (docs/reliability.md).
+
+Usage: `with RunDirLock(run_dir): ...` (raises RunDirBusy naming the holder)
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+LOCK_FILE = "run.lock"
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process holds the run directory."""
+
+
+class RunDirLock:
+    """Exclusive, non-blocking ownership of a run directory for this process (the directory must exist)."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+        self.took_over: dict | None = None  # the previous holder's record when a stale lock file was taken over
+
+    def acquire(self) -> "RunDirLock":
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunDirBusy(f"--out {self.path.parent}: run directory is in use by {_describe(holder)}; wait "
+                                 f"for it to finish, stop it, or choose another --out") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            # The holder we waited out may have removed the file just before we locked it: lock the file that is
+            # there now (the usual flock-and-unlink protocol), else two runs could each hold a different file.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        previous = _read_holder(fd)
+        self.took_over = previous or None  # a record there means its holder died without removing the file
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                             "started_at": time.strftime("%Y-%m-%d %H:%M:%S")}).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record + b"\n", 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Remove the lock file and release the lock (unlink first, so that no one locks a file about to vanish
+        without noticing: see acquire)."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> "RunDirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict:
+    try:
+        data = os.pread(fd, 4096, 0)
+        holder = json.loads(data.decode("utf-8")) if data.strip() else {}
+        return holder if isinstance(holder, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _describe(holder: dict) -> str:
+    if not holder.get("pid"):
+        return "another process (it has not written its pid yet)"
+    where = f" on {holder['host']}" if holder.get("host") and holder["host"] != socket.gethostname() else ""
+    return f"pid {holder['pid']}{where} (started {holder.get('started_at', '?')})"

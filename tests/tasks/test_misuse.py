@@ -1,0 +1,95 @@
+"""A hostile but fair user (issue #14): a table of bad inputs and bad flags run through `run.py` in real processes.
+Each must exit non-zero with one line naming the flag or the file (and line), print no traceback, leave no process
+or /dev/shm entry behind, and leave an existing run directory byte for byte as it was."""
+import re
+import shutil
+
+import pytest
+
+from hogwild.tasks import cli
+from tests.tasks.misuse_helpers import fingerprint, run_py_session
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A finished run directory, a copy of it with a truncated last.pt, and bad corpora."""
+    root = tmp_path_factory.mktemp("misuse")
+    run = root / "run"
+    done = run_py_session(*SMALL, "--steps", "20", "--eval-every", "10", "--out", str(run))
+    assert done.returncode == 0, done.stdout + done.stderr
+    truncated = root / "truncated"
+    shutil.copytree(run, truncated)
+    data = (truncated / "last.pt").read_bytes()
+    (truncated / "last.pt").write_bytes(data[: len(data) // 3])
+    (root / "a-file").write_text("not a folder\n")
+    (root / "mixed.txt").write_text("The/DT dog/NN barks/VBZ\nA/DT cat/NN\nsleeps\tVBZ\tx\n")
+    (root / "bad.conllu").write_text(
+        "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\tzero\troot\t_\t_\n\n")
+    (root / "good.conllu").write_text(
+        "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_\n\n")
+    return root
+
+
+CASES = [  # (name, argv with {root} for the fixture folder, exit status, the last stderr line as a regex)
+    ("resume with another --preset", [*SMALL, "--preset", "paper", "--resume", "--out", "{root}/run"], 1,
+     r"run\.py: error: {root}/run/last\.pt was written for a different model: 'word_embedding\.weight' has shape "
+     r"\(9, 128\) in the checkpoint but \(9, 800\) in this model"),
+    ("resume on other data", ["--task", "pos", "--synthetic-size", "300", "--no-progress", "--resume", "--out",
+                              "{root}/run"], 1,
+     r"run\.py: error: cannot resume {root}/run/last\.pt: it was trained on 200 batches, now there are 300 .*"),
+    ("a new run on top of an old one", [*SMALL, "--steps", "5", "--out", "{root}/run"], 1,
+     r"run\.py: error: --out {root}/run: already holds a run \(model\.json, config\.json, metrics\.jsonl, "
+     r"last\.pt, best\.pt, summary\.json\); add --resume to continue it, or choose another --out"),
+    ("--out names a file", [*SMALL, "--out", "{root}/a-file"], 1,
+     r"run\.py: error: --out {root}/a-file: is a file, not a directory"),
+    ("truncated last.pt on --resume", [*SMALL, "--resume", "--out", "{root}/truncated"], 1,
+     r"run\.py: error: {root}/truncated/last\.pt: cannot read the checkpoint \(truncated or not a checkpoint: .*\)"),
+    ("unknown --encoding (train)", [*SMALL, "--encoding", "foo"], 2,
+     r"run\.py: error: --encoding: unknown text encoding 'foo' \(e\.g\. utf-8, latin-1, cp1252\)"),
+    ("unknown --encoding (tag)", ["tag", "--checkpoint", "{root}/run", "--encoding", "foo"], 2,
+     r"run\.py tag: error: --encoding: unknown text encoding 'foo' .*"),
+    ("unknown --encoding (translate)", ["translate", "--checkpoint", "{root}/run", "--encoding", "foo"], 2,
+     r"run\.py translate: error: --encoding: unknown text encoding 'foo' .*"),
+    ("--word-column on CoNLL-U", ["--task", "pos", "--train", "{root}/good.conllu", "--word-column", "3"], 1,
+     r"run\.py: error: --word-column: {root}/good\.conllu: is CoNLL-U, whose columns are fixed: .*"),
+    ("--tag-column on CoNLL-U", ["--task", "pos", "--train", "{root}/good.conllu", "--tag-column", "5"], 1,
+     r"run\.py: error: --tag-column: {root}/good\.conllu: is CoNLL-U, whose columns are fixed: .*"),
+    ("format not detected", ["--task", "pos", "--train", "{root}/mixed.txt"], 1,
+     r"run\.py: error: --format: {root}/mixed\.txt:3: cannot detect the format: token 'sleeps' has no '/' as in "
+     r"word/TAG .*give the format: conllu, conll or slash"),
+    ("CoNLL-U parse error", ["--task", "pos", "--train", "{root}/bad.conllu"], 1,
+     r"run\.py: error: {root}/bad\.conllu:3: CoNLL-U parse error: Failed parsing field 'head': .*"),
+    ("eamsgd with plain sgd", [*SMALL, "--distributed", "eamsgd", "--optimizer", "sgd"], 2,
+     r"run\.py: error: --optimizer: --distributed eamsgd needs a momentum optimizer \(msgd or nesterov\), got "
+     r"'sgd'; use --distributed easgd for plain SGD"),
+    ("more workers than memory", [*SMALL, "--workers", "4000", "--out", "{root}/run", "--resume"], 1,
+     r"run\.py: error: --workers: 4000 workers need about \d+\.\d GiB of memory \(150 MiB per process .*\), but "
+     r"\d+\.\d GiB is available; about \d+ workers fit"),
+    ("empty --separator", [*SMALL, "--separator", ""], 2,
+     r"run\.py: error: --separator: must be a non-empty string without spaces, got ''"),
+]
+
+
+@pytest.mark.parametrize("name, argv, status, last_line", CASES, ids=[case[0] for case in CASES])
+def test_bad_input_fails_cleanly_and_touches_nothing(world, name, argv, status, last_line):
+    before = {folder: fingerprint(world / folder) for folder in ("run", "truncated")}
+    done = run_py_session(*[arg.format(root=world) for arg in argv], timeout=240)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == status, done.stdout + done.stderr
+    assert lines and re.fullmatch(last_line.format(root=re.escape(str(world))), lines[-1]), done.stderr
+    assert sum(1 for line in lines if "error:" in line) == 1
+    assert "Traceback" not in done.stderr + done.stdout
+    assert done.leftover_processes == [] and done.leftover_shm == []
+    assert {folder: fingerprint(world / folder) for folder in before} == before
+
+
+def test_eamsgd_gets_the_momentum_optimizer_by_default(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "_train", lambda args: seen.setdefault("optimizer", args.optimizer) and 0)
+    assert cli.main(["--distributed", "eamsgd"]) == 0 and seen["optimizer"] == "msgd"
+    seen.clear()
+    assert cli.main(["--distributed", "easgd"]) == 0 and seen["optimizer"] == "sgd"

@@ -1,0 +1,105 @@
+"""Real processes, real signals, a real full disk: two runs on one --out (the second is refused, naming the first),
+a run killed with SIGKILL (its lock is taken over by --resume), a torn metrics line (plot reads the run, --resume
+repairs it), and a run on a full disk (it stops naming the file; metrics.jsonl holds whole records only)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.tasks.helpers import REPO
+from tests.tasks.misuse_helpers import fingerprint, run_py_session
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
+       "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_second_run_on_the_same_out_is_refused_and_a_killed_runs_lock_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--time-limit", "300",
+                              "--checkpoint-every", "20", "--out", str(out)], cwd=REPO, env=ENV,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not (out / "last.pt").exists():  # training is under way
+            assert first.poll() is None and time.time() < deadline
+            time.sleep(0.2)
+        second = run_py_session(*SMALL, "--steps", "10", "--resume", "--out", str(out))
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines()[-1].startswith(
+            f"run.py: error: --out {out}: run directory is in use by pid {first.pid} (started ")
+        assert len((out / "command.txt").read_text().splitlines()) == 1  # the second run wrote nothing
+        os.killpg(first.pid, signal.SIGKILL)  # the whole run, parent and workers, as the OOM killer might
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert json.loads((out / "run.lock").read_text())["pid"] == first.pid  # left behind
+    step = torch_step(out / "last.pt")
+    third = run_py_session(*SMALL, "--steps", str(step + 10), "--resume", "--out", str(out))
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert f"took over the lock of pid {first.pid} (no longer running)" in third.stdout
+    assert f"resuming {out / 'last.pt'} at update {step}" in third.stdout
+    assert not (out / "run.lock").exists()
+    assert third.leftover_processes == [] and third.leftover_shm == []
+
+
+def torch_step(path):
+    from hogwild.checkpoint import read_checkpoint
+    return int(read_checkpoint(str(path))["global_step"])
+
+
+def test_a_torn_metrics_line_is_read_past_by_plot_and_repaired_by_resume(tmp_path):
+    out = tmp_path / "run"
+    assert run_py_session(*SMALL, "--steps", "20", "--eval-every", "10", "--out", str(out)).returncode == 0
+    metrics = out / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"kind": "train", "time": 17')  # what a crash in the middle of a write leaves
+    plotted = run_py_session("plot", str(out), "--out", str(tmp_path / "curves.png"))
+    assert plotted.returncode == 0, plotted.stderr
+    resumed = run_py_session(*SMALL, "--steps", "40", "--eval-every", "10", "--resume", "--out", str(out))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    text = metrics.read_text()
+    assert text.startswith(whole) and text.endswith("\n")
+    records = _records(metrics)
+    repaired = [r for r in records if r["kind"] == "repaired"]
+    assert len(repaired) == 1 and repaired[0]["dropped_bytes"] == len('{"kind": "train", "time": 17')
+    assert run_py_session("plot", str(out), "--out", str(tmp_path / "curves.png")).returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_full_disk_stops_the_run_naming_the_file(small_disk):
+    out = small_disk / "run"
+    done = run_py_session(*SMALL, "--steps", "40", "--eval-every", "10", "--out", str(out))
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"run.py: error: {out}/best.pt: cannot write: no space left on device ("), last
+    assert "Traceback" not in done.stderr and "enforce fail" not in done.stderr
+    assert done.leftover_processes == [] and done.leftover_shm == []
+    assert all(r["kind"] for r in _records(out / "metrics.jsonl"))  # whole records only
+    assert not [name for name in os.listdir(out) if name.endswith(".tmp")]
+    assert not (out / "run.lock").exists()
+    before = fingerprint(out)
+    again = run_py_session(*SMALL, "--steps", "40", "--out", str(out))  # refused before writing anything
+    assert again.returncode == 1 and fingerprint(out) == before

@@ -1,0 +1,64 @@
+"""Too many workers for the machine (issue #14 item 3), in real processes pinned to one core: run.py warns naming
+--workers, shows start-up progress, and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) ends a
+start-up cleanly, with nothing left running (--time-limit: tests/hogwild/test_startup_bounds.py)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.tasks.helpers import REPO
+from tests.tasks.misuse_helpers import _session_members
+
+pytestmark = pytest.mark.slow
+
+WORKERS = "8"  # on one core: each imports torch (>1 s of CPU), so start-up takes well over the 2 s before progress
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
+       "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
+
+
+def _start(*args):
+    return subprocess.Popen([sys.executable, str(REPO / "run.py"), "--task", "pos", "--synthetic-size", "200",
+                             "--no-progress", "--workers", WORKERS, *args], cwd=REPO, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+
+
+def _finish(process, timeout=180):
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return stdout, stderr
+
+
+def _no_leftovers(process):
+    import time
+    deadline = time.monotonic() + 15
+    while _session_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session_members(process.pid) == []
+
+
+def test_ctrl_c_during_start_up_stops_the_run_cleanly(tmp_path):
+    process = _start("--steps", "1000", "--out", str(tmp_path / "run"))
+    seen = []
+    for line in process.stderr:  # progress appears 2 s into start-up
+        seen.append(line)
+        if line.startswith("starting workers: "):
+            break
+    assert process.poll() is None, "".join(seen)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = _finish(process, timeout=120)
+    stderr = "".join(seen) + stderr
+    assert process.returncode == 130, stdout + stderr
+    assert f"run.py: warning: --workers: {WORKERS} CPU workers on 1 usable core: workers will take turns" in stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert f"interrupted: continue with the same command plus --resume --out {tmp_path / 'run'}" in stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["updates"]) == ("signal SIGINT", 0)
+    _no_leftovers(process)
