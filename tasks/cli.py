@@ -18,7 +18,7 @@ from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
 from hogwild.tasks.options import PRESETS, TASKS, RunOptions
-from hogwild.tasks.recipes import RECIPES
+from hogwild.tasks.recipes import RECIPES, default_optimizer, resolve_recipe
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):
@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         parser, command = train_parser(), _train
         args = parser.parse_args(argv)
+        if args.optimizer is None:  # every MPI rank parses the same flags: all pick the same optimizer at once
+            args.optimizer = default_optimizer(args.task, resolve_recipe(args.recipe, args.preset), args.distributed)
         try:
             RunOptions(**vars(args))  # flag values are checked before anything is loaded
         except ValueError as error:
