@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .schedules import SCHEDULES, LRSchedule, make_schedule
-from .shared_optim import OPTIMIZERS, SharedOptimizer
+from .shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS, SharedOptimizer
 
 MODES = ("hogwild", "sync", "single")
 DATA_ASSIGNMENTS = ("queue", "partition")
 BEST_MODES = ("max", "min")
+AMP_DTYPES = (None, "bf16")  # Config.amp: autocast dtypes of the forward
 # 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
 
@@ -46,7 +47,17 @@ class Config:
     devices: list[str] | None = None  # one entry per worker: 'cpu', 'cpu-replica', 'cuda:0', ...; None -> workers x 'cpu'
     workers: int = 1  # shorthand for devices=['cpu'] * workers (ignored when devices is given)
     mode: str = "hogwild"  # 'hogwild' (lock-free async), 'sync' (averaged gradients every step), 'single' (1 worker)
-    threads_per_worker: int = 1  # torch intra-op threads in every worker process
+    threads_per_worker: int = 1  # torch intra-op threads in every worker process (the CPU update uses them too)
+
+    # --- device workers ('cuda:N', 'cpu-replica'; 'cpu' workers train in place and ignore these) ---
+    overlap_update: bool | None = None  # apply update k on the CPU in a background thread while update k+1
+    #                              computes (one more step of staleness, counted); None: on for 'cuda' workers
+    fused_step: bool | None = None  # torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on
+    #                              for 'cuda' workers; True: every worker (refused for optimizers without one)
+    amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    pin_shared: bool = True  # 'cuda' workers register the shared parameters page-locked (true async pulls)
+    sparse_pull: bool = False  # pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the
+    #                              batch's integer tensors (exact when the model embeds only ids from its batch)
 
     # --- optimizer and learning rate ---
     optimizer: str = "sgd"  # one of OPTIMIZERS (shared optimizer state, updated lock-free)
@@ -70,7 +81,13 @@ class Config:
     # --- evaluation, best model, early stopping ---
     eval_every: int | None = None  # evaluate a snapshot every this many shared updates
     eval_every_seconds: float | None = None  # ... and/or every this many seconds
-    eval_device: str = "cpu"  # where the evaluation snapshot lives (parent process)
+    eval_device: str = "auto"  # where the evaluation snapshot lives (parent process): 'auto' = the first worker's
+    #                            GPU when workers are on GPUs, else 'cpu'; or 'cpu' / 'cuda:N'
+    eval_budget: float | None = 0.1  # periodic evaluations may take at most this share of the wall time since training
+    #                            started (the next one waits until the measured evaluation time allows it); None or
+    #                            0: no cap. Evaluations run on a thread beside the parent's loop, one at a time
+    eval_at_start: bool = False  # also evaluate the starting parameters, as the first periodic evaluation (on the
+    #                            thread while training begins, within time_limit and eval_budget)
     best_metric: str | None = None  # key of evaluate()'s dict deciding the best checkpoint; None -> first key
     best_mode: str = "max"  # 'max' (accuracy, BLEU) or 'min' (loss, perplexity)
     patience: int | None = None  # stop after this many evaluations without improvement
@@ -144,8 +161,11 @@ class Config:
         _positive("join_timeout", self.join_timeout)
         if self.max_steps is None and self.epochs is None and self.time_limit is None:
             self.epochs = 1
-        if not isinstance(self.eval_device, str) or not _DEVICE.match(self.eval_device):
-            _fail("eval_device", f"unknown device {self.eval_device!r}")
+        if not isinstance(self.eval_device, str) or not (self.eval_device == "auto" or _DEVICE.match(self.eval_device)):
+            _fail("eval_device", f"unknown device {self.eval_device!r} (use 'auto', 'cpu' or 'cuda:N')")
+        _positive("eval_budget", self.eval_budget, allow_zero=True)
+        if self.eval_budget is not None and self.eval_budget > 1:
+            _fail("eval_budget", f"is a share of the wall time, in [0, 1]; got {self.eval_budget!r}")
         if self.best_mode not in BEST_MODES:
             _fail("best_mode", f"must be 'max' or 'min', got {self.best_mode!r}")
         if self.best_metric is not None and not isinstance(self.best_metric, str):
@@ -159,21 +179,52 @@ class Config:
         for name in ("checkpoint_every", "resume"):
             if getattr(self, name) and self.checkpoint_dir is None:
                 _fail(name, "needs checkpoint_dir (the run directory)")
-        for name in ("resume", "progress", "tensorboard", "shuffle", "check_shm", "skip_nonfinite"):
+        for name in ("resume", "progress", "tensorboard", "shuffle", "check_shm", "skip_nonfinite", "eval_at_start"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, f"must be True or False, got {getattr(self, name)!r}")
         if "cuda" in " ".join(self.devices) and self.mode == "sync" and "cpu" in " ".join(self.devices):
             _fail("devices", "mode='sync' needs all-CPU or all-GPU devices (one torch.distributed backend)")
+        self._check_device_options()
         try:  # the schedule's own rules: decay only for linear_decay, warmup only for warmup_scaled, min_lr <= lr
             self.schedule()
         except ValueError as error:
             _fail("lr_schedule", str(error))
+
+    def _check_device_options(self) -> None:
+        cuda = [("cuda:0" if d == "cuda" else d) for d in self.devices if d.startswith("cuda")]
+        if self.mode == "sync" and len(set(cuda)) < len(cuda):
+            twice = sorted({d for d in cuda if cuda.count(d) > 1})
+            _fail("devices", f"mode='sync' needs one GPU per worker (NCCL cannot run two ranks on one device); "
+                             f"{', '.join(twice)} appears more than once")
+        for name in ("overlap_update", "fused_step"):
+            if getattr(self, name) not in (None, True, False):
+                _fail(name, f"must be None (automatic), True or False, got {getattr(self, name)!r}")
+        for name in ("pin_shared", "sparse_pull"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, f"must be True or False, got {getattr(self, name)!r}")
+        if self.overlap_update and (self.mode == "sync" or all(d == "cpu" for d in self.devices)):
+            _fail("overlap_update", "needs device workers ('cuda:N' or 'cpu-replica') in mode 'hogwild' or "
+                                    "'single'; 'cpu' workers update in place and sync mode averages first")
+        if self.sparse_pull and self.mode == "sync":
+            _fail("sparse_pull", "mode='sync' averages dense gradients; use it with mode 'hogwild' or 'single'")
+        if self.fused_step and self.optimizer not in FUSED_OPTIMIZERS:
+            _fail("fused_step", f"torch has a fused CPU kernel only for {', '.join(FUSED_OPTIMIZERS)}, "
+                                f"not {self.optimizer!r}")
+        if self.amp not in AMP_DTYPES:
+            _fail("amp", f"must be None or one of {tuple(a for a in AMP_DTYPES if a)}, got {self.amp!r}")
 
     def schedule(self) -> LRSchedule:
         """This run's learning rate as a function of (global step, epoch): Config.lr validated here flows through
         it to the workers, which pass schedule(step, epoch) to the optimizer step."""
         return make_schedule(self.lr_schedule, self.lr, decay_per_epoch=self.decay_per_epoch,
                              warmup_steps=self.warmup_steps, workers=self.workers, min_lr=self.min_lr)
+
+    def evaluation_device(self) -> str:
+        """The torch device of the evaluation snapshot: eval_device, with 'auto' resolved to the first worker's GPU
+        (or 'cpu' when no worker is on a GPU) and 'cpu-replica' to 'cpu'."""
+        if self.eval_device == "auto":
+            return next((device for device in self.devices if device.startswith("cuda")), "cpu")
+        return "cpu" if self.eval_device == "cpu-replica" else self.eval_device
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for config.json and checkpoints)."""

@@ -10,6 +10,8 @@ Usage: `counters = SharedCounters(workers=2); view = counters.worker_view(0); vi
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -147,3 +149,34 @@ class StepBudget:
         with self._claimed.get_lock():
             self._claimed.value -= 1
 
+
+class PhaseClock:
+    """Times the phases of one update: time.perf_counter on the CPU; CUDA events on a GPU, where the work is
+    asynchronous and only events recorded in the streams tell when it ran (a host clock would time the launches).
+
+    Usage: `clock.mark()` at each phase boundary (on a GPU, optionally on a stream), then, once the device has
+    finished the marked work, `clock.seconds()` -> the durations between consecutive marks."""
+
+    def __init__(self, device: torch.device, marks: int = 4):
+        self.cuda = device.type == "cuda"
+        self.count = 0
+        if self.cuda:
+            self.events = [torch.cuda.Event(enable_timing=True) for _ in range(marks)]  # reused every update
+        else:
+            self.times = [0.0] * marks
+
+    def mark(self, stream=None) -> None:
+        if self.cuda:
+            self.events[self.count].record(stream)
+        else:
+            self.times[self.count] = time.perf_counter()
+        self.count += 1
+
+    def seconds(self) -> list[float]:
+        """Durations between consecutive marks since the last call (on a GPU: waits for the last mark)."""
+        count, self.count = self.count, 0
+        if self.cuda:
+            for event in self.events[:count]:
+                event.synchronize()
+            return [self.events[i].elapsed_time(self.events[i + 1]) / 1000 for i in range(count - 1)]
+        return [self.times[i + 1] - self.times[i] for i in range(count - 1)]

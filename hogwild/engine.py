@@ -21,7 +21,8 @@ from torch import nn
 from .agent import CommunicationAgent, SharedTrainingState
 from .config import Config
 from .counters import EXAMPLES, SKIPPED, UPDATES, SharedCounters, StepBudget
-from .evaluator import Evaluator
+from .eval_schedule import PeriodicEvaluation
+from .evaluator import EvaluationFailed, Evaluator
 from .feed import BatchFeed, BatchStore, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
 from .parent_loop import ParentLoop, StopRequest, natural_reason, start_workers, total_updates
@@ -57,14 +58,16 @@ class TrainResult:
 
 
 def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, config: Config,
-          evaluate: Callable[[nn.Module], dict[str, float]] | None = None, *,
+          evaluate: Callable[..., dict[str, float]] | None = None, *,
           agent: CommunicationAgent | None = None) -> TrainResult:
     """Train `model` with lock-free asynchronous workers (or synchronously, per `config.mode`).
 
     model: an nn.Module on the CPU (workers place replicas on config.devices). loss_fn(model, batch) -> scalar
     loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: a sequence (or
     re-iterable, read once) of CPU batches - tensors, tuples or dicts of tensors. evaluate(model) -> dict of metrics,
-    run in this process on a snapshot. Raises WorkerFailed (after checkpointing) when a worker fails.
+    or evaluate(model, final) (final=False: periodic check, True: the run's last evaluation), run in this process
+    on a snapshot, on a thread beside the parent's loop (evaluator.py, eval_schedule.py). Raises WorkerFailed when a
+    worker fails and EvaluationFailed when evaluate raises, both after writing last.pt.
     """
     batches = _validate(model, batches, config)
     saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
@@ -178,6 +181,8 @@ class _Run:
     deadline: float | None
     stop_reason: str | None
     evaluator: Evaluator | None
+    periodic: PeriodicEvaluation | None  # None when training never started
+    evaluation_error: EvaluationFailed | None  # a periodic evaluation failed (failure holds its message)
 
 
 def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, store: BatchStore,
@@ -187,12 +192,12 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
     stop = StopRequest(control)
     state = SharedTrainingState(shared.model, shared.optimizer, shared.counters, control, config, stop.request)
     loop = ParentLoop(config, supervisor, shared.counters, metrics, stop, agent, state, store, checkpoints)
-    evaluator, failure, records = None, None, []
+    evaluator, periodic, evaluation_error, failure, records = None, None, None, None, []
     with graceful_signals(lambda name: stop.request(f"signal {name}")):
         if agent is not None:
             agent.start(state)
         start_workers(supervisor)
-        # After spawning: an eval_device='cuda' snapshot must not initialise CUDA before the workers exist.
+        # After spawning: a GPU evaluation snapshot must not initialise CUDA before the workers exist.
         if evaluate is not None:
             evaluator = Evaluator(shared.model, evaluate, config, checkpoints.save_best)
             checkpoints.evaluator_state = evaluator.state_dict
@@ -207,8 +212,14 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
             if failure is None and stop.reason is None:
                 started = time.time()  # the clock starts when every worker is ready to train
                 deadline = started + config.time_limit if config.time_limit else None
+                if evaluator is not None:
+                    periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
+                    periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
                 control[START] = int(started * 1000)
-                failure, records = loop.run(evaluator, deadline)
+                try:
+                    failure, records = loop.run(periodic, deadline)
+                except EvaluationFailed as error:
+                    evaluation_error, failure = error, str(error)
         finally:
             # Workers that never started training have no step to finish: do not wait join_timeout for them.
             supervisor.stop(control, config.join_timeout if control[START] else min(config.join_timeout, 1.0))
@@ -217,11 +228,28 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
             if agent is not None:
                 state.failure = failure
                 agent.stop(state)
-    return _Run(failure, records, started, deadline, stop.reason, evaluator)
+    return _Run(failure, records, started, deadline, stop.reason, evaluator, periodic, evaluation_error)
+
+
+def _final_evaluation(run: _Run, metrics: MetricsLog, updates: int) -> dict[str, float]:
+    """Record a periodic evaluation still running when training ended (it is bounded by evaluate itself; the
+    workers have stopped), then evaluate the final parameters. Raises EvaluationFailed."""
+    if run.periodic is not None:
+        done = run.periodic.finish()
+        if done is not None:
+            metrics.evaluation(*done)
+    try:
+        final_metrics = run.evaluator(updates, final=True)
+    except Exception as error:
+        raise EvaluationFailed(f"evaluate() failed in the final evaluation at update {updates}: "
+                               f"{type(error).__name__}: {error}") from error
+    metrics.evaluation(updates, final_metrics, final=True)
+    return final_metrics
 
 
 def _result(shared: _Shared, run: _Run, metrics: MetricsLog, supervisor: Supervisor) -> TrainResult:
-    """The final evaluation and last.pt, then the TrainResult (or WorkerFailed after the checkpoint)."""
+    """The final evaluation and last.pt, then the TrainResult (or WorkerFailed / EvaluationFailed after the
+    checkpoint)."""
     config, evaluator, checkpoints = shared.config, run.evaluator, shared.checkpoints
     wall = time.time() - run.started
     snapshot = shared.counters.snapshot()
@@ -229,15 +257,19 @@ def _result(shared: _Shared, run: _Run, metrics: MetricsLog, supervisor: Supervi
     updates = int(snapshot["ints"][:, UPDATES].sum())
     reason = "failure" if run.failure else run.stop_reason or natural_reason(config, updates, run.deadline)
     metrics.event("stop", reason=reason, updates=updates, failure=run.failure)
-    final_metrics = None
+    final_metrics, evaluation_error = None, run.evaluation_error
     if evaluator is not None and not run.failure:
-        final_metrics = evaluator(updates, final=True)  # before last.pt, which keeps the evaluator's best
-        metrics.evaluation(updates, final_metrics, final=True)
+        try:  # before last.pt, which keeps the evaluator's best
+            final_metrics = _final_evaluation(run, metrics, updates)
+        except EvaluationFailed as error:
+            evaluation_error = error
     checkpoints.write_last()
     last = checkpoints.last
+    written = f"\ncheckpoint written to {last}" if last else ""
+    if evaluation_error is not None:
+        raise EvaluationFailed(f"training stopped: {evaluation_error}{written}", last) from evaluation_error.__cause__
     if run.failure:
-        raise WorkerFailed(f"training stopped: {run.failure}" + (f"\ncheckpoint written to {last}" if last else ""),
-                           supervisor.failed_worker, last)
+        raise WorkerFailed(f"training stopped: {run.failure}{written}", supervisor.failed_worker, last)
     staleness_mean, histogram = staleness_summary(snapshot["ints"], snapshot["staleness"])
     return TrainResult(
         final_metrics=final_metrics, best_metrics=evaluator.best_metrics if evaluator else None,

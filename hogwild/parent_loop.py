@@ -1,8 +1,8 @@
 """The parent's side of a run: start the workers, wait until they are ready, then the loop that alone decides when to
-log, evaluate, checkpoint and stop, while watching for failures.
+log, evaluate, checkpoint and stop, while watching for failures (evaluations run on a thread beside it).
 
 Usage (engine.py): `loop = ParentLoop(config, supervisor, counters, metrics, stop, agent, state, store, checkpoints)`;
-`failure = loop.wait_until_ready()`; `failure, records = loop.run(evaluator, deadline)`.
+`failure = loop.wait_until_ready()`; `failure, records = loop.run(periodic, deadline)`.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 from .agent import CommunicationAgent, SharedTrainingState
 from .config import Config
 from .counters import READY, SharedCounters
-from .evaluator import Evaluator
+from .eval_schedule import PeriodicEvaluation
 from .feed import BatchStore
 from .metrics import MetricsLog
 from .rundir import RunCheckpoints
@@ -143,14 +143,15 @@ class ParentLoop:
             self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
         return None
 
-    def run(self, evaluator: Evaluator | None, deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
-        """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written)."""
+    def run(self, periodic: PeriodicEvaluation | None,
+            deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
+        """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written).
+        Periodic evaluations run beside this loop (eval_schedule.py), which goes on ticking while they do; one that
+        fails raises EvaluationFailed (the caller stops the workers and checkpoints)."""
         config, metrics, stop = self.config, self.metrics, self.stop
         start = self.counters.global_updates()
         next_log = start + config.log_every
-        next_eval = start + config.eval_every if config.eval_every else None
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
-        next_eval_time = time.time() + config.eval_every_seconds if config.eval_every_seconds else None
         store_removed, records = False, []
         while True:
             failure = self._failure()
@@ -168,14 +169,14 @@ class ParentLoop:
                 next_log = updates + config.log_every
             if deadline is not None and time.time() >= deadline:
                 stop.request("time_limit")
-            now = time.time()
-            if evaluator is not None and ((next_eval is not None and updates >= next_eval)
-                                          or (next_eval_time is not None and now >= next_eval_time)):
-                metrics.evaluation(updates, evaluator(updates))
-                next_eval = updates + config.eval_every if config.eval_every else None
-                next_eval_time = time.time() + config.eval_every_seconds if config.eval_every_seconds else None
-                if evaluator.should_stop:
-                    stop.request("early_stopping")
+            if periodic is not None:
+                done = periodic.poll()
+                if done is not None:
+                    metrics.evaluation(*done)
+                    if periodic.evaluator.should_stop:
+                        stop.request("early_stopping")
+                if stop.reason is None:
+                    periodic.maybe_start(updates)
             last = self.checkpoints.last
             if last and next_checkpoint is not None and updates >= next_checkpoint:
                 self.checkpoints.write(last)

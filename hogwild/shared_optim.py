@@ -34,6 +34,9 @@ _CLASSES: dict[str, type[torch.optim.Optimizer]] = {
     "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta, "rmsprop": torch.optim.RMSprop,
     "adam": torch.optim.Adam, "adamax": torch.optim.Adamax,
 }
+# torch has fused CPU kernels for these (Adam, Adagrad, SGD): one multi-threaded pass per tensor instead of
+# foreach's several. Plain SGD gains nothing (its direct path is one add per tensor) and keeps that path.
+FUSED_OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adam")
 _NAME_DEFAULTS: dict[str, dict[str, Any]] = {
     "msgd": {"momentum": 0.9}, "nesterov": {"momentum": 0.9, "nesterov": True},
 }
@@ -111,8 +114,11 @@ class SharedOptimizer:
         return sum(per_param * p.numel() * p.element_size() + step_size for p in params)
 
     # --- binding to one process's parameter objects -------------------------------------------------
-    def attach(self, params: Sequence[Tensor]) -> None:
-        """Bind to this process's parameter objects (the same shared storages, in the same order)."""
+    def attach(self, params: Sequence[Tensor], fused: bool = False) -> None:
+        """Bind to this process's parameter objects (the same shared storages, in the same order). fused: step
+        with torch's fused CPU kernel (name in FUSED_OPTIMIZERS; same arithmetic as torch.optim's fused=True)."""
+        if fused and self.name not in FUSED_OPTIMIZERS:
+            raise ValueError(f"attach: optimizer {self.name!r} has no fused kernel (only {FUSED_OPTIMIZERS})")
         params = list(params)
         if len(params) != len(self.state):
             raise ValueError(f"attach: got {len(params)} parameters, the optimizer was built for {len(self.state)}")
@@ -122,7 +128,11 @@ class SharedOptimizer:
                 raise ValueError(f"attach: parameter {index} is {tuple(p.shape)} {p.dtype}, "
                                  f"the optimizer was built for {shape} {dtype}")
         self._params = params
-        self._optimizer = _CLASSES[self.name](params, lr=0.0, **self.hyper)  # step(lr) sets the group's lr
+        hyper = self.hyper
+        plain = self.name == "sgd" and not any(self.hyper.get(k) for k in ("momentum", "weight_decay", "maximize"))
+        if fused and not plain and not self.hyper.get("fused"):  # plain SGD's direct path is already one add
+            hyper = {**{k: v for k, v in self.hyper.items() if k != "foreach"}, "fused": True}
+        self._optimizer = _CLASSES[self.name](params, lr=0.0, **hyper)  # step(lr) sets the group's lr
         self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
         self._is_sgd = self.sgd_steps is not None
         self._sgd_counts = self.sgd_steps.numpy() if self._is_sgd else None  # (P,) view of shared memory
@@ -133,7 +143,7 @@ class SharedOptimizer:
         self._first_step_copies = self._is_sgd and bool(self.hyper.get("momentum", 0)) \
             and self.hyper.get("dampening", 0) != 0
         self._native_sparse = self._is_sgd and not self.hyper.get("momentum", 0) \
-            and not self.hyper.get("weight_decay", 0) and not self.hyper.get("fused")
+            and not self.hyper.get("weight_decay", 0) and not hyper.get("fused")
         # Plain SGD is param -= lr * grad: applied directly (torch.optim.SGD's own arithmetic, param.add_(grad,
         # alpha=-lr)), one foreach call for the dense gradients, it skips ~35 us of torch.optim's per-step
         # machinery (profiler hooks, grad-mode guards, group scans): ~1-2% of a small RNN's step.

@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from .feed import epoch_order
-from .replica import make_parameters, move_batch
+from .replica import make_parameters, move_batch, torch_device
 from .supervisor import die_with_parent
-from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, call_loss, exit_now, seed_batch,
+from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, bind_device, call_loss, exit_now, seed_batch,
                      usable_gradients, wait_for_start)
 
 
@@ -52,7 +52,9 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     config = spec.config
     rank, world = spec.worker, config.workers
     view, batches = spec.counters.worker_view(rank), spec.store.load()
-    params = make_parameters(spec.model, spec.device)
+    # Gradients are averaged on the device first, so they are copied to the host at push(), not during backward.
+    params = make_parameters(spec.model, spec.device) if spec.device == "cpu" else make_parameters(
+        spec.model, spec.device, copy_in_backward=False)
     spec.optimizer.attach(params.shared)
     n = len(batches)
     votes = torch.zeros(2, dtype=torch.float64, device=params.device)  # [ranks wanting to stop, batches this step]
@@ -86,7 +88,9 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
             if rank == 0:
                 if usable_gradients(params.grad_params, config.clip_norm, config.skip_nonfinite):
                     pushed = time.perf_counter()
-                    params.push()
+                    grads = params.push()  # None: already on the shared parameters ('cpu')
+                    for param, grad in zip(params.shared, grads or []):
+                        param.grad = grad
                     lr = spec.schedule(read_version, epoch)
                     spec.optimizer.step(lr)
                     phases = (0.0, computed - start, pushed - computed, time.perf_counter() - pushed)
@@ -111,8 +115,7 @@ def sync_main(spec: WorkerSpec, init_method: str) -> None:
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(config.threads_per_worker)
         cuda = spec.device.startswith("cuda")
-        if cuda:
-            torch.cuda.set_device(torch.device(spec.device))
+        bind_device(torch_device(spec.device))
         dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=spec.worker,
                                 world_size=config.workers, timeout=timedelta(seconds=120))
         control, parent = spec.control.numpy(), spec.parent_pid

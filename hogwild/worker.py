@@ -1,6 +1,8 @@
 """The Hogwild worker process: take a batch, compute its gradient, update the shared parameters without locks.
 
-This is the only code (with sync.py, its synchronous twin) that calls backward() and the optimizer step.
+This is the only code (with sync.py, its synchronous twin) that calls backward(); the optimizer step it submits
+is applied by updates.py (at once, or on a device one step later in a background thread while the next step
+computes). A step reads the device once: the gradients' finiteness (or norm) and the loss in one transfer.
 Everything a worker needs arrives once, pickled at spawn, in a `WorkerSpec`; afterwards a step exchanges
 no Python objects with other processes except a small ticket from the feed queue.
 
@@ -15,6 +17,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +25,19 @@ import torch
 from torch import nn
 
 from .config import Config
-from .counters import SharedCounters, StepBudget
+from .counters import PhaseClock, SharedCounters, StepBudget
 from .feed import BatchStore, PartitionReader, QueueReader
-from .replica import make_parameters, move_batch
+from .replica import (
+    DeviceReplica,
+    PageLocked,
+    SharedParameters,
+    make_parameters,
+    move_batch,
+    torch_device,
+)
+from .shared_optim import FUSED_OPTIMIZERS
 from .supervisor import die_with_parent
+from .updates import Update, Updater, scale_gradients
 
 STOP = 0  # control[STOP] != 0: finish the current step and exit
 START = 1  # control[START]: 0 until every worker is ready, then the parent's start time in milliseconds
@@ -85,29 +97,39 @@ def call_loss(loss_fn: Callable, model: nn.Module, batch: Any) -> tuple[torch.Te
     return out, batch_examples(batch)
 
 
-def gradient_norm(params: list[torch.Tensor], clip_norm: float | None) -> float:
-    """Global L2 norm of the gradients (inf/nan when any is not finite); clips them in place to clip_norm."""
+def global_norm(params: list[torch.Tensor]) -> torch.Tensor | None:
+    """Global L2 norm of the gradients as a 0-d tensor on their device (None without any); sparse gradients are
+    coalesced in place first, so duplicate rows are summed and the norm sees the true rows."""
     dense, norms = [], []
     for param in params:
         if param.grad is None:
             continue
         if param.grad.is_sparse:
-            param.grad = param.grad.coalesce()  # duplicates summed: the norm and the update see true rows
+            param.grad = param.grad.coalesce()
             norms.append(torch.linalg.vector_norm(param.grad._values()))
         else:
             dense.append(param.grad)
     if dense:
         norms.extend(torch._foreach_norm(dense))
     if not norms:
-        return 0.0
-    total = torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms])).item()
+        return None
+    return torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
+
+
+def clip_scale(total: float, clip_norm: float | None) -> float | None:
+    """torch.nn.utils.clip_grad_norm_'s coefficient when the norm `total` exceeds clip_norm, else None."""
     if clip_norm is not None and math.isfinite(total) and total > clip_norm:
-        scale = clip_norm / (total + 1e-6)  # torch.nn.utils.clip_grad_norm_'s coefficient
-        if dense:
-            torch._foreach_mul_(dense, scale)
-        for param in params:
-            if param.grad is not None and param.grad.is_sparse:
-                param.grad._values().mul_(scale)
+        return clip_norm / (total + 1e-6)
+    return None
+
+
+def gradient_norm(params: list[torch.Tensor], clip_norm: float | None) -> float:
+    """Global L2 norm of the gradients (inf/nan when any is not finite); clips them in place to clip_norm."""
+    total = global_norm(params)
+    total = 0.0 if total is None else total.item()
+    scale = clip_scale(total, clip_norm)
+    if scale is not None:
+        scale_gradients([p.grad for p in params], scale)
     return total
 
 
@@ -120,6 +142,20 @@ def usable_gradients(params: list[torch.Tensor], clip_norm: float | None, check:
         return True
     sums = [(p.grad._values() if p.grad.is_sparse else p.grad).sum() for p in params if p.grad is not None]
     return not sums or math.isfinite(torch.stack(sums).sum().item())
+
+
+def gradient_stats(params: list[torch.Tensor], check: "GradientCheck | None", clip_norm: float | None,
+                   loss: torch.Tensor) -> tuple[bool, float | None, float]:
+    """(usable, clip scale or None, loss value) of this step, reading the device once: the global gradient norm
+    with clip_norm, else the sum of every gradient (non-finite iff one is) when `check` is given, and the loss."""
+    stat = global_norm(params) if clip_norm is not None else check.total() if check is not None else None
+    if stat is None:
+        return True, None, loss.item()
+    if stat.device.type == "cpu":  # nothing to wait for: two reads cost less than stacking
+        value, loss_value = stat.item(), loss.item()
+    else:  # one device->host transfer: the only wait for the device in an update
+        value, loss_value = torch.stack([stat.double(), loss.detach().double()]).tolist()
+    return math.isfinite(value), clip_scale(value, clip_norm), loss_value
 
 
 class GradientCheck:
@@ -138,10 +174,15 @@ class GradientCheck:
         grad = param.grad
         self.sums.append((grad._values() if grad.is_sparse else grad).sum())
 
+    def total(self) -> torch.Tensor | None:
+        """The sum of every gradient accumulated since the last call (0-d, on their device; None without any)."""
+        sums, self.sums = self.sums, []
+        return torch.stack(sums).sum() if sums else None
+
     def finite(self) -> bool:
         """True when every gradient accumulated since the last call is finite (.item(): waits for the device)."""
-        sums, self.sums = self.sums, []
-        return not sums or math.isfinite(torch.stack(sums).sum().item())
+        total = self.total()
+        return total is None or math.isfinite(total.item())
 
 
 class NonFiniteStreak:
@@ -172,18 +213,55 @@ def wait_for_start(control: torch.Tensor, stopped: Callable[[], bool], time_limi
     return flags[START] / 1000 + time_limit if time_limit else None
 
 
+def device_options(config: Config, device: str, optimizer: str) -> dict[str, bool]:
+    """How a worker on `device` runs: overlap (update in a background thread), fused (CPU optimizer kernel),
+    pin (register the shared storages page-locked). The automatic choices are on for GPUs only."""
+    cuda = device.startswith("cuda")
+    overlap = device != "cpu" and (cuda if config.overlap_update is None else config.overlap_update)
+    fused = (cuda and optimizer in FUSED_OPTIMIZERS) if config.fused_step is None else config.fused_step
+    return {"overlap": overlap, "fused": fused, "pin": cuda and config.pin_shared}
+
+
+def bind_device(device: torch.device) -> None:
+    """Make a GPU worker's device the current one: torch.cuda.manual_seed (seed_batch) and any allocation
+    without an explicit device go to the current device, which is otherwise cuda:0 in every process."""
+    if device.type == "cuda":
+        torch.cuda.set_device(0 if device.index is None else device.index)  # 'cuda' is cuda:0 in a fresh process
+
+
 def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool]) -> None:
-    """One worker's training loop."""
+    """One worker's training loop: pull, compute, one read of the device, push, update (maybe one step later)."""
     config = spec.config
-    view, batches = reader.view, spec.store.load()
-    params = make_parameters(spec.model, spec.device)
-    spec.optimizer.attach(params.shared)
-    view.ready()
+    view = reader.view
+    options = device_options(config, spec.device, spec.optimizer.name)
+    params = make_parameters(spec.model, spec.device) if spec.device == "cpu" else make_parameters(
+        spec.model, spec.device, buffer_sets=2 if options["overlap"] else 1, sparse_rows=config.sparse_pull)
+    pinned = PageLocked(params.shared + getattr(params, "shared_buffers", [])) if options["pin"] else None
+    try:
+        spec.optimizer.attach(params.shared, fused=options["fused"])
+        updater = Updater(spec.optimizer, params.shared, spec.schedule, view, background=options["overlap"])
+        try:
+            batches = spec.store.load()
+            view.ready()
+            train_steps(spec, reader, stopped, params, updater, batches)
+            updater.finish()  # the last step's update lands before the worker reports it stopped
+        finally:
+            updater.shutdown()
+    finally:
+        if pinned is not None:
+            pinned.close()
+
+
+def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
+                params: SharedParameters | DeviceReplica, updater: Updater, batches: Any) -> None:
+    config, view = spec.config, reader.view
     deadline = wait_for_start(spec.control, stopped, config.time_limit)
     streak = NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row)
     # Without clipping, finiteness is checked by hooks during backward; clipping computes the norm anyway.
     check = GradientCheck(params.grad_params) if config.skip_nonfinite and config.clip_norm is None else None
-    budget = spec.budget  # None without max_steps
+    budget = spec.budget  # None without max_steps; a claimed slot also covers an update still in flight
+    clock, device = PhaseClock(params.device), params.device
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
     while not stopped():
         if deadline is not None and time.time() >= deadline:
             break
@@ -195,26 +273,26 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
                 budget.release()
             break
         epoch, index = ticket
-        batch = batches[index] if params.device.type == "cpu" else move_batch(batches[index], params.device, True)
-        seed_batch(params.device, batch_seed(config.seed, epoch, index))
-        read_version, start = view.global_updates(), time.perf_counter()
-        net = params.pull()  # a replica: host->device copy of the shared parameters; 'cpu': the shared model
-        pulled = time.perf_counter()
-        loss, examples = call_loss(spec.loss_fn, net, batch)  # reads the (shared) parameters
-        loss.backward()
-        usable = check.finite() if check is not None else \
-            usable_gradients(params.grad_params, config.clip_norm, config.skip_nonfinite)  # .item(): device done
+        batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device, True)
+        seed_batch(device, batch_seed(config.seed, epoch, index))
+        read_version = view.global_updates()
+        clock.mark()
+        net = params.pull(batches[index])  # a replica: host->device copy of the shared parameters; 'cpu': the model
+        clock.mark()
+        updater.release(clock.events[1] if clock.cuda else None)  # the previous update may now land
+        with autocast:
+            loss, examples = call_loss(spec.loss_fn, net, batch)  # reads the (shared) parameters
+        loss.backward()  # on a device, each gradient's copy to the host starts as soon as it is ready
+        clock.mark()
+        usable, scale, loss_value = gradient_stats(params.grad_params, check, config.clip_norm, loss)
+        grads = params.push()  # host gradients (waits for their copies)
+        clock.mark()
+        updater.wait()  # the previous update has landed: one update at a time, and its buffers are free again
         if usable:
-            computed = time.perf_counter()
-            params.push()
-            pushed = time.perf_counter()
-            lr = spec.schedule(read_version, epoch)
-            staleness = view.global_updates() - read_version  # updates that landed since we read
-            spec.optimizer.step(lr)  # lock-free, in place on the shared parameters and state
-            phases = (pulled - start, computed - pulled, pushed - computed, time.perf_counter() - pushed)
-            view.applied(staleness, examples, loss.item(), lr, phases)
+            updater.submit(Update(grads, read_version, epoch, examples, loss_value, clock.seconds(), scale))
             streak.applied()
         else:
+            clock.seconds()
             view.skipped()  # never write a non-finite gradient into the shared parameters
             if budget is not None:
                 budget.release()  # skipped updates do not count towards max_steps
@@ -238,6 +316,7 @@ def worker_main(spec: WorkerSpec) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(config.threads_per_worker)
+        bind_device(torch_device(spec.device))
         control = spec.control.numpy()
         view = spec.counters.worker_view(spec.worker)
         parent = spec.parent_pid

@@ -93,13 +93,16 @@ class AttentionNMT(nn.Module):
         self.output = nn.Linear(c.readout, c.tgt_words)
         self.dropout = nn.Dropout(c.dropout)
 
-    def encode(self, src: Tensor, src_mask: Tensor) -> EncoderOutput:
-        """src (B, S), src_mask (B, S) -> encoder output; padding never enters the GRU (packed sequences)."""
-        lengths = src_mask.sum(1)  # (B,)
-        if bool((lengths == 0).any()):
+    def encode(self, src: Tensor, src_mask: Tensor, host_lengths: Tensor | None = None) -> EncoderOutput:
+        """src (B, S), src_mask (B, S) -> encoder output; padding never enters the GRU (packed sequences).
+        host_lengths (B,): src_mask.sum(1) on the CPU if the caller has it (nmt_loss); else read here, before any
+        compute is queued, so a GPU never waits on it mid-forward."""
+        lengths = src_mask.sum(1)  # (B,) on src's device
+        host_lengths = lengths.cpu() if host_lengths is None else host_lengths
+        if bool((host_lengths == 0).any()):
             raise ValueError("NMT batch has an empty source sentence (src_mask all False in a row)")
         embedded = self.dropout(self.src_embedding(src))  # (B, S, E)
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(embedded, host_lengths, batch_first=True, enforce_sorted=False)
         annotations, _ = self.encoder(packed)
         annotations, _ = pad_packed_sequence(annotations, batch_first=True, total_length=src.shape[1])  # (B, S, 2H)
         mean = annotations.sum(1) / lengths[:, None].to(annotations.dtype)  # padding rows are zero
@@ -116,9 +119,10 @@ class AttentionNMT(nn.Module):
         readout = torch.tanh(self.readout(torch.cat([states, embedded, contexts], dim=-1)))
         return self.output(self.dropout(readout))
 
-    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: src (B, S), src_mask (B, S), tgt_in (B, T) starting with bos -> logits (B, T, V)."""
-        encoded = self.encode(src, src_mask)
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, host_lengths: Tensor | None = None) -> Tensor:
+        """Teacher forcing: src (B, S), src_mask (B, S), tgt_in (B, T) starting with bos -> logits (B, T, V).
+        host_lengths: optional source lengths (B,) on the CPU (see encode)."""
+        encoded = self.encode(src, src_mask, host_lengths)
         embedded = self.dropout(self.tgt_embedding(tgt_in))  # (B, T, E)
         state = encoded.initial_state
         states, contexts = [], []
@@ -137,12 +141,15 @@ class AttentionNMT(nn.Module):
 
 def nmt_loss(model: AttentionNMT, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
     """Mean negative log-likelihood per target token (eos included, bos and padding excluded), and the token count."""
-    tgt, tgt_mask = batch["tgt"], batch["tgt_mask"]
-    logits = model(batch["src"], batch["src_mask"], tgt[:, :-1])  # (B, T-1, V)
-    gold = tgt[:, 1:].masked_fill(~tgt_mask[:, 1:], -100)  # (B, T-1)
-    n_tokens = int(tgt_mask[:, 1:].sum())
+    tgt, tgt_mask, src_mask = batch["tgt"], batch["tgt_mask"], batch["src_mask"]
+    # The source lengths and the token count in one read of the device, before any compute is queued: a read
+    # after the forward would stall a GPU's launch queue between forward and backward.
+    counts = torch.cat([src_mask.sum(1), tgt_mask[:, 1:].sum().view(1)]).cpu()  # (B + 1,)
+    n_tokens = int(counts[-1])
     if n_tokens == 0:
         raise ValueError("NMT batch has no target token after bos (tgt_mask[:, 1:] all False)")
+    logits = model(batch["src"], src_mask, tgt[:, :-1], counts[:-1])  # (B, T-1, V)
+    gold = tgt[:, 1:].masked_fill(~tgt_mask[:, 1:], -100)  # (B, T-1)
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), gold.reshape(-1), ignore_index=-100,
                            reduction="sum")
     return loss / n_tokens, n_tokens

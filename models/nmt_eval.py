@@ -40,18 +40,21 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: 
 
 
 def translate(model: AttentionNMT, batches: Iterable[dict[str, Tensor]], beam_size: int = 5,
-              length_penalty: float = 1.0, max_len_a: float = 2.0, max_len_b: int = 10) -> list[list[int]]:
-    """Word ids of the translation of every source sentence, in corpus order. beam_size 1 means greedy search.
-    A batch may carry "index" (B,) with the corpus position of each row (for length-bucketed batches); without it
-    the rows are taken to follow each other in corpus order."""
+              length_penalty: float = 1.0, max_len_a: float = 2.0, max_len_b: int = 10,
+              max_len: int | None = None) -> list[list[int]]:
+    """Word ids of the translation of every source sentence, in corpus order. beam_size 1 means greedy search;
+    each translation has at most min(max_len_a * source length + max_len_b, max_len) words (search.py). Batches go to
+    the model's device. A batch may carry "index" (B,) with the corpus position of each row (for length-sorted
+    batches); without it the rows are taken to follow each other in corpus order."""
     found: dict[int, list[int]] = {}
     next_position = 0
+    device = next(model.parameters()).device
     for batch in batches:
-        src, src_mask = batch["src"], batch["src_mask"]
+        src, src_mask = batch["src"].to(device), batch["src_mask"].to(device)
         if beam_size == 1:
-            hypotheses = greedy_search(model, src, src_mask, max_len_a, max_len_b)
+            hypotheses = greedy_search(model, src, src_mask, max_len_a, max_len_b, max_len)
         else:
-            hypotheses = beam_search(model, src, src_mask, beam_size, length_penalty, max_len_a, max_len_b)
+            hypotheses = beam_search(model, src, src_mask, beam_size, length_penalty, max_len_a, max_len_b, max_len)
         positions = batch["index"].tolist() if "index" in batch else range(next_position, next_position + len(src))
         next_position += len(src)
         for position, words in zip(positions, hypotheses):
@@ -65,11 +68,12 @@ def translate(model: AttentionNMT, batches: Iterable[dict[str, Tensor]], beam_si
 
 def evaluate_nmt(model: AttentionNMT, batches: Iterable[dict[str, Tensor]], references: Sequence[str],
                  decode: Callable[[list[int]], str], beam_size: int = 5, length_penalty: float = 1.0,
-                 out_path: str | Path | None = None, max_len_a: float = 2.0, max_len_b: int = 10) -> BleuResult:
+                 out_path: str | Path | None = None, max_len_a: float = 2.0, max_len_b: int = 10,
+                 max_len: int | None = None) -> BleuResult:
     """Translate `batches`, turn ids into detokenized text with `decode`, write one translation per line to
     `out_path` (if given) and score them against `references` (detokenized, corpus order) with sacreBLEU."""
     hypotheses = [decode(words) for words in translate(model, batches, beam_size, length_penalty, max_len_a,
-                                                       max_len_b)]
+                                                       max_len_b, max_len)]
     if out_path is not None:
         Path(out_path).write_text("".join(h.replace("\n", " ") + "\n" for h in hypotheses), encoding="utf-8")
     return corpus_bleu(hypotheses, references)
@@ -78,13 +82,15 @@ def evaluate_nmt(model: AttentionNMT, batches: Iterable[dict[str, Tensor]], refe
 @torch.no_grad()
 def heldout_loss(model: torch.nn.Module, batches: Iterable[dict[str, Tensor]],
                  loss_fn: Callable[[torch.nn.Module, dict[str, Tensor]], tuple[Tensor, int]]) -> dict[str, float]:
-    """Token-weighted mean loss of `loss_fn` over `batches` in eval mode, and its perplexity."""
+    """Token-weighted mean loss of `loss_fn` over `batches` (moved to the model's device) in eval mode, and its
+    perplexity."""
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0
+    device = next(model.parameters()).device
     try:
         for batch in batches:
-            loss, n = loss_fn(model, batch)
+            loss, n = loss_fn(model, {key: value.to(device) for key, value in batch.items()})
             total += float(loss) * n
             tokens += n
     finally:

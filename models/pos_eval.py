@@ -50,15 +50,17 @@ class AccuracyCounts:
 
 @torch.no_grad()
 def predict_tags(model: POSTagger, batch: dict[str, Tensor]) -> Tensor:
-    """Most likely tag id at each position: (B, T); padding positions hold -100."""
+    """Most likely tag id at each position: (B, T) on the CPU; padding positions hold -100. The batch is moved to
+    the model's device."""
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     try:
-        predicted = model.score_batch(batch).argmax(-1)  # (B, T)
+        predicted = model.score_batch({key: value.to(device) for key, value in batch.items()}).argmax(-1).cpu()
     finally:
         model.train(was_training)
     steps = predicted.shape[1]
-    real = torch.arange(steps, device=predicted.device)[None, :] < batch["lengths"].to(predicted.device)[:, None]
+    real = torch.arange(steps)[None, :] < batch["lengths"].cpu()[:, None]  # (B, T)
     return predicted.masked_fill(~real, IGNORE_TAG)
 
 

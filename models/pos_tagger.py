@@ -92,27 +92,37 @@ class POSTagger(nn.Module):
         """words (B, T), prefixes/suffixes (B, T, L), lengths (B,) -> tag scores (B, T, n_tags); padded
         positions score 0."""
         batch, steps = words.shape
-        real = torch.arange(steps, device=words.device)[None, :] < lengths.to(words.device)[:, None]  # (B, T)
+        host_lengths = lengths.cpu()  # free when the caller passes CPU lengths (pos_loss); else read before compute
+        real = torch.arange(steps)[None, :] < host_lengths[:, None]  # (B, T) on the CPU
+        # Positions of the real tokens, found on the CPU: a boolean mask on a GPU would wait for the device.
+        flat = real.reshape(-1).nonzero().squeeze(1).to(words.device, non_blocking=True)  # (N,)
+        affix = prefixes.shape[-1]
         # The char LSTMs run only over real tokens (N = sum of lengths), not over sentence padding.
-        reps = self.word_representations(words[real], prefixes[real], suffixes[real])  # (N, D)
-        inputs = reps.new_zeros(batch, steps, reps.shape[-1]).masked_scatter(real[..., None], reps)  # (B, T, D)
-        packed = pack_padded_sequence(self.dropout(inputs), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        reps = self.word_representations(words.reshape(-1)[flat], prefixes.reshape(-1, affix)[flat],
+                                         suffixes.reshape(-1, affix)[flat])  # (N, D)
+        inputs = reps.new_zeros(batch * steps, reps.shape[-1]).index_copy(0, flat, reps)  # (B * T, D)
+        inputs = inputs.view(batch, steps, -1)  # (B, T, D)
+        packed = pack_padded_sequence(self.dropout(inputs), host_lengths, batch_first=True, enforce_sorted=False)
         states, _ = self.word_lstm(packed)
         states, _ = pad_packed_sequence(states, batch_first=True, total_length=steps)  # (B, T, 2 Hw)
         return self.output(self.dropout(states))  # (B, T, n_tags)
 
-    def score_batch(self, batch: dict[str, Tensor]) -> Tensor:
-        """Tag scores (B, T, n_tags) for a POS batch (data/batching.py)."""
-        return self(batch["words"], batch["prefixes"], batch["suffixes"], batch["lengths"])
+    def score_batch(self, batch: dict[str, Tensor], host_lengths: Tensor | None = None) -> Tensor:
+        """Tag scores (B, T, n_tags) for a POS batch (data/batching.py) (host_lengths: its lengths on the CPU, if known)."""
+        lengths = batch["lengths"] if host_lengths is None else host_lengths
+        return self(batch["words"], batch["prefixes"], batch["suffixes"], lengths)
 
 
 def pos_loss(model: POSTagger, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
     """Mean tag negative log-likelihood over the real tokens of the batch, and the number of those tokens."""
-    scores = model.score_batch(batch)  # (B, T, n_tags)
     tags = batch["tags"]  # (B, T), -100 at padding
-    n_tokens = int((tags != IGNORE_TAG).sum())
+    # The lengths and the token count in one read of the device, before any compute is queued: a read after the
+    # forward would stall a GPU's launch queue between forward and backward.
+    counts = torch.cat([batch["lengths"].to(tags.device, torch.int64), (tags != IGNORE_TAG).sum().view(1)]).cpu()
+    n_tokens = int(counts[-1])
     if n_tokens == 0:
         raise ValueError("POS batch has no tagged tokens (all tags are -100)")
+    scores = model.score_batch(batch, counts[:-1])  # (B, T, n_tags)
     loss = F.cross_entropy(scores.reshape(-1, scores.shape[-1]), tags.reshape(-1), ignore_index=IGNORE_TAG,
                            reduction="sum")
     return loss / n_tokens, n_tokens

@@ -4,8 +4,10 @@ Beam search keeps beam_size hypotheses per sentence in one (B * K) batch. A hypo
 slot with its score frozen (it can only be extended by pad at no cost), so finished and open hypotheses compete on
 raw log-probability during the search, as in dl4mt/Nematus; the final choice among a sentence's K hypotheses uses the
 length-normalised score  log p / length ** length_penalty  (length counts eos; 0 disables normalisation). Both
-searches never emit pad or bos; a sentence stops at eos or after max_len_a * source_length + max_len_b words
-(source length with eos), so a sentence's translation does not depend on the other sentences of its batch.
+searches never emit pad or bos; a sentence stops at eos or after min(max_len_a * source_length + max_len_b, max_len)
+words (source length with eos; max_len None: no cap), so a sentence's translation does not depend on the other
+sentences of its batch, and the batch stops as soon as every sentence has. Sorting sentences by length before
+batching keeps one long sentence from holding up the short ones.
 
 Usage:
     hypotheses = beam_search(model, batch["src"], batch["src_mask"], beam_size=5)   # list of word-id lists
@@ -19,9 +21,12 @@ from torch import Tensor
 from .nmt import BOS, EOS, PAD, AttentionNMT
 
 
-def _max_steps(src_mask: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
-    """Per-sentence limit on generated words (eos included): (B,) >= 1, from the source length (eos included)."""
-    return (max_len_a * src_mask.sum(1).float() + max_len_b).long().clamp(min=1)
+def _max_steps(src_mask: Tensor, max_len_a: float, max_len_b: int, max_len: int | None = None) -> Tensor:
+    """Per-sentence limit on generated words (eos included): (B,) in [1, max_len], from the source length (eos
+    included)."""
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"max_len must be >= 1 or None, got {max_len}")
+    return (max_len_a * src_mask.sum(1).float() + max_len_b).long().clamp(min=1, max=max_len)
 
 
 def _forbid(log_probs: Tensor, finished: Tensor) -> Tensor:
@@ -45,7 +50,7 @@ def _strip(rows: list[list[int]]) -> list[list[int]]:
 
 @torch.no_grad()
 def greedy_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, max_len_a: float = 2.0,
-                  max_len_b: int = 10) -> list[list[int]]:
+                  max_len_b: int = 10, max_len: int | None = None) -> list[list[int]]:
     """src (B, S), src_mask (B, S) -> for each sentence the most likely word at each step, without bos/eos."""
     was_training = model.training
     model.eval()
@@ -54,7 +59,7 @@ def greedy_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, max_len_a:
         state = encoded.initial_state  # (B, H)
         previous = torch.full((src.shape[0],), BOS, dtype=torch.long, device=src.device)
         finished = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
-        limits = _max_steps(src_mask, max_len_a, max_len_b)  # (B,)
+        limits = _max_steps(src_mask, max_len_a, max_len_b, max_len)  # (B,)
         words = []
         for step in range(int(limits.max())):
             log_probs, state = model.decode_step(previous, state, encoded)  # (B, V)
@@ -70,7 +75,7 @@ def greedy_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, max_len_a:
 
 @torch.no_grad()
 def beam_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, beam_size: int = 5, length_penalty: float = 1.0,
-                max_len_a: float = 2.0, max_len_b: int = 10) -> list[list[int]]:
+                max_len_a: float = 2.0, max_len_b: int = 10, max_len: int | None = None) -> list[list[int]]:
     """src (B, S), src_mask (B, S) -> for each sentence the best of beam_size hypotheses (without bos/eos) by
     log p / length ** length_penalty."""
     vocab = model.config.tgt_words
@@ -91,7 +96,7 @@ def beam_search(model: AttentionNMT, src: Tensor, src_mask: Tensor, beam_size: i
         finished = torch.zeros(batch * k, dtype=torch.bool, device=device)
         lengths = torch.zeros(batch * k, device=device)
         row_offset = (torch.arange(batch, device=device) * k)[:, None]  # (B, 1)
-        limits = _max_steps(src_mask, max_len_a, max_len_b).repeat_interleave(k)  # (B*K,)
+        limits = _max_steps(src_mask, max_len_a, max_len_b, max_len).repeat_interleave(k)  # (B*K,)
         for step in range(int(limits.max())):
             log_probs, state = model.decode_step(previous, state, encoded)  # (B*K, V)
             candidates = scores.reshape(-1, 1) + _forbid(log_probs, finished)  # (B*K, V)

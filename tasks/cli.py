@@ -52,6 +52,8 @@ def train_parser() -> argparse.ArgumentParser:
                    help="hogwild: lock-free async; sync: averaged gradients each step; single: one worker")
     g.add_argument("--preset", choices=PRESETS, default="small", help="model sizes (paper: the papers' sizes)")
     g.add_argument("--threads-per-worker", type=int, default=1, metavar="N", help="torch threads per worker")
+    g.add_argument("--amp", choices=("bf16",), default=None, help="bf16: forward under autocast (GPU workers); "
+                   "parameters and optimizer state stay fp32")
     g.add_argument("--data-assignment", choices=("queue", "partition"), default="queue",
                    help="queue: workers share one batch queue; partition: a fixed shard per worker")
     g = p.add_argument_group("data (no --train: the built-in synthetic task)")

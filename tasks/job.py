@@ -37,16 +37,3 @@ class TaskJob:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.save_vocabularies(run_dir)
         (run_dir / MODEL_FILE).write_text(json.dumps(self.model_spec, indent=2) + "\n", encoding="utf-8")
-
-
-def limit_batches(batches: list[dict], limit: int | None, key: str) -> list[dict]:
-    """The first batches holding at least `limit` sentences (all of them when limit is None)."""
-    if limit is None:
-        return batches
-    kept, count = [], 0
-    for batch in batches:
-        if count >= limit:
-            break
-        kept.append(batch)
-        count += batch[key].shape[0]
-    return kept

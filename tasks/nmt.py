@@ -1,8 +1,11 @@
 """The NMT job: parallel corpus (or the synthetic task) -> vocabularies -> attention GRU translator -> held-out BLEU;
 and translating new text with a trained run directory.
 
-During training the held-out set is translated greedily (fast); at the end the best checkpoint translates it with
-`--beam` and the translations are written to `<run dir>/dev.hyp` (and `test.hyp` with `--test`).
+During training a fixed seeded sample of the held-out set (`--eval-sentences`, default 500) is translated greedily
+(fast) for the periodic checks and best.pt; the engine's final evaluation translates all of it. At the end the best
+checkpoint translates it with `--beam` and the translations are written to `<run dir>/dev.hyp` (and `test.hyp` with
+`--test`). Every evaluation is bounded: batches sorted by length, pairs cut to heldout.EVAL_MAX_LEN units (counted
+in the job's info as dev_truncated), translations capped at heldout.DECODE_MAX_LEN words.
 
 Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_dir, spec, state).translate(lines)`
 """
@@ -23,7 +26,8 @@ from hogwild.data.text import MosesText, tokenize_lines
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
-from hogwild.tasks.job import TaskJob, limit_batches
+from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, nmt_heldout
+from hogwild.tasks.job import TaskJob
 
 TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
 
@@ -48,29 +52,34 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
                         dropout=options.dropout)
     torch.manual_seed(options.seed)
     model = AttentionNMT(config)
-    dev_batches = limit_batches(list(dataset.dev.epoch(0)), options.dev_limit, "src")
-    references = dataset.dev_references[:sum(b["src"].shape[0] for b in dev_batches)]
-    sources = dataset.dev_sources[:len(references)]
+    count = min(options.dev_limit or len(dataset.dev_references), len(dataset.dev_references))
+    full = nmt_heldout(dataset.dev, count)
+    periodic = nmt_heldout(dataset.dev, count, sample=options.eval_sentences, seed=options.seed)
+    references, sources = dataset.dev_references[:count], dataset.dev_sources[:count]
 
-    def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
-        hypotheses = [dataset.decode(ids) for ids in translate(snapshot, dev_batches, beam_size=1)]
-        loss = heldout_loss(snapshot, dev_batches, nmt_loss)
-        return {"bleu": corpus_bleu(hypotheses, references).bleu, "loss": loss["loss"],
+    def evaluate(snapshot: torch.nn.Module, final: bool = False) -> dict[str, float]:
+        """Greedy BLEU and loss: on the periodic sample during training, on the whole held-out set when final."""
+        heldout = full if final else periodic
+        hypotheses = [dataset.decode(ids) for ids in translate(snapshot, heldout.batches, beam_size=1,
+                                                            max_len=DECODE_MAX_LEN)]
+        loss = heldout_loss(snapshot, heldout.batches, nmt_loss)
+        return {"bleu": corpus_bleu(hypotheses, [references[i] for i in heldout.rows]).bleu, "loss": loss["loss"],
                 "perplexity": loss["perplexity"]}
 
     def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
         (run_dir / "dev.src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
         (run_dir / "dev.ref").write_text("".join(r + "\n" for r in references), encoding="utf-8")
-        dev = evaluate_nmt(best, dev_batches, references, dataset.decode, beam_size=options.beam,
-                           out_path=run_dir / "dev.hyp")
+        dev = evaluate_nmt(best, full.batches, references, dataset.decode, beam_size=options.beam,
+                           out_path=run_dir / "dev.hyp", max_len=DECODE_MAX_LEN)
         results = {"dev": {"bleu": dev.bleu, "beam": options.beam, "sentences": dev.sentences,
                            "signature": dev.signature}}
         if options.test:
             test = read_parallel(options.test, options.src_lang, options.tgt_lang, None,
                                  lambda lines, lang: tokenize_lines(lines, lang), options.encoding)
             data = ParallelData.tensorize(list(zip(test.src, test.tgt)), dataset.src_vocab, dataset.tgt_vocab)
-            scored = evaluate_nmt(best, NmtBatcher(data, 64, shuffle=False).epoch(0), test.tgt_lines, dataset.decode,
-                                  beam_size=options.beam, out_path=run_dir / "test.hyp")
+            test_set = nmt_heldout(NmtBatcher(data, EVAL_BATCH, shuffle=False), len(data))
+            scored = evaluate_nmt(best, test_set.batches, test.tgt_lines, dataset.decode, beam_size=options.beam,
+                                  out_path=run_dir / "test.hyp", max_len=DECODE_MAX_LEN)
             results["test"] = {"bleu": scored.bleu, "beam": options.beam, "sentences": scored.sentences,
                                "signature": scored.signature}
         return results
@@ -83,7 +92,8 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
     return TaskJob("nmt", model, nmt_loss, list(dataset.train.epoch(0)), evaluate, "bleu", spec, save, finish,
-                   dict(dataset.info, dev_eval_sentences=len(references)))
+                   dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
+                        dev_truncated=full.truncated))
 
 
 class Translator:

@@ -26,8 +26,8 @@ PRESETS = ("small", "paper")
 
 # Per-task defaults used when a flag is left at None (paper values where the paper gives one).
 _TASK_DEFAULTS = {
-    "pos": {"batch_size": 1, "clip_norm": None},
-    "nmt": {"batch_size": 64, "clip_norm": 1.0},
+    "pos": {"batch_size": 1, "clip_norm": None, "eval_sentences": None},
+    "nmt": {"batch_size": 64, "clip_norm": 1.0, "eval_sentences": 500},
 }
 _SYNTHETIC_BATCH = {"pos": 1, "nmt": 32}
 
@@ -59,6 +59,8 @@ class RunOptions:
     encoding: str = "utf-8"
     train_limit: int | None = None  # NMT: read only the first N training pairs
     dev_limit: int | None = None  # evaluate on the first N held-out sentences only (faster evaluations)
+    eval_sentences: int | None = None  # periodic checks score a seeded sample of this many of them, the final
+    #                                    evaluation all (None: NMT 500 - greedy decoding is slow -, POS all)
     max_len: int = 50  # NMT: drop training pairs longer than this (paper: 50)
     vocab_size: int = 15000  # NMT: words per side (paper: 15,000)
     synthetic_size: int | None = None  # sentences/pairs of the synthetic task (default 2000 / 5000)
@@ -83,6 +85,7 @@ class RunOptions:
     # --- engine ---
     data_assignment: str = "queue"
     threads_per_worker: int = 1
+    amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
     checkpoint_every: int | None = None
     log_every: int | None = None
     seed: int = 0
@@ -116,8 +119,8 @@ class RunOptions:
                      "n_push", "n_fetch"):
             if getattr(self, name) < 1:
                 _fail(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
-        for name in ("word_column", "tag_column", "train_limit", "dev_limit", "synthetic_size", "batch_size",
-                     "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every"):
+        for name in ("word_column", "tag_column", "train_limit", "dev_limit", "eval_sentences", "synthetic_size",
+                     "batch_size", "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 _fail(name.replace("_", "-"), f"must be >= 1, got {value}")
@@ -169,6 +172,8 @@ class RunOptions:
                 "batch_size"]
         if values["clip_norm"] is None:
             values["clip_norm"] = _TASK_DEFAULTS[self.task]["clip_norm"]
+        if values["eval_sentences"] is None:
+            values["eval_sentences"] = _TASK_DEFAULTS[self.task]["eval_sentences"]
         if values["lr"] is None:
             values["lr"] = default_lr(self.task, self.optimizer)
         if values["lr_decay"] is None:
@@ -199,7 +204,7 @@ class RunOptions:
             eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, best_metric=best_metric,
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
             checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
-            seed=self.seed, data_assignment=self.data_assignment)
+            seed=self.seed, data_assignment=self.data_assignment, amp=self.amp)
 
     def dist_config(self):
         """The MPI module's DistConfig for these options."""

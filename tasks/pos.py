@@ -18,7 +18,8 @@ from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_datas
 from hogwild.data.readers import read_tagged
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
-from hogwild.tasks.job import TaskJob, limit_batches
+from hogwild.tasks.heldout import pos_heldout
+from hogwild.tasks.job import TaskJob
 
 
 def _read(path: str, options) -> list:
@@ -52,13 +53,20 @@ def pos_job(options, dataset: PosDataset | None = None) -> TaskJob:
                         n_tags=len(dataset.tags), dropout=options.dropout)
     torch.manual_seed(options.seed)
     model = POSTagger(config)
-    dev_batches = limit_batches(list(dataset.dev.epoch(0)), options.dev_limit, "lengths")
+    count = min(options.dev_limit or dataset.dev.size, dataset.dev.size)
+    full = pos_heldout(dataset.dev, count)
+    periodic = pos_heldout(dataset.dev, count, sample=options.eval_sentences, seed=options.seed)
 
-    def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
-        return evaluate_pos(snapshot, dev_batches)
+    if len(periodic.rows) == count:  # every evaluation scores the same sentences: all compete for best.pt
+        def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
+            return evaluate_pos(snapshot, full.batches)
+    else:
+        def evaluate(snapshot: torch.nn.Module, final: bool = False) -> dict[str, float]:
+            """Accuracy on the periodic sample during training, on every held-out sentence when final."""
+            return evaluate_pos(snapshot, (full if final else periodic).batches)
 
     def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
-        results: dict[str, Any] = {"dev": evaluate_pos(best, dev_batches)}
+        results: dict[str, Any] = {"dev": evaluate_pos(best, full.batches)}
         if options.test:
             test = TaggedData.tensorize(_read(options.test, options), dataset.words, dataset.chars, dataset.tags)
             results["test"] = evaluate_pos(best, PosBatcher(test, 32, shuffle=False).epoch(0))
@@ -66,7 +74,7 @@ def pos_job(options, dataset: PosDataset | None = None) -> TaskJob:
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
     return TaskJob("pos", model, pos_loss, list(dataset.train.epoch(0)), evaluate, "accuracy", spec, dataset.save,
-                   finish, dict(dataset.info, dev_eval_sentences=sum(b["lengths"].shape[0] for b in dev_batches)))
+                   finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 
 class PosTagging:

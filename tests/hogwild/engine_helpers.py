@@ -121,3 +121,48 @@ def serial_reference(model: nn.Module, loss_fn, batches: list, optimizer: torch.
             optimizer.step()
             losses.append(loss.item())
     return losses
+
+
+def flagged_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """mse_loss that raises once the file named by $HOGWILD_TEST_FAIL_FLAG exists (a worker failure at a moment the
+    test chooses)."""
+    if os.path.exists(os.environ["HOGWILD_TEST_FAIL_FLAG"]):
+        raise RuntimeError("deliberate failure: the flag file exists")
+    time.sleep(0.01)
+    return mse_loss(model, batch)
+
+
+def delayed_reference(model: nn.Module, loss_fn, batches: list, optimizer: torch.optim.Optimizer, epochs: int,
+                      seed: int, shuffle: bool = True) -> list[float]:
+    """The torch loop a worker with overlapped updates must reproduce: each step computes on a copy of the
+    parameters pulled before the previous step's update lands (one step of delay), and the last update lands
+    at the end."""
+    import copy
+    losses, pending, net = [], None, copy.deepcopy(model)
+    for epoch in range(epochs):
+        for index in epoch_order(len(batches), seed, epoch, shuffle):
+            with torch.no_grad():
+                for replica, param in zip(net.parameters(), model.parameters()):
+                    replica.copy_(param)  # the pull
+            if pending is not None:  # the previous update lands after the pull
+                for param, grad in zip(model.parameters(), pending):
+                    param.grad = grad
+                optimizer.step()
+            torch.manual_seed(batch_seed(seed, epoch, int(index)))
+            net.zero_grad(set_to_none=True)
+            out = loss_fn(net, batches[int(index)])
+            loss = out[0] if isinstance(out, tuple) else out
+            loss.backward()
+            pending = [None if p.grad is None else p.grad.clone() for p in net.parameters()]
+            losses.append(loss.item())
+    if pending is not None:
+        for param, grad in zip(model.parameters(), pending):
+            param.grad = grad
+        optimizer.step()
+    return losses
+
+
+def bf16_mse_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """mse_loss with its forward under CPU bf16 autocast (the serial reference of Config.amp='bf16')."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return mse_loss(model, batch)

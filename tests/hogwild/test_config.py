@@ -71,3 +71,36 @@ def test_round_trip_through_dict():
 def test_invalid_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^Config\.{field}: "):
         Config(**kwargs)
+
+
+def test_evaluation_device_and_budget():
+    assert Config(workers=2).evaluation_device() == "cpu"
+    assert Config(devices=["cuda:1", "cuda:0"]).evaluation_device() == "cuda:1"  # 'auto': the first worker's GPU
+    assert Config(devices=["cuda:0"], eval_device="cpu").evaluation_device() == "cpu"
+    assert Config(eval_device="cpu-replica").evaluation_device() == "cpu"
+    assert Config().eval_budget == 0.1 and Config(eval_budget=0).eval_budget == 0
+    for bad in (1.5, -0.1, float("nan"), "x"):
+        with pytest.raises(ValueError, match=r"^Config\.eval_budget: "):
+            Config(eval_budget=bad)
+
+
+@pytest.mark.parametrize("kwargs, field, message", [
+    ({"devices": ["cuda:0", "cuda:1", "cuda:0"], "mode": "sync"}, "devices", "cuda:0 appears more than once"),
+    ({"devices": ["cuda", "cuda:0"], "mode": "sync"}, "devices", "cuda:0 appears more than once"),
+    ({"overlap_update": True}, "overlap_update", "device workers"),
+    ({"devices": ["cpu-replica"] * 2, "mode": "sync", "overlap_update": True}, "overlap_update", "sync"),
+    ({"overlap_update": "yes"}, "overlap_update", "True or False"),
+    ({"fused_step": True, "optimizer": "rmsprop"}, "fused_step", "fused CPU kernel"),
+    ({"amp": "fp16"}, "amp", "bf16"),
+    ({"pin_shared": 1}, "pin_shared", "True or False"),
+    ({"sparse_pull": True, "mode": "sync", "devices": ["cpu-replica"] * 2}, "sparse_pull", "sync"),
+])
+def test_device_options_are_validated(kwargs, field, message):
+    with pytest.raises(ValueError, match=f"Config.{field}: .*{message}"):
+        Config(**kwargs)
+
+
+def test_one_gpu_per_worker_is_only_required_in_sync_mode():
+    config = Config(devices=["cuda:0", "cuda:0"])  # Hogwild workers may share a GPU
+    assert config.workers == 2
+    assert Config(devices=["cuda:0", "cuda:1"], mode="sync").workers == 2

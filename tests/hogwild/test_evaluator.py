@@ -78,3 +78,73 @@ def test_evaluator_state_round_trip_keeps_best_and_patience():
     resumed(3)
     assert resumed.should_stop and resumed.best_value == 0.7  # 0.65 did not beat the best from before resume
     assert [h["acc"] for h in resumed.history] == [0.7, 0.6, 0.65]
+
+
+def test_takes_final_reads_the_signature():
+    import functools
+
+    from hogwild.evaluator import takes_final
+
+    def plain(model):
+        return {}
+
+    def with_final(model, final=False):
+        return {}
+
+    def with_kwargs(model, **options):
+        return {}
+
+    assert not takes_final(plain) and not takes_final(lambda m: {})
+    assert takes_final(with_final) and takes_final(with_kwargs)
+    assert takes_final(functools.partial(with_final)) and not takes_final(functools.partial(plain))
+
+
+def test_final_evaluation_of_an_evaluate_taking_final_is_reported_not_compared():
+    model, calls, best = torch.nn.Linear(2, 1), [], []
+
+    def evaluate(snapshot, final=False):  # the final one scores the whole set: higher numbers, other data
+        calls.append(final)
+        return {"acc": 0.9 if final else 0.5 + 0.1 * len(calls)}
+
+    evaluator = Evaluator(model, evaluate, hogwild.Config(best_metric="acc"),
+                          on_best=lambda state, metrics, updates: best.append(updates))
+    evaluator(10)
+    evaluator(20)
+    evaluator(30, final=True)
+    assert calls == [False, False, True] and best == [10, 20]
+    assert evaluator.best_step == 20 and evaluator.best_metrics == {"acc": pytest.approx(0.7)}
+    assert [h["final"] for h in evaluator.history] == [False, False, True]
+    alone = Evaluator(model, evaluate, hogwild.Config(best_metric="acc"))
+    alone(5, final=True)  # no periodic evaluation ran: the final one is the best
+    assert alone.best_step == 5
+    legacy = Evaluator(model, scripted([0.5, 0.9], []), hogwild.Config(best_metric="acc"))
+    legacy(10)
+    legacy(20, final=True)  # evaluate(model) scores the same data every time: the final one competes
+    assert legacy.best_step == 20
+
+
+def test_the_snapshot_lives_on_the_evaluation_device():
+    model = torch.nn.Linear(2, 1)
+    assert Evaluator(model, lambda m: {"a": 1.0}, hogwild.Config(workers=2)).private.weight.device.type == "cpu"
+    assert Evaluator(model, lambda m: {"a": 1.0},
+                     hogwild.Config(devices=["cpu-replica"])).private.weight.device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_evaluates_on_the_first_worker_gpu_with_cpu_batches():
+    from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
+    from hogwild.models.nmt_eval import heldout_loss, translate
+    from tests.models.conftest import nmt_batch
+
+    torch.manual_seed(0)
+    model = AttentionNMT(NMTConfig(src_words=25, tgt_words=25, embedding=8, hidden=8, attention=8, readout=8))
+    batch = nmt_batch([5, 3], [4, 2], seed=1)
+
+    def evaluate(snapshot):
+        assert next(snapshot.parameters()).device.type == "cuda"
+        return {"loss": heldout_loss(snapshot, [batch], nmt_loss)["loss"],
+                "words": float(sum(map(len, translate(snapshot, [batch], beam_size=2))))}
+
+    on_gpu = Evaluator(model, evaluate, hogwild.Config(devices=["cuda:0"]))(1)
+    on_cpu = heldout_loss(model, [batch], nmt_loss)["loss"]
+    assert on_gpu["loss"] == pytest.approx(on_cpu, rel=1e-4)

@@ -374,3 +374,23 @@ def test_concurrent_workers_on_disjoint_rows_match_a_serial_run():
     torch.testing.assert_close(params[0].detach(), ref[0].detach(), rtol=0, atol=0)
     torch.testing.assert_close(opt.state[0]["momentum_buffer"], ref_opt.state[0]["momentum_buffer"], rtol=0, atol=0)
     assert torch.equal(params[0].detach()[[3, 4, 7, 8]], sparse_params()[0].detach()[[3, 4, 7, 8]])
+
+
+@pytest.mark.parametrize("name, hyper, cls, kwargs", [case for case in CASES if case[0] in FUSED],
+                         ids=[i for i, case in zip(CASE_IDS, CASES) if case[0] in FUSED])
+def test_attach_fused_steps_exactly_like_torchs_fused_optimizer(name, hyper, cls, kwargs):
+    params = [p.requires_grad_() for p in shared_params()]
+    opt = SharedOptimizer(params, name, **hyper)
+    opt.attach(params, fused=True)  # as a worker with Config.fused_step does
+    for lr, (x, y) in zip(LRS, batches()):
+        backward(params, x, y)
+        opt.step(lr)
+    ref_params, _ = train_serial(cls, {**kwargs, "fused": True})
+    for p, ref in zip(params, ref_params):
+        torch.testing.assert_close(p.detach(), ref.detach(), rtol=0, atol=0)
+
+
+def test_attach_fused_is_refused_without_a_fused_kernel():
+    params = [p.requires_grad_() for p in shared_params()]
+    with pytest.raises(ValueError, match="no fused kernel"):
+        SharedOptimizer(params, "rmsprop").attach(params, fused=True)

@@ -167,3 +167,34 @@ def test_diverged_parameters_fail_the_run_instead_of_skipping_forever(tmp_path, 
 def test_max_nonfinite_in_a_row_is_validated():
     with pytest.raises(ValueError, match="max_nonfinite_in_a_row"):
         config(max_nonfinite_in_a_row=0)
+
+
+def test_device_options_turn_the_gpu_speedups_on_for_cuda_workers_only():
+    from hogwild.worker import device_options
+    auto = hogwild.Config()
+    assert device_options(auto, "cuda:1", "adam") == {"overlap": True, "fused": True, "pin": True}
+    assert device_options(auto, "cuda:0", "rmsprop")["fused"] is False  # torch has no fused RMSprop
+    assert device_options(auto, "cpu-replica", "adam") == {"overlap": False, "fused": False, "pin": False}
+    assert device_options(auto, "cpu", "adam") == {"overlap": False, "fused": False, "pin": False}
+    forced = hogwild.Config(devices=["cpu-replica"], overlap_update=True, fused_step=True, pin_shared=False)
+    assert device_options(forced, "cpu-replica", "adam") == {"overlap": True, "fused": True, "pin": False}
+    assert device_options(forced, "cpu", "adam")["overlap"] is False  # 'cpu' workers update in place
+    off = hogwild.Config(devices=["cuda:0"], overlap_update=False, fused_step=False, pin_shared=False)
+    assert device_options(off, "cuda:0", "adam") == {"overlap": False, "fused": False, "pin": False}
+
+
+def test_gradient_stats_read_the_norm_or_the_check_and_the_loss():
+    from hogwild.worker import gradient_stats
+    weight = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    check = GradientCheck([weight])
+    loss = (weight * torch.tensor([1.0, 2.0])).sum()
+    loss.backward()  # grad (1, 2): sum 3, norm sqrt(5)
+    assert gradient_stats([weight], check, None, loss) == (True, None, 11.0)
+    usable, scale, value = gradient_stats([weight], None, 1.0, loss)
+    assert usable and value == 11.0 and scale == pytest.approx(1.0 / (5 ** 0.5 + 1e-6))
+    assert gradient_stats([weight], None, 10.0, loss)[1] is None  # under the limit: no clipping
+    weight.grad[0] = float("nan")
+    check.sums.append(weight.grad.sum())
+    assert gradient_stats([weight], check, None, loss)[0] is False
+    assert gradient_stats([weight], None, 1.0, loss)[:2] == (False, None)
+    assert gradient_stats([weight], None, None, loss) == (True, None, 11.0)  # nothing checked

@@ -71,3 +71,27 @@ def test_heldout_loss_is_token_weighted(make_nmt_batch):
     assert metrics["tokens"] == na + nb == 2 + 1 + 5 + 1 + 1 + 1
     assert metrics["loss"] == pytest.approx((la.item() * na + lb.item() * nb) / (na + nb), abs=1e-6)
     assert metrics["perplexity"] == pytest.approx(torch.exp(torch.tensor(metrics["loss"])).item(), rel=1e-5)
+
+
+def test_evaluation_moves_cpu_batches_to_the_model_device(monkeypatch):
+    """Batches follow next(model.parameters()).device (the 'meta' device stands in for a GPU here)."""
+    import hogwild.models.nmt_eval as nmt_eval
+
+    model = torch.nn.Linear(2, 2).to("meta")
+    batch = {"src": torch.ones(2, 3, dtype=torch.long), "src_mask": torch.ones(2, 3, dtype=torch.bool),
+             "tgt": torch.ones(2, 4, dtype=torch.long), "tgt_mask": torch.ones(2, 4, dtype=torch.bool)}
+    seen = []
+
+    def loss_fn(m, b):
+        seen.append(sorted({v.device.type for v in b.values()}))
+        return torch.tensor(2.0), 3
+
+    assert heldout_loss(model, [batch], loss_fn)["loss"] == 2.0 and seen == [["meta"]]
+
+    def greedy(m, src, src_mask, *limits):
+        seen.append([src.device.type, src_mask.device.type, *limits])
+        return [[4]] * len(src)
+
+    monkeypatch.setattr(nmt_eval, "greedy_search", greedy)
+    assert translate(model, [batch], beam_size=1, max_len=7) == [[4], [4]]
+    assert seen[-1] == ["meta", "meta", 2.0, 10, 7]

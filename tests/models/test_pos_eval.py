@@ -76,3 +76,25 @@ def test_evaluate_pos_rejects_empty_input():
                                 word_hidden=4))
     with pytest.raises(ValueError, match="no tagged token"):
         evaluate_pos(model, [])
+
+
+def test_tags_are_predicted_on_the_model_device_and_counted_on_the_cpu(make_pos_batch):
+    """predict_tags moves the batch to the model's device ('meta' stands in for a GPU) and returns CPU tags."""
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1, device="meta"))
+            self.devices = []
+
+        def score_batch(self, batch):
+            self.devices.append(sorted({v.device.type for v in batch.values()}))
+            scores = torch.zeros(*batch["words"].shape, 7)
+            scores[..., 2] = 1.0  # always tag 2
+            return scores
+
+    batch = make_pos_batch([3, 1])
+    model = Recorder()
+    metrics = evaluate_pos(model, [batch])
+    real = batch["tags"] != -100
+    assert model.devices == [["meta"]]
+    assert metrics["accuracy"] == float((batch["tags"][real] == 2).float().mean())

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from hogwild.models.nmt import EOS, AttentionNMT, EncoderOutput, NMTConfig, nmt_loss
-from hogwild.models.search import beam_search, greedy_search
+from hogwild.models.search import _max_steps, beam_search, greedy_search
 
 
 def train_tiny(batch, steps=200):
@@ -91,3 +91,28 @@ def test_bad_search_arguments():
         beam_search(model, src, mask, beam_size=0)
     with pytest.raises(ValueError, match="length_penalty must be >= 0"):
         beam_search(model, src, mask, beam_size=2, length_penalty=-1.0)
+
+
+def test_max_len_bounds_a_long_sentence_and_the_batch_stops_with_it(make_nmt_batch):
+    """A 400-word source would allow 2 * 401 + 10 = 812 steps; max_len caps every sentence (and so the batch)."""
+    torch.manual_seed(0)
+    model = AttentionNMT(NMTConfig(src_words=25, tgt_words=25, embedding=8, hidden=8, attention=8, readout=8))
+    batch = make_nmt_batch([400, 4], [1, 1], seed=5)
+    steps = []
+    decode_step = model.decode_step
+
+    def counted(*args):
+        steps.append(1)
+        return decode_step(*args)
+
+    model.decode_step = counted
+    assert _max_steps(batch["src_mask"], 2.0, 10).tolist() == [812, 20]
+    assert _max_steps(batch["src_mask"], 2.0, 10, max_len=15).tolist() == [15, 15]
+    for search in (greedy_search, lambda m, s, k, **kw: beam_search(m, s, k, beam_size=3, **kw)):
+        steps.clear()
+        capped = search(model, batch["src"], batch["src_mask"], max_len=15)
+        assert len(steps) <= 15 and all(len(words) <= 15 for words in capped)
+        alone = search(model, batch["src"][1:, :5], batch["src_mask"][1:, :5], max_len=15)
+        assert capped[1] == alone[0]  # the short sentence's translation does not depend on the long one
+    with pytest.raises(ValueError, match="max_len must be >= 1"):
+        greedy_search(model, batch["src"], batch["src_mask"], max_len=0)

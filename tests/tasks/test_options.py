@@ -63,3 +63,11 @@ def test_nmt_prefix_is_accepted_when_its_language_files_exist(tmp_path):
     (tmp_path / "train.fr").write_text("a\n")
     (tmp_path / "train.en").write_text("b\n")
     assert RunOptions(task="nmt", train=[str(tmp_path / "train")]).train == [str(tmp_path / "train")]
+
+
+def test_eval_sentences_defaults_per_task_and_is_checked():
+    assert RunOptions(task="nmt").resolved().eval_sentences == 500  # greedy decoding of the periodic sample
+    assert RunOptions(task="pos").resolved().eval_sentences is None  # tagging all of dev is cheap
+    assert RunOptions(task="nmt", eval_sentences=50).resolved().eval_sentences == 50
+    with pytest.raises(ValueError, match="^--eval-sentences: must be >= 1"):
+        RunOptions(eval_sentences=0)

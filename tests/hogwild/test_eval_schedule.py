@@ -1,0 +1,208 @@
+"""hogwild.eval_schedule: the evaluation budget's arithmetic, evaluations on a thread beside the parent's loop, and
+through train: the loop keeps checkpointing, stopping on time and noticing failures while evaluate runs; an evaluate
+that raises stops the run after a checkpoint."""
+import json
+import multiprocessing
+import threading
+import time
+
+import pytest
+import torch
+
+import hogwild
+from hogwild.eval_schedule import EvalBudget, PeriodicEvaluation
+from hogwild.evaluator import EvaluationFailed, Evaluator
+from tests.hogwild import engine_helpers as H
+
+
+def test_budget_spaces_evaluations_by_their_measured_time():
+    budget = EvalBudget(0.1, started=100.0)
+    assert budget.allows(100.0)  # nothing measured yet
+    budget.add(2.0)  # next: 100 + (2 + 2) / 0.1 - 2 = 138, so that 4 s of 40 s are evaluation
+    assert budget.earliest_start() == pytest.approx(138.0)
+    assert not budget.allows(137.9) and budget.allows(138.0)
+    budget.add(4.0)  # spent 6, last 4: 100 + 10 / 0.1 - 4 = 196
+    assert budget.earliest_start() == pytest.approx(196.0)
+    for share in (None, 0):
+        unlimited = EvalBudget(share, started=5.0)
+        unlimited.add(1000.0)
+        assert unlimited.allows(5.0)
+
+
+def _clocked(seconds_per_call):
+    """A fake clock and an evaluate() that advances it by the next of seconds_per_call."""
+    now, durations = [0.0], iter(seconds_per_call)
+
+    def evaluate(model):
+        now[0] += next(durations)
+        return {"acc": now[0]}
+
+    return now, evaluate
+
+
+def test_periodic_evaluation_follows_the_schedule_the_budget_and_one_at_a_time():
+    now, evaluate = _clocked([3.0, 1.0, 0.5])
+    config = hogwild.Config(eval_every=10, eval_budget=0.25)
+    evaluator = Evaluator(torch.nn.Linear(2, 1), evaluate, config)
+    periodic = PeriodicEvaluation(evaluator, config, 0, clock=lambda: now[0])
+    assert not periodic.maybe_start(9)  # not due
+    assert periodic.maybe_start(10)
+    assert not periodic.maybe_start(30)  # one at a time
+    periodic.thread.join()
+    assert periodic.poll() == (10, {"acc": 3.0})
+    assert periodic.poll() is None
+    # took 3 s: the next may start at 0 + (3 + 3) / 0.25 - 3 = 21 (the clock reads 3 now)
+    assert not periodic.maybe_start(25)
+    now[0] = 20.9
+    assert not periodic.maybe_start(25)
+    now[0] = 21.0
+    assert periodic.maybe_start(25)
+    assert periodic.finish() == (25, {"acc": 22.0})
+    # spent 4, last 1: the budget allows from (4 + 1) / 0.25 - 1 = 19 on (the clock reads 22); due at 25 + 10
+    assert periodic.budget.earliest_start() == pytest.approx(19.0)
+    assert not periodic.maybe_start(34) and periodic.maybe_start(35)
+    assert periodic.finish() == (35, {"acc": 22.5})
+    assert [h["updates"] for h in evaluator.history] == [10, 25, 35]
+
+
+def test_a_failing_periodic_evaluation_raises_naming_evaluate_and_the_update():
+    def evaluate(model):
+        raise ValueError("no held-out data")
+
+    config = hogwild.Config(eval_every=1)
+    periodic = PeriodicEvaluation(Evaluator(torch.nn.Linear(2, 1), evaluate, config), config, 0)
+    assert periodic.maybe_start(3)
+    with pytest.raises(EvaluationFailed, match=r"evaluate\(\) failed .* at update 3: ValueError: no held-out data"):
+        periodic.finish()
+
+
+def _records(run_dir):
+    """metrics.jsonl's complete lines (the parent may be writing the next one)."""
+    text = (run_dir / "metrics.jsonl").read_text()
+    return [json.loads(line) for line in text.split("\n")[:-1]]
+
+
+def test_loop_checkpoints_and_stops_on_time_while_an_evaluation_runs(tmp_path):
+    """The first evaluation lasts until the run has stopped for its time limit; meanwhile the loop logs and
+    checkpoints. Evaluations are recorded in order, the one that was running included."""
+    batches, calls = H.regression_batches(n=16), []
+
+    def evaluate(model, final=False):
+        calls.append({"final": final, "start": len(_records(tmp_path))})
+        if len(calls) == 1:  # hold the first evaluation until the parent has written the stop record
+            while not any(r["kind"] == "stop" for r in _records(tmp_path)):
+                threading.Event().wait(0.05)
+        calls[-1]["end"] = len(_records(tmp_path))
+        return {"loss": H.dataset_loss(model, batches)}
+
+    result = hogwild.train(H.regression_model(), H.slow_loss, batches, hogwild.Config(
+        workers=2, epochs=100000, time_limit=2.0, eval_every=3, eval_budget=None, checkpoint_every=3, log_every=3,
+        lr=0.01, checkpoint_dir=str(tmp_path), progress=False, tensorboard=False), evaluate=evaluate)
+    assert result.stop_reason == "time_limit"
+    records = _records(tmp_path)
+    during = records[calls[0]["start"]:calls[0]["end"]]
+    assert [r["kind"] for r in during if r["kind"] == "stop"] == ["stop"]
+    assert any(r["kind"] == "checkpoint" for r in during) and any(r["kind"] == "train" for r in during)
+    assert [c["final"] for c in calls] == [False, True]
+    evaluations = [r for r in records if r["kind"] in ("eval", "final_eval")]
+    assert [(r["kind"], r["updates"]) for r in evaluations] == [
+        ("eval" if not h["final"] else "final_eval", h["updates"]) for h in result.history]
+    assert result.history[0]["updates"] < result.history[1]["updates"] == result.updates
+    # evaluate takes `final`: the final evaluation is reported but best.pt comes from the periodic one
+    assert result.best_step == result.history[0]["updates"] and result.final_metrics == {
+        k: v for k, v in result.history[1].items() if k not in ("updates", "final")}
+
+
+def test_a_worker_failure_is_noticed_while_an_evaluation_runs(tmp_path, monkeypatch):
+    flag, release, seen = tmp_path / "fail-now", threading.Event(), []
+    monkeypatch.setenv("HOGWILD_TEST_FAIL_FLAG", str(flag))
+
+    def evaluate(model):
+        flag.touch()  # the workers fail from now on, while this evaluation runs
+        seen.append("started")
+        release.wait(120)
+        return {"loss": 1.0}
+
+    with pytest.raises(hogwild.WorkerFailed, match="deliberate failure: the flag file exists"):
+        hogwild.train(H.regression_model(), H.flagged_loss, H.regression_batches(n=16), hogwild.Config(
+            workers=2, epochs=100000, eval_every=2, eval_budget=None, lr=0.01, progress=False, tensorboard=False,
+            checkpoint_dir=str(tmp_path)), evaluate=evaluate)
+    still_evaluating = not release.is_set()
+    release.set()
+    assert seen == ["started"] and still_evaluating
+    assert (tmp_path / "last.pt").exists() and multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("fail_at", ["periodic", "final"])
+def test_an_evaluate_that_raises_checkpoints_then_names_evaluate(tmp_path, fail_at):
+    calls = []
+
+    def evaluate(model, final=False):
+        calls.append(final)
+        if (fail_at == "periodic" and len(calls) == 2) or (fail_at == "final" and final):
+            raise ValueError("deliberate evaluate failure")
+        return {"loss": 1.0}
+
+    config = hogwild.Config(workers=2, lr=0.01, eval_every=5, eval_budget=None, checkpoint_every=100000,
+                            checkpoint_dir=str(tmp_path), progress=False, tensorboard=False,
+                            **({"epochs": 100000} if fail_at == "periodic" else {"max_steps": 12}))
+    with pytest.raises(EvaluationFailed) as raised:
+        hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), config, evaluate=evaluate)
+    message = str(raised.value)
+    assert "evaluate() failed in the " + ("periodic" if fail_at == "periodic" else "final") in message
+    assert "ValueError: deliberate evaluate failure" in message and f"checkpoint written to {tmp_path}" in message
+    assert isinstance(raised.value.__cause__, ValueError) and raised.value.checkpoint == str(tmp_path / "last.pt")
+    stop = [r for r in _records(tmp_path) if r["kind"] == "stop"]
+    assert len(stop) == 1
+    saved = torch.load(tmp_path / "last.pt", weights_only=False)
+    assert saved["global_step"] == stop[0]["updates"] > 0
+    if fail_at == "periodic":
+        assert stop[0]["reason"] == "failure" and "deliberate evaluate failure" in stop[0]["failure"]
+    else:
+        assert stop[0]["reason"] == "max_steps" and saved["global_step"] >= 12 and calls[-1] is True
+    assert multiprocessing.active_children() == []
+    assert not any(t.name == "hogwild-evaluate" and t.is_alive() for t in threading.enumerate())
+
+
+def test_the_budget_spaces_evaluations_in_a_real_run(tmp_path):
+    """evaluate takes 0.4 s and is due after every update; with a 20% budget each evaluation k starts no earlier
+    than (spent + last) / 0.2 - last after training started (measured here from before train was called)."""
+    spans = []
+
+    def evaluate(model, final=False):
+        start = time.monotonic()
+        threading.Event().wait(0.4)
+        spans.append((start, time.monotonic(), final))
+        return {"loss": 1.0}
+
+    called = time.monotonic()
+    result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), hogwild.Config(
+        workers=2, epochs=100000, time_limit=4.0, eval_every=1, eval_budget=0.2, lr=0.01, progress=False,
+        tensorboard=False), evaluate=evaluate)
+    periodic = [(start, end) for start, end, final in spans if not final]
+    assert result.stop_reason == "time_limit" and len(periodic) >= 1
+    spent = 0.0
+    for k, (start, end) in enumerate(periodic):
+        if k:
+            last = periodic[k - 1][1] - periodic[k - 1][0]
+            assert start >= called + (spent + last) / 0.2 - last
+        spent += end - start
+
+
+
+
+def test_eval_at_start_scores_the_starting_parameters_while_training_begins():
+    model, seen = H.regression_model(), []
+    initial = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+    def evaluate(snapshot):
+        seen.append({name: tensor.clone() for name, tensor in snapshot.state_dict().items()})
+        return {"loss": 1.0}
+
+    result = hogwild.train(model, H.slow_loss, H.regression_batches(n=8), hogwild.Config(
+        workers=2, epochs=1, lr=0.01, eval_at_start=True, progress=False, tensorboard=False), evaluate=evaluate)
+    assert [(h["updates"], h["final"]) for h in result.history] == [(0, False), (8, True)]
+    assert all(torch.equal(seen[0][name], tensor) for name, tensor in initial.items())
+    assert not torch.equal(seen[1]["0.weight"], initial["0.weight"])
+    with pytest.raises(ValueError, match=r"^Config\.eval_at_start: must be True or False"):
+        hogwild.Config(eval_at_start=1)
