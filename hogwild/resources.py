@@ -4,7 +4,8 @@ what is available (a refusal: 100 workers on a small machine take ~15 GB before 
 
 The memory estimate: every spawned worker costs WORKER_BYTES (a Python process with torch imported: 127-185 MB
 anonymous memory measured on torch 2.x CPU workers of the POS task) plus its gradients (the model's size) - a GPU
-worker another GPU_WORKER_BYTES of host memory for its CUDA context - and the parent holds the shared model, the
+worker another GPU_WORKER_BYTES of host memory for its CUDA context (an assumption, not measured on this project's
+machines) - and the parent holds the shared model, the
 optimizer state and the batches (twice: the list and the file the workers map).
 
 Usage: `check_resources(devices, threads, model_bytes, optimizer_bytes, batch_bytes)` (warns, or raises

@@ -77,6 +77,9 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--train-limit", type=int, default=None, metavar="N", help="nmt: first N training pairs only")
     g.add_argument("--dev-limit", type=int, default=None, metavar="N",
                    help="evaluate on the first N held-out sentences only")
+    g.add_argument("--eval-sentences", type=int, default=None, metavar="N",
+                   help="periodic evaluations score a seeded sample of N held-out sentences, the end of the run all "
+                        "of them; unset: 500 for nmt, all for pos")
     g.add_argument("--max-len", type=int, default=50, metavar="N", help="nmt: drop longer training pairs")
     g.add_argument("--vocab-size", type=int, default=15000, metavar="N", help="nmt: words kept per side")
     g.add_argument("--word-min-freq", type=int, default=None, metavar="N",

@@ -9,6 +9,7 @@ Usage: `summary = run_training(RunOptions(task="pos", workers=2, time_limit=60, 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from tqdm.auto import tqdm
 
 import hogwild
 from hogwild.checkpoint import check_fits, check_resumable, read_checkpoint
-from hogwild.files import RecordLog, write_atomic
+from hogwild.files import write_atomic
 from hogwild.resources import check_resources, tensor_nbytes
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
@@ -124,17 +125,11 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     if rank_is_first:
         write_command(run_dir, argv)
         write_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
-    config = options.engine_config(devices, job.metric)
+    # A fresh run also scores its starting parameters: the engine does that on its evaluation thread, inside the
+    # time limit and the evaluation budget (Config.eval_at_start), not here before the clock starts.
+    config = dataclasses.replace(options.engine_config(devices, job.metric), eval_at_start=not start_updates)
     started = [time.time()]
     evaluate = _watched(job, started, say)
-    if rank_is_first and not start_updates:
-        engine_dir.mkdir(parents=True, exist_ok=True)
-        initial = evaluate(job.model)
-        log = RecordLog(engine_dir / "metrics.jsonl")
-        try:
-            log.append({"kind": "eval", "time": time.time(), "elapsed": 0.0, "updates": 0, "metrics": initial})
-        finally:
-            log.close()
     say(f"training with {len(devices)} worker(s) on {', '.join(sorted(set(devices)))} ({options.mode}, "
         f"{options.optimizer} lr {options.lr}); run directory {run_dir}")
     started[0] = time.time()

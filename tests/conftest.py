@@ -1,5 +1,6 @@
 """Shared test fixtures: the location of the real corpora, and deterministic single-threaded torch."""
 import pathlib
+import subprocess
 
 import pytest
 import torch
@@ -29,3 +30,24 @@ def _single_thread_torch():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """`tmpfs("64k")` -> a folder on a tmpfs of that size (a disk that really fills up: writes past it fail with
+    ENOSPC), unmounted after the test; skips saying why where it cannot be mounted (it needs root)."""
+    mounted = []
+
+    def mount(size: str) -> pathlib.Path:
+        folder = tmp_path / f"disk{len(mounted)}"
+        folder.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                              capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], check=True)

@@ -3,7 +3,6 @@ atomic replacement, one writer per config.json section. A full disk is real: /de
 this process may mount one (root)."""
 import json
 import os
-import subprocess
 
 import pytest
 import torch
@@ -13,15 +12,9 @@ from hogwild.files import RecordLog, WriteFailed, repair_torn_tail, update_secti
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmpfs):
     """A 64 KiB tmpfs: writes past it fail with ENOSPC, as on a full disk."""
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    yield folder
-    subprocess.run(["umount", str(folder)], check=True)
+    return tmpfs("64k")
 
 
 def test_a_torn_last_line_is_cut_off_and_reported(tmp_path):

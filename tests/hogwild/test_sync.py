@@ -1,4 +1,5 @@
 """hogwild.sync: mode='sync' equals the serial loop that averages the gradients of each group of W batches."""
+import pytest
 import torch
 
 import hogwild
@@ -7,11 +8,12 @@ from hogwild.worker import batch_seed
 from tests.hogwild import engine_helpers as H
 
 
-def test_sync_two_workers_equal_serial_averaged_gradient_sgd():
+@pytest.mark.parametrize("device", ["cpu", "cpu-replica"])  # cpu-replica: averaged on the replicas, then copied
+def test_sync_two_workers_equal_serial_averaged_gradient_sgd(device):
     batches = H.regression_batches(n=9)  # 5 steps per epoch: the last group has a single batch
     model, reference = H.regression_model(), H.regression_model()
     result = hogwild.train(model, H.mse_loss, batches, hogwild.Config(
-        workers=2, mode="sync", lr=0.05, optimizer="msgd", epochs=2, seed=2, progress=False, tensorboard=False))
+        devices=[device] * 2, mode="sync", lr=0.05, optimizer="msgd", epochs=2, seed=2, progress=False, tensorboard=False))
     assert result.updates == 10
     assert result.staleness_mean == 0.0
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)

@@ -22,7 +22,8 @@ class Finished:
     leftover_shm: list[str]  # /dev/shm entries named after its pid
 
 
-def _session_members(session: int) -> list[int]:
+def session_members(session: int) -> list[int]:
+    """Live (not zombie) processes of a session."""
     members = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -48,10 +49,10 @@ def run_py_session(*args: str, timeout: float = 240, env: dict | None = None) ->
         if process.poll() is None:
             os.killpg(process.pid, 9)
             process.wait()
-    members, deadline = _session_members(process.pid), time.monotonic() + 15
+    members, deadline = session_members(process.pid), time.monotonic() + 15
     while members and time.monotonic() < deadline:  # e.g. multiprocessing's resource tracker, exiting after it
         time.sleep(0.1)
-        members = _session_members(process.pid)
+        members = session_members(process.pid)
     leftover = [f"{pid} {_command(pid)}" for pid in members]
     shm = [name for name in os.listdir("/dev/shm") if f"_{process.pid}_" in name or name.endswith(f"_{process.pid}")]
     return Finished(process.returncode, stdout, stderr, leftover, shm)

@@ -79,14 +79,9 @@ def test_a_torn_metrics_line_is_read_past_by_plot_and_repaired_by_resume(tmp_pat
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
-    yield folder
-    subprocess.run(["umount", str(folder)], check=True)
+def small_disk(tmpfs):
+    """A 1 MiB tmpfs: room for the run's first files, not for its checkpoints."""
+    return tmpfs("1m")
 
 
 def test_a_full_disk_stops_the_run_naming_the_file(small_disk):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.tasks.helpers import REPO
-from tests.tasks.misuse_helpers import _session_members
+from tests.tasks.misuse_helpers import session_members
 
 pytestmark = pytest.mark.slow
 
@@ -39,9 +39,9 @@ def _finish(process, timeout=180):
 def _no_leftovers(process):
     import time
     deadline = time.monotonic() + 15
-    while _session_members(process.pid) and time.monotonic() < deadline:
+    while session_members(process.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _session_members(process.pid) == []
+    assert session_members(process.pid) == []
 
 
 def test_ctrl_c_during_start_up_stops_the_run_cleanly(tmp_path):
