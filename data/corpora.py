@@ -1,7 +1,7 @@
 """Where the real corpora live: the one answer the tests, the scripts and the benchmarks share.
 
 `$HOGWILD_CORPORA` when set; else `shared/corpora` beside the source checkout this package was imported from (a
-checkout at /work/main reads /work/shared/corpora); else, for an installed package with no checkout, `../shared/corpora`
+checkout at ROOT reads ROOT/../shared/corpora); else, for an installed package with no checkout, `../shared/corpora`
 from the working directory (the checkout root, when following the README).
 
 Usage: `brown = corpora_dir() / "brown"`
