@@ -36,6 +36,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_convergence.py` from anywhere
 
 import hogwild  # noqa: E402
+from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.tasks.job import TaskJob  # noqa: E402
 from hogwild.tasks.jobs import build_job  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--task", choices=("pos", "nmt"), default="pos")
-    corpora = Path(__file__).resolve().parent.parent.parent / "shared" / "corpora"
+    corpora = corpora_dir()
     parser.add_argument("--train", help="POS corpus, or NMT prefix (default Brown / europarl-fr-en/train)")
     parser.add_argument("--dev", help="held-out set (default: POS a seeded split of --train, NMT europarl dev)")
     parser.add_argument("--dev-limit", type=int, default=1024, help="held-out sentences evaluated")

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hogwild  # noqa: E402
 from bench_models import POS_VOCAB, nmt_batch, pos_batch  # noqa: E402
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
-from hogwild.replica import torch_device  # noqa: E402
+from hogwild.replica import move_batch, torch_device  # noqa: E402
 from hogwild.worker import device_options  # noqa: E402
 
 PAPER_HOURS = {1: 26.89, 2: 16.56, 3: 9.24, 4: 6.96}  # Table 1: hours per 90k updates on 1..4 GPUs
@@ -84,8 +84,7 @@ def run_plain(model, loss_fn, batches, device: torch.device, optimizer: str, lr:
     stamps = torch.zeros(len(batches), dtype=torch.float64)
     stamped = StampedLoss(loss_fn, stamps)
     for batch in batches:
-        on_device = {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v)
-                     for k, v in batch.items()}
+        on_device = move_batch(batch, device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
         loss, _ = stamped(model, on_device)
         loss.backward()

@@ -136,8 +136,7 @@ def _share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | 
     counters = SharedCounters(config.workers)
     control = torch.zeros(2, dtype=torch.int64).share_memory_()
     torch.manual_seed(config.seed)
-    last = os.path.join(run_dir, "last.pt") if run_dir else None
-    start = resume(saved, model, optimizer, counters, config, n_batches, last)
+    start = resume(saved, model, optimizer, counters, config)
     checkpoints = RunCheckpoints(run_dir, model, optimizer, counters, config, n_batches, start,
                                  saved.get("evaluator") if saved else None)
     return _Shared(config, model, optimizer, counters, control, start, checkpoints)

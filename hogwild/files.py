@@ -39,7 +39,8 @@ def describe_write_error(path: str | os.PathLike, error: BaseException) -> Write
     code = getattr(error, "errno", None)
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+        usage = os.statvfs(folder)
+        free = usage.f_bavail * usage.f_frsize
     except OSError:
         free = None
     if code == errno.ENOSPC or (code is None and free is not None and free < 1 << 20):

@@ -152,7 +152,8 @@ class ParentLoop:
         start = self.counters.global_updates()
         next_log = start + config.log_every
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
-        store_removed, records = False, []
+        records = []
+        self.store.remove()  # run() starts once every worker is ready, the batches mapped: nothing to leak on disk
         while True:
             failure = self._failure()
             if failure is not None:
@@ -161,9 +162,6 @@ class ParentLoop:
                 return None, records
             snapshot = self.counters.snapshot()
             updates = metrics.progress(snapshot)
-            if not store_removed and np.all(snapshot["ints"][:, READY] == 1):
-                self.store.remove()  # every worker has it mapped: nothing to leak on disk if we are killed later
-                store_removed = True
             if updates >= next_log:
                 records.append(metrics.record(snapshot))
                 next_log = updates + config.log_every

@@ -1,8 +1,9 @@
 """The run directory of one `hogwild.train` call: its set-up (config.json), resuming from its last.pt, and writing
 last.pt / best.pt with the data position.
 
-Usage (engine.py): `run_dir = prepare_run_dir(config)`; `saved = load_resume_state(config, run_dir, model)`;
-`start = resume(saved, model, optimizer, counters, config, n_batches)`; `RunCheckpoints(...).write(path)`.
+Usage (engine.py): `saved = load_resume_state(config, model, n_batches)` (checked before anything is written);
+`run_dir = prepare_run_dir(config)`; `start = resume(saved, model, optimizer, counters, config)`;
+`RunCheckpoints(...).write(path)`.
 The checkpoint file format itself lives in checkpoint.py.
 """
 from __future__ import annotations
@@ -54,15 +55,14 @@ class StartPosition:
     partitions: list[tuple[int, int]]
 
 
-def resume(saved: dict[str, Any] | None, model: nn.Module, optimizer, counters: SharedCounters, config: Config,
-           n_batches: int, path: str | None) -> StartPosition:
-    """Load a saved run into the shared model, optimizer and counters (and the parent's RNGs); the data position
-    to start from. Without `saved`, a fresh start."""
+def resume(saved: dict[str, Any] | None, model: nn.Module, optimizer, counters: SharedCounters,
+           config: Config) -> StartPosition:
+    """Load a saved run (from load_resume_state, which checked it) into the shared model, optimizer and counters
+    (and the parent's RNGs); the data position to start from. Without `saved`, a fresh start."""
     workers = config.workers
     if saved is None:
         return StartPosition(0, [(0, 0)] * workers)
     position = saved["data_position"]
-    check_resumable(saved, path, n_batches, config.data_assignment, workers)  # before anything shared is touched
     partitions = [(0, 0)] * workers
     if config.data_assignment == "partition":
         partitions = [tuple(p) for p in position["workers"]]

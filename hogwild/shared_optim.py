@@ -170,12 +170,11 @@ class SharedOptimizer:
         if self._params is None:
             raise RuntimeError("SharedOptimizer.step() before attach(): call opt.attach(list(model.parameters())) "
                                "in this process first")
-        group_lr = lr
         if self._plain_sgd:
-            self._plain_sgd_step(group_lr)
+            self._plain_sgd_step(lr)
             return
         for group in self._optimizer.param_groups:
-            group["lr"] = group_lr
+            group["lr"] = lr
         grads = [p.grad for p in self._params]
         lazy = [] if self._native_sparse else [i for i, g in enumerate(grads) if g is not None and g.is_sparse]
         for i in lazy:  # hidden from the dense step, updated row-wise below
@@ -191,7 +190,7 @@ class SharedOptimizer:
                 self._params[i].grad = grads[i]
         with torch.no_grad():
             for i in lazy:
-                self._sparse_step(i, group_lr)
+                self._sparse_step(i, lr)
         if self._is_sgd:
             self._count_sgd_steps(grads)
 

@@ -53,8 +53,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     rank, world = spec.worker, config.workers
     view, batches = spec.counters.worker_view(rank), spec.store.load()
     # Gradients are averaged on the device first, so they are copied to the host at push(), not during backward.
-    params = make_parameters(spec.model, spec.device) if spec.device == "cpu" else make_parameters(
-        spec.model, spec.device, copy_in_backward=False)
+    params = make_parameters(spec.model, spec.device, copy_in_backward=False)
     spec.optimizer.attach(params.shared)
     n = len(batches)
     votes = torch.zeros(2, dtype=torch.float64, device=params.device)  # [ranks wanting to stop, batches this step]

@@ -234,9 +234,9 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
     config = spec.config
     view = reader.view
     options = device_options(config, spec.device, spec.optimizer.name)
-    params = make_parameters(spec.model, spec.device) if spec.device == "cpu" else make_parameters(
-        spec.model, spec.device, buffer_sets=2 if options["overlap"] else 1, sparse_rows=config.sparse_pull)
-    pinned = PageLocked(params.shared + getattr(params, "shared_buffers", [])) if options["pin"] else None
+    params = make_parameters(spec.model, spec.device, buffer_sets=2 if options["overlap"] else 1,
+                             sparse_rows=config.sparse_pull)  # 'cpu': the shared parameters themselves
+    pinned = PageLocked(params.shared + params.shared_buffers) if options["pin"] else None  # pin: device workers
     try:
         spec.optimizer.attach(params.shared, fused=options["fused"])
         updater = Updater(spec.optimizer, params.shared, spec.schedule, view, background=options["overlap"])
@@ -261,6 +261,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     check = GradientCheck(params.grad_params) if config.skip_nonfinite and config.clip_norm is None else None
     budget = spec.budget  # None without max_steps; a claimed slot also covers an update still in flight
     clock, device = PhaseClock(params.device), params.device
+    overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
     while not stopped():
         if deadline is not None and time.time() >= deadline:
@@ -279,7 +280,8 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         clock.mark()
         net = params.pull(batches[index])  # a replica: host->device copy of the shared parameters; 'cpu': the model
         clock.mark()
-        updater.release(clock.events[1] if clock.cuda else None)  # the previous update may now land
+        if overlap:
+            updater.release(clock.events[1] if clock.cuda else None)  # the previous update may now land
         with autocast:
             loss, examples = call_loss(spec.loss_fn, net, batch)  # reads the (shared) parameters
         loss.backward()  # on a device, each gradient's copy to the host starts as soon as it is ready
@@ -287,7 +289,8 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         usable, scale, loss_value = gradient_stats(params.grad_params, check, config.clip_norm, loss)
         grads = params.push()  # host gradients (waits for their copies)
         clock.mark()
-        updater.wait()  # the previous update has landed: one update at a time, and its buffers are free again
+        if overlap:
+            updater.wait()  # the previous update has landed: one update at a time, and its buffers are free again
         if usable:
             updater.submit(Update(grads, read_version, epoch, examples, loss_value, clock.seconds(), scale))
             streak.applied()

@@ -9,6 +9,7 @@ Usage: `full = nmt_heldout(task.dev, count)`; `periodic = nmt_heldout(task.dev, 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,3 +87,13 @@ def pos_heldout(batcher: PosBatcher, count: int, sample: int | None = None, seed
     rows = sample_rows(count, sample, seed)
     lengths = np.diff(batcher.data.offsets)[rows]
     return HeldOut(length_sorted(batcher, rows, lengths, batch_size), rows.tolist(), 0)
+
+
+def full_and_periodic(make: Callable[..., HeldOut], batcher, count: int, sample: int | None,
+                      seed: int) -> tuple[HeldOut, HeldOut]:
+    """The whole held-out set (`make(batcher, count)`: pos_heldout or nmt_heldout) and the periodic evaluations'
+    seeded sample of it; one and the same set when the sample would be all of it (built and held once)."""
+    full = make(batcher, count)
+    if sample is None or sample >= count:
+        return full, full
+    return full, make(batcher, count, sample=sample, seed=seed)

@@ -26,7 +26,7 @@ from hogwild.data.text import MosesText, tokenize_lines
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
-from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, nmt_heldout
+from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, full_and_periodic, nmt_heldout
 from hogwild.tasks.job import TaskJob
 
 TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
@@ -53,8 +53,7 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
     torch.manual_seed(options.seed)
     model = AttentionNMT(config)
     count = min(options.dev_limit or len(dataset.dev_references), len(dataset.dev_references))
-    full = nmt_heldout(dataset.dev, count)
-    periodic = nmt_heldout(dataset.dev, count, sample=options.eval_sentences, seed=options.seed)
+    full, periodic = full_and_periodic(nmt_heldout, dataset.dev, count, options.eval_sentences, options.seed)
     references, sources = dataset.dev_references[:count], dataset.dev_sources[:count]
 
     def evaluate(snapshot: torch.nn.Module, final: bool = False) -> dict[str, float]:

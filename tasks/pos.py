@@ -18,7 +18,7 @@ from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_datas
 from hogwild.data.readers import read_tagged
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
-from hogwild.tasks.heldout import pos_heldout
+from hogwild.tasks.heldout import full_and_periodic, pos_heldout
 from hogwild.tasks.job import TaskJob
 
 
@@ -62,10 +62,9 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     torch.manual_seed(options.seed)
     model = POSTagger(config)
     count = min(options.dev_limit or dataset.dev.size, dataset.dev.size)
-    full = pos_heldout(dataset.dev, count)
-    periodic = pos_heldout(dataset.dev, count, sample=options.eval_sentences, seed=options.seed)
+    full, periodic = full_and_periodic(pos_heldout, dataset.dev, count, options.eval_sentences, options.seed)
 
-    if len(periodic.rows) == count:  # every evaluation scores the same sentences: all compete for best.pt
+    if periodic is full:  # every evaluation scores the same sentences: all compete for best.pt
         def evaluate(snapshot: torch.nn.Module) -> dict[str, float]:
             return evaluate_pos(snapshot, full.batches)
     else:
