@@ -222,6 +222,8 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
         finally:
             # Workers that never started training have no step to finish: do not wait join_timeout for them.
             supervisor.stop(control, config.join_timeout if control[START] else min(config.join_timeout, 1.0))
+            if failure is None and evaluation_error is None:  # a worker that raised while finishing its last step
+                failure = supervisor.failure()
             if feed is not None:
                 feed.close()
             if agent is not None:

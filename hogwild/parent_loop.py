@@ -159,7 +159,8 @@ class ParentLoop:
             if failure is not None:
                 return failure, records
             if self.supervisor.all_exited() or stop.reason is not None:
-                return None, records
+                # a worker may have exited with an error since the check above: its exit code decides, not timing
+                return self.supervisor.failure(), records
             snapshot = self.counters.snapshot()
             updates = metrics.progress(snapshot)
             if updates >= next_log:

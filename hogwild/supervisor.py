@@ -73,6 +73,7 @@ class Supervisor:
         self.tracebacks: dict[int, str] = {}
         self.failed_worker = -1  # the first worker found failed; -1 while none (or when an agent failed)
         self._failure: str | None = None
+        self._stopped: set[int] = set()  # workers stop() had to terminate or kill: their exit is not a failure
 
     def start(self) -> None:
         for process in self.processes:
@@ -94,7 +95,7 @@ class Supervisor:
             return self._failure
         for worker, process in enumerate(self.processes):
             code = process.exitcode
-            if code is None or code == 0:
+            if code is None or code == 0 or worker in self._stopped:
                 continue
             self._failure, self.failed_worker = self.describe(worker, code), worker
             return self._failure
@@ -126,6 +127,7 @@ class Supervisor:
             process.join(max(0.0, deadline - time.monotonic()))
         for signal_them in ("terminate", "kill"):  # all at once: 100 hung workers take 2 s, not 200
             late = [process for process in self.processes if process.exitcode is None]
+            self._stopped.update(worker for worker, process in enumerate(self.processes) if process in late)
             for process in late:
                 getattr(process, signal_them)()
             deadline = time.monotonic() + 2.0

@@ -166,3 +166,9 @@ def bf16_mse_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
     """mse_loss with its forward under CPU bf16 autocast (the serial reference of Config.amp='bf16')."""
     with torch.autocast("cpu", dtype=torch.bfloat16):
         return mse_loss(model, batch)
+
+
+def fails_late_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """Raises after 2 s in its first step: a worker that fails while the run is already stopping."""
+    time.sleep(2.0)
+    raise ValueError("deliberate failure in the last step")

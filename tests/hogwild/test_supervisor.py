@@ -75,6 +75,17 @@ def test_a_worker_that_raises_is_named_with_its_traceback(tmp_path):
     assert multiprocessing.active_children() == []  # the other worker was stopped
 
 
+def test_a_worker_that_raises_while_the_run_stops_is_still_a_failure(tmp_path):
+    """The time limit (0.5 s) stops the run while the only worker is inside a 2 s step that then raises: the parent
+    has left its loop by then, and the worker's exit status must still make the run fail (it once ended cleanly,
+    the failure unreported: a multi-host job then finished with exit status 0)."""
+    with pytest.raises(hogwild.WorkerFailed) as caught:
+        hogwild.train(H.regression_model(), H.fails_late_loss, H.regression_batches(n=4),
+                      config(tmp_path, workers=1, time_limit=0.5))
+    assert "ValueError: deliberate failure in the last step" in str(caught.value)
+    assert caught.value.worker == 0 and os.path.exists(caught.value.checkpoint)
+
+
 def test_a_worker_killed_by_a_signal_is_named(tmp_path):
     killed = {}
 
