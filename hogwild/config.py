@@ -203,11 +203,6 @@ class Config:
             _fail("lr_schedule", str(error))
 
     def _check_device_options(self) -> None:
-        cuda = [("cuda:0" if d == "cuda" else d) for d in self.devices if d.startswith("cuda")]
-        if self.mode == "sync" and len(set(cuda)) < len(cuda):
-            twice = sorted({d for d in cuda if cuda.count(d) > 1})
-            _fail("devices", f"mode='sync' needs one GPU per worker (NCCL cannot run two ranks on one device); "
-                             f"{', '.join(twice)} appears more than once")
         for name in ("overlap_update", "fused_step"):
             if getattr(self, name) not in (None, True, False):
                 _fail(name, f"must be None (automatic), True or False, got {getattr(self, name)!r}")

@@ -2,10 +2,11 @@
 
 Every step each of the W workers takes the next batch of the epoch's order (worker r takes position g*W + r of
 group g), computes its gradient, and the gradients are averaged with torch.distributed all_reduce (gloo on CPU,
-NCCL on GPU). Worker 0 applies the averaged gradient to the shared parameters with the same shared optimizer
-as Hogwild mode; a barrier makes the update visible before anyone reads the parameters again. Staleness is 0.
-The last group of an epoch may be short: the average is over the batches that exist. Sparse gradients are
-averaged densely. Stopping is decided collectively (every step all workers vote) so no worker waits forever.
+NCCL on GPU, gloo when ranks share a GPU). Worker 0 applies the averaged gradient to the shared parameters with
+the same shared optimizer as Hogwild mode; a barrier makes the update visible before anyone reads the parameters
+again. Staleness is 0. The last group of an epoch may be short: the average is over the batches that exist. Sparse
+gradients are averaged densely. Stopping is decided collectively (every step all workers vote) so no worker waits
+forever.
 
 Usage (engine.py): `ctx.Process(target=sync_main, args=(spec, "file:///tmp/x/rendezvous")).start()`
 """
@@ -106,6 +107,15 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
         epoch, first = epoch + 1, 0
 
 
+def process_group_backend(devices: list[str]) -> str:
+    """NCCL when every rank has a GPU of its own; gloo on CPU and when ranks share a GPU (NCCL cannot run two ranks on
+    one device; gloo all-reduces CUDA tensors through the host)."""
+    cuda = [("cuda:0" if d == "cuda" else d) for d in devices]
+    if all(d.startswith("cuda") for d in cuda) and len(set(cuda)) == len(cuda):
+        return "nccl"
+    return "gloo"
+
+
 def sync_main(spec: WorkerSpec, init_method: str) -> None:
     """Process entry point for one rank; failures are reported like a Hogwild worker's."""
     config = spec.config
@@ -113,9 +123,8 @@ def sync_main(spec: WorkerSpec, init_method: str) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(config.threads_per_worker)
-        cuda = spec.device.startswith("cuda")
         bind_device(torch_device(spec.device))
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=spec.worker,
+        dist.init_process_group(process_group_backend(config.devices), init_method=init_method, rank=spec.worker,
                                 world_size=config.workers, timeout=timedelta(seconds=120))
         control, parent = spec.control.numpy(), spec.parent_pid
         try:

@@ -49,6 +49,8 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--task", choices=TASKS, default="pos", help="pos: char-BiLSTM tagger; nmt: attention GRU")
     g.add_argument("--gpus", type=int, default=0, metavar="N", help="one worker per GPU (cuda:0..N-1); 0: CPU")
     g.add_argument("--workers", type=int, default=2, metavar="N", help="CPU worker processes (without --gpus)")
+    g.add_argument("--workers-per-gpu", type=int, default=1, metavar="K",
+                   help="with --gpus: K Hogwild (or sync) workers share each GPU")
     g.add_argument("--mode", choices=MODES, default="hogwild",
                    help="hogwild: lock-free async; sync: averaged gradients each step; single: one worker")
     g.add_argument("--preset", choices=PRESETS, default="small", help="model sizes (paper: the papers' sizes)")

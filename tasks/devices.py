@@ -34,8 +34,9 @@ def describe_visible() -> str:
     return f"{count} CUDA GPU{'s' if count != 1 else ''} visible{limited}"
 
 
-def worker_devices(gpus: int, workers: int, mode: str = "hogwild") -> list[str]:
-    """One device string per worker; raises DeviceError naming what is visible when gpus > visible GPUs."""
+def worker_devices(gpus: int, workers: int, mode: str = "hogwild", per_gpu: int = 1) -> list[str]:
+    """One device string per worker; raises DeviceError naming what is visible when gpus > visible GPUs. With GPUs,
+    `per_gpu` workers share each one (cuda:0, cuda:0, cuda:1, ...): concurrency on a machine with fewer GPUs."""
     if gpus:
         available = visible_gpus()
         if gpus > available:
@@ -43,6 +44,7 @@ def worker_devices(gpus: int, workers: int, mode: str = "hogwild") -> list[str]:
                               f"--workers {gpus} (or ask for at most --gpus {available})" if available else
                               f"--gpus {gpus}: {describe_visible()}. Train on CPU cores instead with "
                               f"--workers {gpus}")
-        count = 1 if mode == "single" else gpus
-        return [f"cuda:{i}" for i in range(count)]
+        if mode == "single":
+            return ["cuda:0"]
+        return [f"cuda:{i}" for i in range(gpus) for _ in range(per_gpu)]
     return ["cpu"] * (1 if mode == "single" else workers)

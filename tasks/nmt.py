@@ -114,10 +114,11 @@ class Translator:
                    text)
 
     def translate(self, lines: Sequence[str], beam: int = 5, batch_size: int = 32) -> list[str]:
-        """Raw source lines -> detokenized translations (an empty line translates to an empty line)."""
+        """Raw source lines -> detokenized translations (an empty line translates to an empty line), on the model's
+        device. Sentences are batched by length (a translation does not depend on its batch: models/search.py)."""
         out = [""] * len(lines)
-        encoded = [(i, self.src.encode(self._tokenize(line), eos=True)) for i, line in enumerate(lines)
-                   if line.strip()]
+        encoded = sorted(((i, self.src.encode(self._tokenize(line), eos=True)) for i, line in enumerate(lines)
+                          if line.strip()), key=lambda item: len(item[1]))
         for start in range(0, len(encoded), batch_size):
             chunk = encoded[start:start + batch_size]
             width = max(len(ids) for _, ids in chunk)

@@ -46,6 +46,7 @@ class RunOptions:
     task: str = "pos"  # 'pos' (char-BiLSTM tagger) or 'nmt' (attention GRU translator)
     gpus: int = 0  # one worker per GPU (cuda:0 .. cuda:N-1); 0 -> CPU workers
     workers: int = 2  # CPU worker processes (ignored with --gpus)
+    workers_per_gpu: int = 1  # with --gpus: workers sharing each GPU
     mode: str = "hogwild"  # 'hogwild' | 'sync' | 'single'
     preset: str = "small"  # model size: 'small' (CPU) or 'paper'
     recipe: str | None = None  # 'default' | 'paper' (tasks.recipes); None: 'paper' with --preset paper, else 'default'
@@ -124,8 +125,8 @@ class RunOptions:
         for name in ("gpus",):
             if getattr(self, name) < 0:
                 _fail(name, f"must be >= 0, got {getattr(self, name)}")
-        for name in ("workers", "max_len", "vocab_size", "beam", "threads_per_worker", "servers", "period",
-                     "n_push", "n_fetch"):
+        for name in ("workers", "workers_per_gpu", "max_len", "vocab_size", "beam", "threads_per_worker", "servers",
+                     "period", "n_push", "n_fetch"):
             if getattr(self, name) < 1:
                 _fail(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
         for name in ("word_column", "tag_column", "train_limit", "dev_limit", "eval_sentences", "synthetic_size",

@@ -68,7 +68,7 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     options = options.resolved()
     if options.out is None:
         options.out = default_out(options.task)
-    devices = worker_devices(options.gpus, options.workers, options.mode)
+    devices = worker_devices(options.gpus, options.workers, options.mode, options.workers_per_gpu)
     torch.set_num_threads(options.threads_per_worker)
     rank_is_first, dist = True, None
     if options.distributed:
@@ -148,7 +148,8 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
         best = copy.deepcopy(job.model)
         if result.best_checkpoint:
             best.load_state_dict(read_checkpoint(result.best_checkpoint)["model"])
-        heldout = job.finish(best.eval(), run_dir)
+        # the final (beam) decoding runs where the periodic evaluations ran: the GPU when the workers are on GPUs
+        heldout = job.finish(best.to(config.evaluation_device()).eval(), run_dir)
     summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info)
     summary["hosts"] = hosts
     write_summary(run_dir, summary)

@@ -95,8 +95,6 @@ def test_evaluation_device_and_budget():
 
 
 @pytest.mark.parametrize("kwargs, field, message", [
-    ({"devices": ["cuda:0", "cuda:1", "cuda:0"], "mode": "sync"}, "devices", "cuda:0 appears more than once"),
-    ({"devices": ["cuda", "cuda:0"], "mode": "sync"}, "devices", "cuda:0 appears more than once"),
     ({"overlap_update": True}, "overlap_update", "device workers"),
     ({"devices": ["cpu-replica"] * 2, "mode": "sync", "overlap_update": True}, "overlap_update", "sync"),
     ({"overlap_update": "yes"}, "overlap_update", "True or False"),

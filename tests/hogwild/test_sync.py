@@ -28,3 +28,11 @@ def test_sync_two_workers_equal_serial_averaged_gradient_sgd(device):
             optimizer.step()
     for got, expected in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_process_group_backend_nccl_only_for_one_gpu_per_rank():
+    from hogwild.sync import process_group_backend
+    assert process_group_backend(["cuda:0", "cuda:1"]) == "nccl"
+    assert process_group_backend(["cuda:0", "cuda:0"]) == "gloo"  # NCCL cannot run two ranks on one device
+    assert process_group_backend(["cuda", "cuda:0"]) == "gloo"
+    assert process_group_backend(["cpu", "cpu"]) == "gloo"

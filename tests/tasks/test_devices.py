@@ -13,6 +13,14 @@ def test_cpu_workers_and_single_mode():
 def test_gpus_map_to_cuda_devices_when_visible(monkeypatch):
     monkeypatch.setattr(devices, "visible_gpus", lambda: 4)
     assert worker_devices(2, 7) == ["cuda:0", "cuda:1"]
+    assert worker_devices(2, 7, per_gpu=2) == ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]
+    assert worker_devices(2, 7, mode="single", per_gpu=2) == ["cuda:0"]
+
+
+def test_workers_per_gpu_flag_reaches_the_options():
+    from hogwild.tasks.cli import train_parser
+    assert train_parser().parse_args(["--gpus", "1", "--workers-per-gpu", "2"]).workers_per_gpu == 2
+    assert train_parser().parse_args([]).workers_per_gpu == 1
 
 
 def test_too_many_gpus_names_what_is_visible_and_suggests_workers(monkeypatch):
