@@ -1,29 +1,54 @@
 """Table 1 and Figure 2 of the Hogwild NLP paper: the attention NMT model (Europarl fr->en) trained with 1, 2 (and
-3, 4 when the devices exist) Hogwild workers for the same number of updates; time, training loss and held-out BLEU.
+3, 4 when the devices exist) Hogwild workers, optionally 2 synchronous workers as the baseline, for the same number
+of updates, with one or more seeds each; time, training and held-out loss, held-out BLEU, beam-search BLEU of each
+run's best checkpoint on test sets (Europarl test, newstest2014), mean +- std over seeds, and sacreBLEU's paired
+bootstrap between the best 1-worker system and the best of the others.
 
-Writes <out>/nmt_table1.md and nmt_table1.csv (workers, minutes, train loss, held-out BLEU) and nmt_figure2.png
-(loss and BLEU vs time and vs updates, one line per worker count). Defaults fit a 2-core CPU machine (small model,
-6,000-word vocabularies, pairs of <= 30 words, 1 and 2 workers, 1,500 updates of 32 pairs each, BLEU on 200 held-out
-sentences: 10 minutes in all on 2026-11-22); the paper's setting on a GPU box:
-    python -m scripts.reproduce_nmt --gpus 4 --preset paper --vocab-size 15000 --max-len 50 --batch-size 64 \
-        --updates 90000 --dev-limit 0 --eval-every 5000
+Writes <out>/nmt_table1.md and nmt_table1.csv (one row per run), nmt_table1_seeds.md (mean +- std per
+configuration and the significance test) and nmt_figure2.png (loss and BLEU vs time and vs updates). Finished runs
+and decoded test sets are kept: `--reuse` trains only what is missing, `--only-report` trains and decodes nothing.
+Defaults fit a 2-core CPU machine (small model, 6,000-word vocabularies, pairs of <= 30 words, 1 and 2 workers,
+1,500 updates of 32 pairs each, one seed, BLEU on 200 held-out sentences, no test sets); issue #13's setting:
+    python -m scripts.reproduce_nmt --recipe default --vocab-size 15000 --max-len 50 --batch-size 64 --updates 12000 \
+        --seeds 0,1,2 --sync --test-sets europarl,newstest2014 --dev-limit 500 --eval-every 2000 --reuse
+and the paper's on a GPU box: --gpus 4 --preset paper --recipe paper --updates 90000 (on a one-GPU machine,
+--gpus 1 --workers-per-gpu 2 compares 1 and 2 workers sharing the GPU).
 
-Usage: python -m scripts.reproduce_nmt [--workers 2] [--updates 1500] [--out docs/results]
+Usage: python -m scripts.reproduce_nmt [--workers 2] [--updates 1500] [--seeds 0] [--out docs/results]
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
 from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
 
 if __package__:  # python -m scripts.reproduce_nmt (the documented form)
-    from .series import run_series, script_argv, script_entry, write_runs_json, write_table
+    from .nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
+    from .series import run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
 else:  # python scripts/reproduce_nmt.py with the project installed: this folder is sys.path[0]
-    from series import run_series, script_argv, script_entry, write_runs_json, write_table
+    from nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
+    from series import run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+
+PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
+
+
+def test_sets(names: str, src: str, tgt: str) -> list[TestSet]:
+    """--test-sets: 'europarl' (the staged Europarl test), 'newstest2014' (WMT14 SRC-TGT or TGT-SRC), or PREFIX
+    paths (PREFIX.SRC / PREFIX.TGT, named by the file name)."""
+    root, found = corpora_dir(), []
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        if name == "europarl":
+            found.append(TestSet(name, str(root / f"europarl-{src}-{tgt}" / "test"), src, tgt))
+        elif name == "newstest2014":
+            pair = next((p for p in (f"{src}-{tgt}", f"{tgt}-{src}")
+                         if (root / "newstest2014" / f"newstest2014.{p}.{src}").exists()), f"{src}-{tgt}")
+            found.append(TestSet(name, str(root / "newstest2014" / f"newstest2014.{pair}"), src, tgt))
+        else:
+            found.append(TestSet(Path(name).name, name, src, tgt))
+    return found
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -37,67 +62,160 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--train-limit", type=int, default=0, help="first N training pairs only (0: all)")
     p.add_argument("--workers", type=int, default=2, help="Hogwild CPU worker counts 1..N")
     p.add_argument("--gpus", type=int, default=0, help="GPU counts 1..N instead of CPU workers")
+    p.add_argument("--workers-per-gpu", type=int, default=1,
+                   help="with --gpus 1: worker counts 1..K sharing the one GPU (Table 1 on a one-GPU machine)")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model sizes")
     p.add_argument("--vocab-size", type=int, default=6000, help="words per side (the paper: 15,000)")
     p.add_argument("--max-len", type=int, default=30, help="drop longer training pairs (the paper: 50)")
-    p.add_argument("--updates", type=int, default=1500, help="updates per run, the same for every worker count")
+    p.add_argument("--updates", type=int, default=1500, help="updates per run, the same for every run")
     p.add_argument("--batch-size", type=int, default=32, help="pairs per update (the paper: 64)")
-    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (the paper: 0.1, constant)")
-    p.add_argument("--optimizer", default="sgd", help="shared optimizer (the paper: sgd)")
+    p.add_argument("--recipe", choices=("default", "paper"), default="paper",
+                   help="run.py's recipe: paper = SGD 0.1 constant, clip 1; default = Adam 1e-3, clip 1")
+    p.add_argument("--optimizer", default=None, help="shared optimizer (default: the recipe's)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the recipe's)")
+    p.add_argument("--sync", action="store_true", help="also 2 synchronous workers (the baseline)")
     p.add_argument("--dev-limit", type=int, default=200, help="held-out sentences for BLEU (0: all)")
     p.add_argument("--eval-every", type=int, default=250, help="updates between greedy BLEU evaluations")
-    p.add_argument("--beam", type=int, default=5, help="beam of the final held-out translations")
-    p.add_argument("--seed", type=int, default=0, help="seed of every run")
+    p.add_argument("--beam", type=int, default=5, help="beam of the final held-out and test translations")
+    p.add_argument("--test-sets", default="", help="comma-separated: europarl, newstest2014 or PREFIX paths; each "
+                                                   "run's best checkpoint translates them at the end")
+    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (0: no test)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds; every configuration runs once per seed")
     p.add_argument("--out", default="docs/results", help="where the tables and figure go")
     p.add_argument("--runs-dir", default="runs/reproduce_nmt", help="where the run directories go")
     p.add_argument("--reuse", action="store_true", help="read finished runs (summary.json) instead of training")
+    p.add_argument("--only-report", action="store_true", help="train and decode nothing: tables from finished runs")
     args = p.parse_args(argv)
     for name in ("workers", "updates", "batch_size", "eval_every", "beam", "vocab_size", "max_len"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    try:
+        args.seed_list = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
+    if len(set(args.seed_list)) != len(args.seed_list):
+        p.error(f"--seeds: {args.seeds!r} repeats a seed")
+    if args.workers_per_gpu < 1 or (args.workers_per_gpu > 1 and args.gpus != 1):
+        p.error("--workers-per-gpu K (>= 1) is for --gpus 1")
+    if args.sync and max(args.gpus * args.workers_per_gpu, args.gpus or args.workers) < 2:
+        p.error("--sync needs 2 workers (--workers 2, --gpus 2 or --gpus 1 --workers-per-gpu 2)")
     return args
+
+
+def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptions]]:
+    """(configuration, label, run directory name, options) for every configuration and seed."""
+    common = dict(task="nmt", train=[args.train], dev=args.dev, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
+                  train_limit=args.train_limit or None, vocab_size=args.vocab_size, max_len=args.max_len,
+                  preset=args.preset, steps=args.updates, batch_size=args.batch_size, optimizer=args.optimizer,
+                  lr=args.lr, clip_norm=1.0, dev_limit=args.dev_limit or None, eval_every=args.eval_every,
+                  beam=args.beam, recipe=args.recipe)
+    device = "GPU" if args.gpus else "worker"
+    if args.gpus == 1 and args.workers_per_gpu > 1:  # k workers sharing the one GPU
+        pairs = [(f"{k} worker{'s' if k > 1 else ''} on 1 GPU", f"gpu1-workers-{k}", {"gpus": 1, "workers_per_gpu": k})
+                 for k in range(1, args.workers_per_gpu + 1)]
+        two = {"gpus": 1, "workers_per_gpu": 2}
+    else:
+        pairs = [(f"{n} {device}{'s' if n > 1 else ''}", f"workers-{n}", {"gpus": n} if args.gpus else {"workers": n})
+                 for n in range(1, (args.gpus or args.workers) + 1)]
+        two = {"gpus": 2} if args.gpus else {"workers": 2}
+    configurations = [(label, name, dict(mode="hogwild", **devices)) for label, name, devices in pairs]
+    if args.sync:
+        configurations.append((f"{pairs[1][0]}, sync", "sync-2", dict(mode="sync", **two)))
+    return [(config, f"{config}, seed {seed}", f"{name}-seed{seed}", RunOptions(**common, **extra, seed=seed))
+            for config, name, extra in configurations for seed in args.seed_list]
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     command = script_argv(__file__, argv)
-    common = dict(task="nmt", train=[args.train], dev=args.dev, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
-                  train_limit=args.train_limit or None, vocab_size=args.vocab_size, max_len=args.max_len,
-                  preset=args.preset, steps=args.updates,
-                  batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr, clip_norm=1.0,
-                  dev_limit=args.dev_limit or None, eval_every=args.eval_every, beam=args.beam, seed=args.seed,
-                  recipe="paper")  # the paper's NMT setting (--optimizer and --lr still override it)
-    device = "GPU" if args.gpus else "worker"
-    runs = [(f"{n} {device}{'s' if n > 1 else ''}", f"workers-{n}",
-             RunOptions(**common, **({"gpus": n} if args.gpus else {"workers": n})))
-            for n in range(1, (args.gpus or args.workers) + 1)]
-    results = run_series(runs, args.runs_dir, command, args.reuse)
+    tests = test_sets(args.test_sets, args.src_lang, args.tgt_lang)
+    plan = planned_runs(args)
+    results = run_series([(label, name, options) for _, label, name, options in plan], args.runs_dir, command,
+                         args.reuse, report_only=args.only_report)
+    scores: dict[tuple[Path, str], dict] = {}  # (run directory, test set name) -> score_test_set's result
+    for number, (result, test) in enumerate(((r, t) for r in results for t in tests), 1):
+        if args.only_report and not score_path(result.run_dir, test, args.beam).exists():
+            continue
+        print(f"== [{number}/{len(results) * len(tests)}] {result.label}: {test.name}, beam {args.beam}", flush=True)
+        scores[result.run_dir, test.name] = score_test_set(result.run_dir, test, args.beam,
+                                                           "cuda:0" if args.gpus else "cpu")
     out = Path(args.out)
     plot_curves([r.curves for r in results], out / "nmt_figure2.png",
-                title=f"NMT {args.src_lang}->{args.tgt_lang}: {args.updates} updates per worker count", minutes=True)
-    base = results[0].minutes
-    rows = []
-    for r in results:
-        n = r.summary["workers"]
-        heldout = (r.summary.get("heldout") or {}).get("dev", {})
-        rows.append({"workers": n, "minutes": round(r.minutes, 2), "speedup": round(base / r.minutes, 2),
-                     "updates": r.summary["updates"], "train loss": r.summary["final_train_loss"],
-                     "held-out BLEU (greedy, best)": r.heldout(),
-                     f"held-out BLEU (beam {args.beam})": heldout.get("bleu"),
-                     "paper hours": PAPER.get(n, (None,))[0], "paper BLEU": PAPER.get(n, (None, None, None))[2]})
-    columns = ["workers", "minutes", "speedup", "updates", "train loss", "held-out BLEU (greedy, best)",
-               f"held-out BLEU (beam {args.beam})", "paper hours", "paper BLEU"]
+                title=f"NMT {args.src_lang}->{args.tgt_lang}: {args.updates} updates per run", minutes=True)
+    rows = [run_row(args, config, options.seed, r, tests, scores)
+            for (config, _, _, options), r in zip(plan, results)]
+    test_columns = [f"{t.name} BLEU (beam {args.beam})" for t in tests]
+    columns = ["run", "workers", "mode", "seed", "updates", "minutes", "updates/s", "hours per 90k", "train loss",
+               "held-out loss", "held-out BLEU (greedy, best)", f"held-out BLEU (beam {args.beam})", *test_columns]
+    notes = [f"Train loss: mean per-token loss over the last logging interval (the paper reports a per-sentence cost, "
+             f"so the scales differ). Held-out: the first {args.dev_limit or 'all'} sentences of "
+             f"{Path(args.dev).name}; loss and greedy BLEU at the end of training (greedy best = best periodic "
+             f"evaluation), beam = the best checkpoint. Test BLEU: the best checkpoint, beam {args.beam}, sacreBLEU "
+             f"on detokenized output against the raw references"
+             + (f" ({next(iter(scores.values()))['signature']})" if scores else "") + ". Hours per 90k: "
+             "90,000 / updates per second. Paper (Table 1, 90,000 updates of the full model on GPUs): "
+             + ", ".join(f"{n} GPU{'s' if n > 1 else ''} {h} h, BLEU {b}" for n, (h, _, b) in PAPER.items())
+             + ". Figure: nmt_figure2.png."]
     text = write_table(rows, columns, out / "nmt_table1.md", out / "nmt_table1.csv",
-                       title="NMT: Table 1 of the Hogwild paper at CPU scale",
-                       notes=[f"Train loss: mean per-token loss over the last logging interval (the paper reports "
-                              f"a per-sentence cost, so the scales differ). Held-out BLEU: sacreBLEU on the first "
-                              f"{args.dev_limit or 'all'} sentences of {Path(args.dev).name}; greedy = best periodic "
-                              f"evaluation, beam = the best checkpoint at the end. Figure: nmt_figure2.png. "
-                              f"Paper columns: 90,000 updates of the full model on 1.6M pairs, on GPUs."],
-                       argv=command)
+                       title="NMT: Table 1 of the Hogwild paper, one row per run", notes=notes, argv=command)
+    text += "\n" + seeds_report(args, plan, results, rows, tests, scores, columns, command, out)
     write_runs_json(results, out / "nmt_table1.runs.json")
     print(text)
     return 0
+
+
+def run_row(args, config: str, seed: int, r, tests: list[TestSet], scores: dict) -> dict:
+    summary, final = r.summary, r.summary.get("final_metrics") or {}
+    speed = summary.get("updates_per_second") or None
+    row = {"run": config, "workers": summary["workers"], "mode": summary["mode"], "seed": seed,
+           "updates": summary["updates"], "minutes": round(r.minutes, 2), "updates/s": speed,
+           "hours per 90k": round(90000 / speed / 3600, 2) if speed else None,
+           "train loss": summary["final_train_loss"], "held-out loss": final.get("loss"),
+           "held-out BLEU (greedy, best)": r.heldout(),
+           f"held-out BLEU (beam {args.beam})": ((summary.get("heldout") or {}).get("dev") or {}).get("bleu")}
+    for test in tests:
+        row[f"{test.name} BLEU (beam {args.beam})"] = (scores.get((r.run_dir, test.name)) or {}).get("bleu")
+    return row
+
+
+def seeds_report(args, plan, results, rows, tests, scores, columns, command, out: Path) -> str:
+    """Mean +- std over seeds per configuration, and the paired bootstrap of the best 1-worker system against the
+    best system of each other configuration, on each test set."""
+    averaged = [c for c in columns if c not in ("run", "workers", "mode", "seed")]
+    summary_rows = seed_summary([config for config, *_ in plan], rows, averaged)
+    notes = []
+    by_config: dict[str, list] = {}  # configuration -> (seed, result) of its runs
+    for (config, _, _, options), result in zip(plan, results):
+        by_config.setdefault(config, []).append((options.seed, result))
+    configs = list(by_config)
+    for test in tests:
+        if args.bootstrap < 1 or len(configs) < 2:
+            break
+        best = {}
+        for config, runs in by_config.items():
+            scored = [(scores[r.run_dir, test.name]["bleu"], seed, r) for seed, r in runs
+                      if (r.run_dir, test.name) in scores]
+            if scored:
+                best[config] = max(scored, key=lambda item: item[0])[1:]
+        if configs[0] not in best or len(best) < 2:
+            notes.append(f"{test.name}: no paired bootstrap (a configuration has no decoded test set)")
+            continue
+        _, references = test.lines()
+        systems = [(f"{config} (seed {best[config][0]})",
+                    hypothesis_path(best[config][1].run_dir, test, args.beam).read_text(encoding="utf-8").splitlines())
+                   for config in configs if config in best]
+        found, signature = paired_bootstrap(references, systems, samples=args.bootstrap)
+        lines = [f"Paired bootstrap on {test.name} ({len(references)} sentences; sacreBLEU {signature}), baseline "
+                 f"{systems[0][0]}:", ""]
+        for row in found:
+            verdict = "" if row["p_value"] is None else (
+                f"; p = {row['p_value']:.4f}: " + ("a significant difference (p < 0.05)" if row["p_value"] < 0.05
+                                                   else "no significant difference from the baseline (p >= 0.05)"))
+            lines.append(f"- {row['system']}: BLEU {row['bleu']:.2f} (bootstrap mean {row['mean']:.2f} +- "
+                         f"{row['ci95']:.2f}){verdict}")
+        notes.append("\n".join(lines))
+    return write_table(summary_rows, ["configuration", "runs", *averaged], out / "nmt_table1_seeds.md",
+                       title="NMT: mean +- std over seeds per configuration", notes=notes, argv=command)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -70,11 +71,18 @@ class RunResult:
 
 
 def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path, argv: Sequence[str],
-               reuse: bool = False, say=print) -> list[RunResult]:
+               reuse: bool = False, say=print, report_only: bool = False) -> list[RunResult]:
     """Train each (label, directory name, options) in turn under runs_dir; with `reuse`, a run directory that
-    already has a summary.json is read instead of trained again. argv (script_argv) goes to each command.txt."""
+    already has a summary.json is read instead of trained again; with `report_only` nothing is trained and a
+    missing run is an error naming it. argv (script_argv) goes to each command.txt."""
     from hogwild.tasks.training import run_training
 
+    if report_only:
+        missing = [str(Path(runs_dir) / name) for _, name, _ in runs if read_summary(Path(runs_dir) / name) is None]
+        if missing:
+            raise SystemExit(f"--only-report: no finished run (summary.json) in {', '.join(missing)}; train them "
+                             f"first (the same command without --only-report, with --reuse to keep finished runs)")
+        reuse = True
     results = []
     for number, (label, name, options) in enumerate(runs, 1):
         run_dir = Path(runs_dir) / name
@@ -93,6 +101,26 @@ def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path
         summary = read_summary(run_dir)
         results.append(RunResult(label, run_dir, summary, read_curves(run_dir, name=label)))
     return results
+
+
+def mean_std(values: Sequence[Any]) -> str | None:
+    """'mean +- sample std' of the numbers among values (one number: itself; none: None), for per-seed tables."""
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numbers:
+        return None
+    if len(numbers) == 1:
+        return f"{numbers[0]:.4g}"
+    return f"{statistics.mean(numbers):.4g} +- {statistics.stdev(numbers):.2g}"
+
+
+def seed_summary(configs: Sequence[str], rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[dict]:
+    """One row per configuration, in first-seen order: its number of runs and `mean_std` of each column over them
+    (configs[i] is the configuration of rows[i])."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for config, row in zip(configs, rows):
+        groups.setdefault(config, []).append(row)
+    return [{"configuration": config, "runs": len(mine), **{c: mean_std([row[c] for row in mine]) for c in columns}}
+            for config, mine in groups.items()]
 
 
 def _cell(value: Any) -> str:

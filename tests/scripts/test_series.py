@@ -42,3 +42,42 @@ def test_the_command_is_the_module_form_run_from_the_repository_root():
     argv = script_argv(str(Path("scripts") / "reproduce_pos.py"), ["--time-limit", "60", "--out", "a b"])
     assert argv == ["-m", "scripts.reproduce_pos", "--time-limit", "60", "--out", "a b"]
     assert command_line(argv) == "python -m scripts.reproduce_pos --time-limit 60 --out 'a b'"
+
+
+def test_mean_std_over_seeds():
+    from scripts.series import mean_std
+    assert mean_std([1.0, 2.0, 3.0]) == "2 +- 1"
+    assert mean_std([0.5, None]) == "0.5"  # a missing value (a run without that figure) is left out
+    assert mean_std([None, "-"]) is None
+
+
+def _run(seconds, updates, values):
+    from types import SimpleNamespace
+
+    from hogwild.tasks.rundir import Curves
+    return SimpleNamespace(curves=Curves("r", "accuracy", eval_seconds=seconds, eval_updates=updates, values=values))
+
+
+def test_mean_curve_steps_each_run_and_stops_at_the_shortest():
+    from scripts.reproduce_pos import mean_curve
+    runs = [_run([0, 10, 20], [0, 100, 200], [0.1, 0.5, 0.7]), _run([0, 15], [0, 150], [0.3, 0.9])]
+    assert mean_curve(runs, "eval_seconds") == [(0, 0.2), (10, pytest.approx(0.4)), (15, pytest.approx(0.7))]
+    assert mean_curve(runs, "eval_updates") == [(0, 0.2), (100, pytest.approx(0.4)), (150, pytest.approx(0.7))]
+
+
+def test_first_lasting_lead_is_where_sgd_stays_ahead():
+    from scripts.reproduce_pos import first_lasting_lead
+    adam = [(0, 0.5), (10, 0.8), (20, 0.85), (30, 0.86)]
+    assert first_lasting_lead([(0, 0.3), (10, 0.81), (20, 0.84), (30, 0.9)], adam) == 30  # ahead at 10, not at 20
+    assert first_lasting_lead([(0, 0.3), (12, 0.9)], adam) == 12
+    assert first_lasting_lead([(0, 0.3), (30, 0.5)], adam) is None
+    assert first_lasting_lead([], adam) is None
+
+
+def test_overtaking_sentence_names_time_and_updates():
+    from scripts.reproduce_pos import overtaking
+    sgd = [_run([0, 60, 120], [0, 1000, 2000], [0.2, 0.7, 0.95])]
+    adam = [_run([0, 60, 120], [0, 400, 800], [0.5, 0.8, 0.9])]
+    assert overtaking({"SGD, 2 workers": sgd, "Adam, 1 worker": adam}) == [
+        "SGD, 2 workers against Adam (held-out accuracy, mean over seeds): at or above it from 2 minutes on; by "
+        "updates, not within the runs (updates)."]

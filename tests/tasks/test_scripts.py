@@ -61,19 +61,67 @@ def test_reproduce_pos_figure1(tiny_pos, tmp_path):
     before = (runs / "adam-1" / "summary.json").stat().st_mtime
     assert _script("reproduce_pos").main(argv + ["--reuse"]) == 0  # reads the runs back, trains nothing
     assert (runs / "adam-1" / "summary.json").stat().st_mtime == before
+    assert _script("reproduce_pos").main(argv + ["--only-report"]) == 0
+    assert (runs / "adam-1" / "summary.json").stat().st_mtime == before
+    assert "against Adam (held-out accuracy, mean over seeds)" in (out / "pos_figure1.md").read_text()
+
+
+def test_reproduce_pos_seeds(tiny_pos, tmp_path):
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    assert _script("reproduce_pos").main([
+        "--train", str(tiny_pos["train"]), "--dev", str(tiny_pos["dev"]), "--format", "slash", "--epochs", "1",
+        "--workers", "1", "--no-adam", "--recipe", "default", "--seeds", "3,4", "--time-limit", "20",
+        "--eval-every-seconds", "5", "--out", str(out), "--runs-dir", str(runs)]) == 0
+    assert sorted(p.name for p in runs.iterdir()) == ["sgd-1-seed3", "sgd-1-seed4"]
+    assert [r["run"] for r in _rows(out / "pos_figure1.csv")] == ["SGD, 1 worker, seed 3", "SGD, 1 worker, seed 4"]
+    assert json.loads((runs / "sgd-1-seed4" / "summary.json").read_text())["lr"] == 0.1  # the default recipe's
+    assert "| SGD, 1 worker | 2 | 150 +- 0 |" in (out / "pos_figure1_seeds.md").read_text()
 
 
 def test_reproduce_nmt_table1(tiny_nmt, tmp_path):
-    out = tmp_path / "results"
-    assert _script("reproduce_nmt").main([
-        "--train", str(tiny_nmt["train"]), "--dev", str(tiny_nmt["dev"]), "--updates", "6", "--batch-size", "16",
-        "--eval-every", "3", "--beam", "2", "--vocab-size", "100", "--out", str(out),
-        "--runs-dir", str(tmp_path / "runs")]) == 0
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    argv = ["--train", str(tiny_nmt["train"]), "--dev", str(tiny_nmt["dev"]), "--updates", "6", "--batch-size", "16",
+            "--eval-every", "3", "--beam", "2", "--vocab-size", "100", "--out", str(out), "--runs-dir", str(runs)]
+    assert _script("reproduce_nmt").main(argv) == 0
     rows = _rows(out / "nmt_table1.csv")
-    assert [r["workers"] for r in rows] == ["1", "2"] and rows[0]["speedup"] == "1.0"
-    assert all(int(r["updates"]) >= 6 for r in rows)
-    assert [r["paper hours"] for r in rows] == ["26.89", "16.56"]
+    assert [(r["run"], r["seed"]) for r in rows] == [("1 worker", "0"), ("2 workers", "0")]
+    assert all(int(r["updates"]) == 6 for r in rows)
+    assert float(rows[0]["hours per 90k"]) == pytest.approx(90000 / float(rows[0]["updates/s"]) / 3600, abs=0.01)
+    assert "1 GPU 26.89 h, BLEU 14.42" in (out / "nmt_table1.md").read_text()
     assert (out / "nmt_figure2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_reproduce_nmt_seeds_sync_test_sets_and_bootstrap(tiny_nmt, tmp_path):
+    """#13: every configuration once per seed, the sync baseline, each best checkpoint decoded on a test set (kept in
+    the run directory), mean +- std per configuration, sacreBLEU's paired bootstrap; --only-report redoes nothing."""
+    out, runs = tmp_path / "results", tmp_path / "runs"
+    argv = ["--train", str(tiny_nmt["train"]), "--dev", str(tiny_nmt["dev"]), "--updates", "4", "--batch-size", "16",
+            "--eval-every", "2", "--beam", "2", "--vocab-size", "100", "--seeds", "0,1", "--sync",
+            "--test-sets", str(tiny_nmt["dev"]), "--bootstrap", "50", "--out", str(out), "--runs-dir", str(runs)]
+    assert _script("reproduce_nmt").main(argv) == 0
+    rows = _rows(out / "nmt_table1.csv")
+    assert [(r["run"], r["mode"], r["seed"]) for r in rows] == [
+        ("1 worker", "hogwild", "0"), ("1 worker", "hogwild", "1"), ("2 workers", "hogwild", "0"),
+        ("2 workers", "hogwild", "1"), ("2 workers, sync", "sync", "0"), ("2 workers, sync", "sync", "1")]
+    assert sorted(p.name for p in runs.iterdir()) == ["sync-2-seed0", "sync-2-seed1", "workers-1-seed0",
+                                                      "workers-1-seed1", "workers-2-seed0", "workers-2-seed1"]
+    scored = json.loads((runs / "workers-1-seed1" / "test.dev.beam2.json").read_text())
+    assert scored["sentences"] == 20 and float(rows[1]["dev BLEU (beam 2)"]) == pytest.approx(scored["bleu"])
+    assert len((runs / "workers-1-seed1" / "test.dev.beam2.hyp").read_text().splitlines()) == 20
+    seeds = (out / "nmt_table1_seeds.md").read_text()
+    assert "| 1 worker | 2 |" in seeds and "| 2 workers, sync | 2 |" in seeds
+    assert "Paired bootstrap on dev (20 sentences; sacreBLEU nrefs:1|bs:50|" in seeds
+    assert seeds.count("p = ") == 2  # the 2-worker and sync systems against the best 1-worker one
+    stamps = {p: p.stat().st_mtime for p in runs.glob("*/*") if p.name in ("summary.json", "test.dev.beam2.hyp")}
+    assert _script("reproduce_nmt").main(argv + ["--only-report"]) == 0
+    assert {p: p.stat().st_mtime for p in stamps} == stamps
+    assert (out / "nmt_table1_seeds.md").read_text().split("Machine:")[1] == seeds.split("Machine:")[1]
+
+
+def test_only_report_names_the_missing_runs(tiny_nmt, tmp_path):
+    with pytest.raises(SystemExit, match=r"--only-report: no finished run .*workers-1-seed0"):
+        _script("reproduce_nmt").main(["--train", str(tiny_nmt["train"]), "--dev", str(tiny_nmt["dev"]),
+                                       "--runs-dir", str(tmp_path / "runs"), "--only-report"])
 
 
 def test_compare_optimizers(tiny_pos, tmp_path):
@@ -97,3 +145,14 @@ def test_scripts_reject_bad_flags(capsys):
     with pytest.raises(SystemExit):
         _script("compare_optimizers").main(["--lr", "sgd:0.1"])
     assert "--lr takes OPT=LR pairs" in capsys.readouterr().err
+
+
+def test_reproduce_nmt_plans_workers_sharing_one_gpu():
+    module = _script("reproduce_nmt")
+    plan = module.planned_runs(module.parse_args(["--gpus", "1", "--workers-per-gpu", "2", "--sync", "--seeds", "5"]))
+    assert [(config, name, o.gpus, o.workers_per_gpu, o.mode, o.seed) for config, _, name, o in plan] == [
+        ("1 worker on 1 GPU", "gpu1-workers-1-seed5", 1, 1, "hogwild", 5),
+        ("2 workers on 1 GPU", "gpu1-workers-2-seed5", 1, 2, "hogwild", 5),
+        ("2 workers on 1 GPU, sync", "sync-2-seed5", 1, 2, "sync", 5)]
+    with pytest.raises(SystemExit):
+        module.parse_args(["--gpus", "2", "--workers-per-gpu", "2"])
