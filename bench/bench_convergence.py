@@ -1,7 +1,7 @@
 """Time to accuracy: how soon each way of training on one box reaches a held-out target, not how many updates/s.
 
 Usage:
-    python bench/bench_convergence.py --task pos --target 0.95 --minutes 12            # Brown, 1,024 dev sentences
+    python bench/bench_convergence.py --task pos --target 0.95 --minutes 12,single=22  # Brown, 1,024 dev sentences
     python bench/bench_convergence.py --task nmt --target 20 --minutes 40 --train-limit 100000
     python bench/bench_convergence.py --quick                                          # synthetic, seconds (CI)
 
@@ -11,12 +11,19 @@ Variants (same model, data, recipe and evaluation; the recipe is run.py's defaul
   sync2     hogwild.train with 2 synchronous workers (averaged gradients every step)
   torch2    the pytorch/examples mnist_hogwild pattern: model.share_memory() and 2 torch.multiprocessing Processes,
             each with its own torch.optim optimizer and its own 1/2 share of the batches (reshuffled every epoch)
-Every run stops at the target (Config.target for the engine runs) or after --minutes. The held-out metric is
-measured on a snapshot every --eval-seconds (or --eval-updates) while training goes on, in the parent; a variant's
-time to target is the wall time, from the moment it is started, of the first snapshot that scores >= the target.
-Also reported: the updates that snapshot had seen, so that runs on a loaded machine still compare convergence per
-update. Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x
-single and <= 0.8 x sync2) and the command; --json writes every evaluation of every run.
+The parent takes a snapshot of the parameters every --eval-seconds (or --eval-updates) while training goes on; a
+variant's time to target is the wall time, from the moment it is started, of the first snapshot that scores >= the
+target. Also reported: the updates that snapshot had seen, so that runs on a loaded machine still compare
+convergence per update. How snapshots are scored (--scoring):
+  offline   (default) kept in memory and scored after the run, so scoring takes no core from training: with 2
+            workers on 2 cores an online check of 1,024 Brown sentences took a third of the machine, and more from
+            2 workers than from 1. Every variant trains for its --minutes; then every --coarse-th snapshot is scored
+            in order until one reaches the target, then the ones before it back to the last coarse one below it
+            (the first to reach it wins), and the last snapshot for the best.
+  online    scored in the parent as they are taken, and the run stops at the target (Config.target for the engine
+            runs): a user's run with evaluation, and the fast --quick check.
+Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x single
+and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import math
 import shlex
 import sys
 import time
@@ -61,7 +69,7 @@ def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
     workers, mode = {"single": (1, "single"), "hogwild2": (2, "hogwild"), "sync2": (2, "sync"),
                      "torch2": (2, "hogwild")}[variant]
     values = dict(task=args.task, workers=workers, mode=mode, dev_limit=args.dev_limit, progress=False,
-                  time_limit=args.minutes * 60, seed=args.seed, log_every=10 ** 6)
+                  time_limit=args.minutes[variant] * 60, seed=args.seed, log_every=10 ** 6)
     if args.quick:
         values.update(synthetic_size=args.synthetic_size)
     else:
@@ -71,11 +79,19 @@ def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
     return RunOptions(**values).resolved()
 
 
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A private copy of the parameters and buffers, for offline scoring."""
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
 def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
-    curve, start = Curve(variant), [0.0]
+    curve, start, offline = Curve(variant), [0.0], args.scoring == "offline"
 
     def evaluate(model: torch.nn.Module) -> dict[str, float]:  # runs in the parent on a fresh snapshot
         seconds = time.perf_counter() - start[0]
+        if offline:
+            curve.points.append({"seconds": round(seconds, 2), "state": snapshot(model)})
+            return {"snapshots": float(len(curve.points))}
         metrics = job.evaluate(model)
         curve.points.append({"seconds": round(seconds, 2), "metric": metrics[job.metric]})
         return metrics
@@ -84,7 +100,9 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
     config = dataclasses.replace(options.engine_config(["cpu"] * options.workers, job.metric), checkpoint_dir=None,
                                  eval_every=args.eval_updates,
                                  eval_every_seconds=None if args.eval_updates else args.eval_seconds,
-                                 target=args.target, tensorboard=False, eval_budget=None)  # every scheduled check runs
+                                 best_metric="snapshots" if offline else job.metric,
+                                 target=None if offline else args.target, tensorboard=False,
+                                 eval_budget=None)  # every scheduled check runs
     start[0] = time.perf_counter()
     result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
     for point, record in zip(curve.points, result.history):  # the engine's history holds each evaluation's updates
@@ -132,6 +150,9 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
     private = copy.deepcopy(model)
     counts = torch.zeros(options.workers, dtype=torch.long).share_memory_()  # (P,) updates per process
     stop = torch.zeros(1, dtype=torch.long).share_memory_()
+    # Every batch tensor goes to each process; the default file-descriptor sharing opens one fd per tensor and ran
+    # out of them on Brown (51k batches: "Too many open files", 2026-11-23). Named files in shared memory do not.
+    mp.set_sharing_strategy("file_system")
     context = mp.get_context("spawn")
     start = time.perf_counter()
     workers = [context.Process(target=torch_worker, args=(rank, model, job.loss_fn, job.batches, options, job.metric,
@@ -148,15 +169,18 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
             if any(w.exitcode not in (None, 0) for w in workers):
                 raise RuntimeError(f"a torch2 worker failed: exit codes {[w.exitcode for w in workers]}")
             due = updates >= next_updates if next_updates else now >= next_eval
-            if due or now - start >= args.minutes * 60:
-                private.load_state_dict(model.state_dict())
-                private.eval()
-                metrics = job.evaluate(private)
-                curve.points.append({"seconds": round(now - start, 2), "updates": updates,
-                                     "metric": metrics[job.metric]})
-                if metrics[job.metric] >= args.target:
+            if due or now - start >= args.minutes[variant] * 60:
+                point = {"seconds": round(now - start, 2), "updates": updates}
+                if args.scoring == "offline":
+                    point["state"] = snapshot(model)
+                else:
+                    private.load_state_dict(model.state_dict())
+                    private.eval()
+                    point["metric"] = job.evaluate(private)[job.metric]
+                curve.points.append(point)
+                if point.get("metric", -math.inf) >= args.target:
                     curve.stop_reason = "target"
-                elif now - start >= args.minutes * 60:
+                elif now - start >= args.minutes[variant] * 60:
                     curve.stop_reason = "time_limit"
                 if curve.stop_reason:
                     break
@@ -169,11 +193,42 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
     return curve
 
 
+def score_offline(job: TaskJob, curve: Curve, target: float, coarse: int) -> None:
+    """Score the curve's snapshots after training (see the module docstring): every `coarse`-th one in order until
+    one reaches `target`, then the ones after the last coarse snapshot below it, and the last one. Scored points
+    keep their metric; unscored ones are dropped."""
+    model = copy.deepcopy(job.model)
+    points = curve.points
+
+    def score(index: int) -> float:
+        if "metric" not in points[index]:
+            model.load_state_dict(points[index]["state"])
+            points[index]["metric"] = job.evaluate(model.eval())[job.metric]
+        return points[index]["metric"]
+
+    below = -1  # the last coarse snapshot scored below the target
+    for index in list(range(0, len(points), coarse)) + [len(points) - 1]:
+        if score(index) >= target:
+            for earlier in range(below + 1, index):
+                if score(earlier) >= target:
+                    break
+            break
+        below = index
+    curve.points = [{k: v for k, v in p.items() if k != "state"} for p in points if "metric" in p]
+
+
 def run_variant(args: argparse.Namespace, variant: str) -> Curve:
     options = job_options(args, variant)
     torch.manual_seed(args.seed)
     job = build_job(options)  # a fresh, identically initialised model for every variant
     curve = run_torch(job, options, args, variant) if variant == "torch2" else run_engine(job, options, args, variant)
+    if args.scoring == "offline":
+        trained = time.perf_counter()
+        torch.set_num_threads(args.scoring_threads)  # training is over: scoring may use the whole machine
+        score_offline(job, curve, args.target, args.coarse)
+        torch.set_num_threads(1)
+        print(f"{variant:9s} scored {len(curve.points)} snapshots in {time.perf_counter() - trained:.0f} s",
+              flush=True)
     reached = curve.first_reaching(args.target)
     print(f"{variant:9s} {'target at ' + _at(reached) if reached else 'target not reached'}; "
           f"{len(curve.points)} evaluations, best {max(p['metric'] for p in curve.points):.4f} "
@@ -209,6 +264,33 @@ def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
     return rows
 
 
+def write_json(args: argparse.Namespace, runs: dict) -> None:
+    args.json.write_text(json.dumps({"task": args.task, "target": args.target, "runs": runs}, indent=1) + "\n")
+
+
+def parse_minutes(parser: argparse.ArgumentParser, text: str, variants: list[str]) -> dict[str, float]:
+    """--minutes '12' or '12,single=22' -> {variant: minutes} for every variant (a parser error names a bad part)."""
+    default, given = None, {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.rpartition("=")
+        try:
+            minutes = float(value)
+        except ValueError:
+            parser.error(f"--minutes: {part!r} is not MINUTES or VARIANT=MINUTES")
+        if minutes <= 0:
+            parser.error(f"--minutes: {part!r} must be positive")
+        if not name:
+            default = minutes
+        elif name not in VARIANTS:
+            parser.error(f"--minutes: unknown variant {name!r} in {part!r}; choose from {', '.join(VARIANTS)}")
+        else:
+            given[name] = minutes
+    missing = [v for v in variants if v not in given and default is None]
+    if missing:
+        parser.error(f"--minutes: no time for {', '.join(missing)} (add a plain MINUTES for the rest)")
+    return {variant: given.get(variant, default) for variant in variants}
+
+
 def _cell(value, spec: str = ".2f") -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -223,9 +305,16 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser.add_argument("--dev-limit", type=int, default=1024, help="held-out sentences evaluated")
     parser.add_argument("--train-limit", type=int, default=None, help="NMT: first N training pairs")
     parser.add_argument("--target", type=float, help="held-out target (default POS accuracy 0.95, NMT BLEU 20)")
-    parser.add_argument("--minutes", type=float, default=12.0, help="give up on a variant after this long")
-    parser.add_argument("--eval-seconds", type=float, default=30.0, help="seconds between held-out evaluations")
-    parser.add_argument("--eval-updates", type=int, default=None, help="evaluate every N updates instead")
+    parser.add_argument("--minutes", default="12", help="training time of each variant (offline scoring) or the "
+                        "time after which it gives up (online): MINUTES, or VARIANT=MINUTES pairs, comma-separated, "
+                        "with an optional plain MINUTES for the rest (e.g. 12,single=22)")
+    parser.add_argument("--eval-seconds", type=float, default=30.0, help="seconds between snapshots")
+    parser.add_argument("--eval-updates", type=int, default=None, help="a snapshot every N updates instead")
+    parser.add_argument("--scoring", choices=("offline", "online"), default=None,
+                        help="offline: score the snapshots after each run (default); online: while it trains, "
+                             "stopping at the target (default with --quick)")
+    parser.add_argument("--coarse", type=int, default=4, help="offline: score every N-th snapshot first")
+    parser.add_argument("--scoring-threads", type=int, default=2, help="offline: torch threads for scoring")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
     parser.add_argument("--recipe", default=None, help="run.py's --recipe (default: the task's default recipe)")
     parser.add_argument("--seed", type=int, default=0)
@@ -238,8 +327,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
+    args.minutes = parse_minutes(parser, args.minutes, variants)
+    if args.coarse < 1:
+        parser.error(f"--coarse must be >= 1, got {args.coarse}")
+    args.scoring = args.scoring or ("online" if args.quick else "offline")
     if args.quick:
-        args.task, args.dev_limit, args.minutes = "pos", 100, min(args.minutes, 1.0)
+        args.task, args.dev_limit = "pos", 100
+        args.minutes = {variant: min(minutes, 1.0) for variant, minutes in args.minutes.items()}
         args.target = 0.3 if args.target is None else args.target
         args.eval_updates = args.eval_updates or 25
     else:
@@ -252,9 +346,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     curves = {}
     for variant in variants:
         curves[variant] = run_variant(args, variant)
+        if args.json:  # after every variant: a stopped benchmark keeps the runs it finished
+            write_json(args, {v: {"stop_reason": c.stop_reason, "evaluations": c.points} for v, c in curves.items()})
     rows = report(curves, args.target)
     if args.json:
-        args.json.write_text(json.dumps({"task": args.task, "target": args.target, "runs": rows}, indent=1) + "\n")
+        write_json(args, rows)
     print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
     return rows
 

@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_quick_run_reaches_the_target_with_the_engine_and_the_torch_pattern(tmp_path):
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants", "single,torch2",
-                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--scoring", "online",
+                           "--variants", "single,torch2", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["task"] == "pos" and result["target"] == 0.3 and set(result["runs"]) == {"single", "torch2"}
@@ -34,3 +35,77 @@ def test_unknown_variant_is_refused():
     done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants", "single,async9"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--variants: unknown ['async9']" in done.stderr
+
+
+def _bench():
+    from bench import bench_convergence
+    return bench_convergence
+
+
+def _fake_job(scored: list[int]):
+    """A TaskJob stand-in whose model's one weight is the metric; `scored` collects the weights it scored."""
+    from types import SimpleNamespace
+
+    import torch
+
+    def evaluate(model):
+        value = float(model.weight.detach())
+        scored.append(value)
+        return {"accuracy": value}
+
+    return SimpleNamespace(model=torch.nn.Linear(1, 1, bias=False), evaluate=evaluate, metric="accuracy")
+
+
+def test_offline_scoring_scores_coarse_snapshots_then_back_to_the_first_reaching_the_target():
+    import torch
+    bench = _bench()
+    values = [0.1, 0.2, 0.3, 0.95, 0.4, 0.5, 0.96, 0.97, 0.98, 0.99, 0.6]  # 0.95 at 3 is a blip before a coarse miss
+    curve = bench.Curve("x", [{"seconds": float(i), "updates": 10 * i, "state": {"weight": torch.tensor([[v]])}}
+                              for i, v in enumerate(values)])
+    scored = []
+    bench.score_offline(_fake_job(scored), curve, target=0.9, coarse=4)
+    # coarse: 0 (0.1), 4 (0.4), 8 (0.98 reaches) -> back from 5: 0.5, then 6 (0.96) reaches; the last (10) is not
+    # needed once the target is found
+    assert scored == pytest.approx([0.1, 0.4, 0.98, 0.5, 0.96])
+    assert [p["seconds"] for p in curve.points] == [0.0, 4.0, 5.0, 6.0, 8.0]
+    assert curve.first_reaching(0.9) == {"seconds": 6.0, "updates": 60, "metric": pytest.approx(0.96)}
+    assert all("state" not in p for p in curve.points)
+
+
+def test_offline_scoring_scores_the_last_snapshot_when_the_target_is_not_reached():
+    import torch
+    bench = _bench()
+    curve = bench.Curve("x", [{"seconds": float(i), "updates": i, "state": {"weight": torch.tensor([[i / 10]])}}
+                              for i in range(6)])
+    scored = []
+    bench.score_offline(_fake_job(scored), curve, target=0.9, coarse=4)
+    assert scored == pytest.approx([0.0, 0.4, 0.5]) and curve.first_reaching(0.9) is None
+
+
+def test_minutes_per_variant_and_bad_values_are_refused():
+    import argparse
+    bench = _bench()
+    parser = argparse.ArgumentParser()
+    assert bench.parse_minutes(parser, "12,single=22", ["single", "hogwild2"]) == {"single": 22.0, "hogwild2": 12.0}
+    assert bench.parse_minutes(parser, "7", ["sync2"]) == {"sync2": 7.0}
+    for text, message in (("single=22", "no time for hogwild2"), ("12,solo=3", "unknown variant 'solo'"),
+                          ("ten", "'ten' is not MINUTES"), ("0", "must be positive")):
+        done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants",
+                               "single,hogwild2", "--minutes", text], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and message in done.stderr, (text, done.stderr)
+
+
+@pytest.mark.slow
+def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path):
+    out = tmp_path / "curves.json"
+    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--scoring", "offline",
+                           "--variants", "hogwild2", "--minutes", "0.25", "--coarse", "3", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(out.read_text())["runs"]["hogwild2"]
+    points = run["evaluations"]
+    assert run["best"] >= 0.3 and run["minutes"] * 60 == pytest.approx(
+        next(p["seconds"] for p in points if p["metric"] >= 0.3))
+    assert all(a["seconds"] < b["seconds"] for a, b in zip(points, points[1:]))
+    assert "hogwild2  scored" in done.stdout
