@@ -152,7 +152,8 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
     stop = torch.zeros(1, dtype=torch.long).share_memory_()
     # Every batch tensor goes to each process; the default file-descriptor sharing opens one fd per tensor and ran
     # out of them on Brown (51k batches: "Too many open files", 2026-11-23). Named files in shared memory do not.
-    mp.set_sharing_strategy("file_system")
+    sharing = mp.get_sharing_strategy()
+    mp.set_sharing_strategy("file_system")  # restored in `finally`: the engine variants keep torch's default
     context = mp.get_context("spawn")
     start = time.perf_counter()
     workers = [context.Process(target=torch_worker, args=(rank, model, job.loss_fn, job.batches, options, job.metric,
@@ -190,6 +191,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
         stop[0] = 1
         for worker in workers:
             worker.join()
+        mp.set_sharing_strategy(sharing)
     return curve
 
 

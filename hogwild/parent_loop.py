@@ -24,7 +24,7 @@ from .eval_schedule import PeriodicEvaluation
 from .feed import BatchStore
 from .metrics import MetricsLog
 from .rundir import RunCheckpoints
-from .supervisor import Supervisor
+from .supervisor import PARENT_SIGNALS, Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
@@ -67,7 +67,7 @@ def _sigint_blocked() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(PARENT_SIGNALS))
     try:
         yield
     finally:

@@ -2,7 +2,8 @@
 
 - A worker that raises sends its traceback through the error queue and exits 1; one killed by a signal is named
   by that signal. Either way the parent stops the others, writes a checkpoint and raises `WorkerFailed`.
-- SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return).
+- SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return). Workers ignore both
+  (PARENT_SIGNALS): Ctrl-C, `timeout` and batch schedulers signal the whole process group, and the parent decides.
 - Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
 - Before spawning, /dev/shm must be able to hold the parameters and the optimizer state.
 
@@ -24,6 +25,7 @@ from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # handled by the parent only; workers ignore them
 
 
 class WorkerFailed(RuntimeError):
@@ -95,15 +97,19 @@ class Supervisor:
             return self._failure
         for worker, process in enumerate(self.processes):
             code = process.exitcode
-            if code is None or code == 0 or worker in self._stopped:
+            if code is None or code == 0:
                 continue
+            if worker in self._stopped:  # terminated by stop(): a failure only if it had reported an error first
+                self._drain_errors(timeout=0.0)
+                if worker not in self.tracebacks:
+                    continue
             self._failure, self.failed_worker = self.describe(worker, code), worker
             return self._failure
         return None
 
     def describe(self, worker: int, code: int) -> str:
         name = f"worker {worker} ({self.names[worker]}, pid {self.processes[worker].pid})"
-        if code < 0:
+        if code < 0 and worker not in self.tracebacks:
             return f"{name} was killed by signal {describe_signal(-code)}"
         self._drain_errors(timeout=2.0 if worker not in self.tracebacks else 0.0)
         if worker in self.tracebacks:
@@ -125,7 +131,9 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
-        for signal_them in ("terminate", "kill"):  # all at once: 100 hung workers take 2 s, not 200
+        # All at once: 100 hung workers take 2 s, not 200. Workers ignore SIGTERM once started (PARENT_SIGNALS), so
+        # terminate only stops one still starting up; kill ends the rest.
+        for signal_them in ("terminate", "kill"):
             late = [process for process in self.processes if process.exitcode is None]
             self._stopped.update(worker for worker, process in enumerate(self.processes) if process in late)
             for process in late:

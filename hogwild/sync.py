@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from .feed import epoch_order
 from .replica import make_parameters, move_batch, torch_device
-from .supervisor import die_with_parent
+from .supervisor import PARENT_SIGNALS, die_with_parent
 from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, bind_device, call_loss, exit_now, seed_batch,
                      usable_gradients, wait_for_start)
 
@@ -120,7 +120,8 @@ def sync_main(spec: WorkerSpec, init_method: str) -> None:
     """Process entry point for one rank; failures are reported like a Hogwild worker's."""
     config = spec.config
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for name in PARENT_SIGNALS:
+            signal.signal(name, signal.SIG_IGN)
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(config.threads_per_worker)
         bind_device(torch_device(spec.device))

@@ -36,7 +36,7 @@ from .replica import (
     torch_device,
 )
 from .shared_optim import FUSED_OPTIMIZERS
-from .supervisor import die_with_parent
+from .supervisor import PARENT_SIGNALS, die_with_parent
 from .updates import Update, Updater, scale_gradients
 
 STOP = 0  # control[STOP] != 0: finish the current step and exit
@@ -316,7 +316,8 @@ def worker_main(spec: WorkerSpec) -> None:
     """Process entry point: report any exception with its traceback and exit non-zero."""
     config = spec.config
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+        for name in PARENT_SIGNALS:  # Ctrl-C, `timeout` and batch schedulers signal the whole process group: the
+            signal.signal(name, signal.SIG_IGN)  # parent decides (it stops the workers, then checkpoints)
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(config.threads_per_worker)
         bind_device(torch_device(spec.device))

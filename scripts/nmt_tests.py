@@ -55,10 +55,13 @@ def score_path(run_dir: Path, test: TestSet, beam: int) -> Path:
 
 def score_test_set(run_dir: Path, test: TestSet, beam: int, device: str = "cpu",
                    batch_size: int = 64) -> dict[str, Any]:
-    """BLEU of the run's best checkpoint on `test` with beam `beam`; decoded once, then read from the run dir."""
+    """BLEU of the run's best checkpoint on `test` with beam `beam`; decoded once, then read from the run dir (again
+    when the kept score came from another test corpus of the same name)."""
     hyp_path, scored = hypothesis_path(run_dir, test, beam), score_path(run_dir, test, beam)
     if scored.exists() and hyp_path.exists():
-        return json.loads(scored.read_text(encoding="utf-8"))
+        kept = json.loads(scored.read_text(encoding="utf-8"))
+        if kept.get("prefix") == test.prefix and kept.get("beam") == beam:
+            return kept
     from hogwild.tasks.inference import load_translator
 
     sources, references = test.lines()
@@ -76,8 +79,9 @@ def score_test_set(run_dir: Path, test: TestSet, beam: int, device: str = "cpu",
 def paired_bootstrap(references: Sequence[str], systems: Sequence[tuple[str, Sequence[str]]], samples: int = 1000,
                      seed: int = 12345) -> tuple[list[dict[str, Any]], str]:
     """sacreBLEU's paired bootstrap resampling: the first system is the baseline. One row per system: BLEU, the
-    bootstrap mean and 95% confidence half-width, and (for the others) the p-value of 'no better than the
-    baseline'. Returns (rows, signature)."""
+    bootstrap mean and 95% confidence half-width, and (for the others) sacreBLEU's p-value of the difference from
+    the baseline (two-sided: how often the resampled difference is at least as far from its mean as zero).
+    Returns (rows, signature)."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 

@@ -37,7 +37,7 @@ PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14
 
 def test_sets(names: str, src: str, tgt: str) -> list[TestSet]:
     """--test-sets: 'europarl' (the staged Europarl test), 'newstest2014' (WMT14 SRC-TGT or TGT-SRC), or PREFIX
-    paths (PREFIX.SRC / PREFIX.TGT, named by the file name)."""
+    paths (PREFIX.SRC / PREFIX.TGT, named by the file name; two sets may not share a name)."""
     root, found = corpora_dir(), []
     for name in filter(None, (n.strip() for n in names.split(","))):
         if name == "europarl":
@@ -48,6 +48,11 @@ def test_sets(names: str, src: str, tgt: str) -> list[TestSet]:
             found.append(TestSet(name, str(root / "newstest2014" / f"newstest2014.{pair}"), src, tgt))
         else:
             found.append(TestSet(Path(name).name, name, src, tgt))
+    named = [test.name for test in found]
+    twice = sorted({name for name in named if named.count(name) > 1})
+    if twice:
+        raise SystemExit(f"--test-sets: two test sets are named {', '.join(twice)} (their translations would be "
+                         f"kept under one name); give PREFIX paths with different file names")
     return found
 
 
@@ -178,6 +183,13 @@ def run_row(args, config: str, seed: int, r, tests: list[TestSet], scores: dict)
     return row
 
 
+def heldout_bleu(r) -> float:
+    """The run's held-out BLEU: beam on the best checkpoint when decoded, else the best greedy evaluation."""
+    beam = ((r.summary.get("heldout") or {}).get("dev") or {}).get("bleu")
+    value = beam if beam is not None else r.heldout()
+    return value if value is not None else float("-inf")
+
+
 def seeds_report(args, plan, results, rows, tests, scores, columns, command, out: Path) -> str:
     """Mean +- std over seeds per configuration, and the paired bootstrap of the best 1-worker system against the
     best system of each other configuration, on each test set."""
@@ -191,10 +203,9 @@ def seeds_report(args, plan, results, rows, tests, scores, columns, command, out
     for test in tests:
         if args.bootstrap < 1 or len(configs) < 2:
             break
-        best = {}
+        best = {}  # each configuration's system: its seed with the best held-out BLEU (chosen without the test set)
         for config, runs in by_config.items():
-            scored = [(scores[r.run_dir, test.name]["bleu"], seed, r) for seed, r in runs
-                      if (r.run_dir, test.name) in scores]
+            scored = [(heldout_bleu(r), seed, r) for seed, r in runs if (r.run_dir, test.name) in scores]
             if scored:
                 best[config] = max(scored, key=lambda item: item[0])[1:]
         if configs[0] not in best or len(best) < 2:
@@ -206,7 +217,7 @@ def seeds_report(args, plan, results, rows, tests, scores, columns, command, out
                    for config in configs if config in best]
         found, signature = paired_bootstrap(references, systems, samples=args.bootstrap)
         lines = [f"Paired bootstrap on {test.name} ({len(references)} sentences; sacreBLEU {signature}), baseline "
-                 f"{systems[0][0]}:", ""]
+                 f"{systems[0][0]}; each configuration's system is its seed with the best held-out BLEU:", ""]
         for row in found:
             verdict = "" if row["p_value"] is None else (
                 f"; p = {row['p_value']:.4f}: " + ("a significant difference (p < 0.05)" if row["p_value"] < 0.05

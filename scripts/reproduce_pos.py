@@ -63,6 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.seed_list = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [args.seed]
     except ValueError:
         p.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
+    if len(set(args.seed_list)) != len(args.seed_list):
+        p.error(f"--seeds: {args.seeds!r} repeats a seed")
     return args
 
 
@@ -82,7 +84,10 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptio
                                dict(optimizer="adam", lr=args.adam_lr, lr_decay=0.0, mode="single",
                                     **({"gpus": 1} if args.gpus else {"workers": 1}))))
     several = len(args.seed_list) > 1
-    return [(config, f"{config}, seed {seed}" if several else config, f"{name}-seed{seed}" if several else name,
+    # one seed 0 keeps the directory names of earlier runs (sgd-1, adam-1); any other seed is in the name, so that
+    # --reuse never reads another seed's run
+    named = several or args.seed_list != [0]
+    return [(config, f"{config}, seed {seed}" if several else config, f"{name}-seed{seed}" if named else name,
              RunOptions(**common, **extra, seed=seed))
             for config, name, extra in configurations for seed in args.seed_list]
 

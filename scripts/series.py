@@ -78,15 +78,16 @@ def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path
     from hogwild.tasks.training import run_training
 
     if report_only:
-        missing = [str(Path(runs_dir) / name) for _, name, _ in runs if read_summary(Path(runs_dir) / name) is None]
+        missing = [str(Path(runs_dir) / name) for _, name, _ in runs if finished_summary(Path(runs_dir) / name) is None]
         if missing:
-            raise SystemExit(f"--only-report: no finished run (summary.json) in {', '.join(missing)}; train them "
-                             f"first (the same command without --only-report, with --reuse to keep finished runs)")
+            raise SystemExit(f"--only-report: no finished run (summary.json of a run not stopped by a signal) in "
+                             f"{', '.join(missing)}; train them first (the same command without --only-report, with "
+                             f"--reuse to keep finished runs)")
         reuse = True
     results = []
     for number, (label, name, options) in enumerate(runs, 1):
         run_dir = Path(runs_dir) / name
-        if reuse and read_summary(run_dir) is not None:
+        if reuse and finished_summary(run_dir) is not None:
             say(f"== [{number}/{len(runs)}] {label}: reusing {run_dir}")
         else:
             say(f"== [{number}/{len(runs)}] {label} -> {run_dir}")
@@ -101,6 +102,15 @@ def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path
         summary = read_summary(run_dir)
         results.append(RunResult(label, run_dir, summary, read_curves(run_dir, name=label)))
     return results
+
+
+def finished_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's summary.json if the run finished (an interrupted run writes one too, stopped by a signal: it is
+    trained again, not reported)."""
+    summary = read_summary(run_dir)
+    if summary is None or str(summary.get("stop_reason", "")).startswith("signal"):
+        return None
+    return summary
 
 
 def mean_std(values: Sequence[Any]) -> str | None:

@@ -123,6 +123,23 @@ def test_sigint_and_sigterm_stop_gracefully_with_a_checkpoint(tmp_path, signum):
     assert saved["global_step"] == result["updates"] >= 2
 
 
+def test_sigterm_to_the_whole_process_group_stops_gracefully(tmp_path):
+    """`timeout`, batch schedulers and service managers signal every process of the group, the workers too: the
+    workers ignore it and the parent stops them after their step and checkpoints (no worker counts as failed)."""
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        os.killpg(process.pid, signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["stop_reason"] == "signal SIGTERM"
+    assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == result["updates"] >= 2
+
+
 def test_killing_the_parent_leaves_no_orphan_workers(tmp_path):
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)

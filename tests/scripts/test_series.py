@@ -81,3 +81,65 @@ def test_overtaking_sentence_names_time_and_updates():
     assert overtaking({"SGD, 2 workers": sgd, "Adam, 1 worker": adam}) == [
         "SGD, 2 workers against Adam (held-out accuracy, mean over seeds): at or above it from 2 minutes on; by "
         "updates, not within the runs (updates)."]
+
+
+def test_an_interrupted_run_is_not_finished(tmp_path):
+    import json
+
+    from scripts.series import finished_summary, run_series
+    for name, reason in (("done", "max_steps"), ("stopped", "signal SIGINT"), ("none", None)):
+        (tmp_path / name).mkdir()
+        if reason:
+            (tmp_path / name / "summary.json").write_text(json.dumps({"stop_reason": reason}))
+    assert finished_summary(tmp_path / "done") == {"stop_reason": "max_steps"}
+    assert finished_summary(tmp_path / "stopped") is None and finished_summary(tmp_path / "none") is None
+    with pytest.raises(SystemExit, match=r"no finished run .*stopped, .*none;"):
+        run_series([("a", "done", None), ("b", "stopped", None), ("c", "none", None)], tmp_path, [],
+                   report_only=True)
+
+
+def test_reproduce_pos_refuses_repeated_seeds_and_names_any_seed_but_0():
+    from scripts import reproduce_pos
+    with pytest.raises(SystemExit):
+        reproduce_pos.parse_args(["--seeds", "0,0"])
+    names = lambda argv: [name for _, _, name, _ in reproduce_pos.planned_runs(reproduce_pos.parse_args(argv))]
+    assert names([]) == ["sgd-1", "sgd-2", "adam-1"]  # the directory names of earlier runs
+    assert names(["--seed", "1"]) == ["sgd-1-seed1", "sgd-2-seed1", "adam-1-seed1"]
+    assert names(["--seeds", "0,1", "--no-adam", "--workers", "1"]) == ["sgd-1-seed0", "sgd-1-seed1"]
+
+
+def test_nmt_test_sets_may_not_share_a_name():
+    from scripts.reproduce_nmt import test_sets
+    assert [t.name for t in test_sets("a/test,b/dev", "fr", "en")] == ["test", "dev"]
+    with pytest.raises(SystemExit, match="two test sets are named test"):
+        test_sets("a/test,b/test", "fr", "en")
+
+
+def test_a_kept_test_score_is_reused_only_for_the_same_corpus_and_beam(tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    import torch
+
+    import hogwild.tasks.inference as inference
+    from scripts.nmt_tests import TestSet, score_test_set
+    for prefix in ("a/test", "b/test"):
+        (tmp_path / prefix).parent.mkdir()
+        (tmp_path / f"{prefix}.fr").write_text("le chat noir dort ici\nun chien brun court vite\n")
+        (tmp_path / f"{prefix}.en").write_text("the black cat sleeps here\na brown dog runs fast\n")
+    decoded = []
+
+    def translate(sources, beam, batch_size):
+        decoded.append(beam)
+        return ["the black cat sleeps here", "a brown dog runs fast"]
+
+    monkeypatch.setattr(inference, "load_translator",
+                        lambda run_dir: SimpleNamespace(model=torch.nn.Linear(1, 1), translate=translate))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    first = TestSet("test", str(tmp_path / "a/test"), "fr", "en")
+    assert score_test_set(run_dir, first, beam=2)["bleu"] == pytest.approx(100.0) and decoded == [2]
+    assert score_test_set(run_dir, first, beam=2)["prefix"] == first.prefix and decoded == [2]  # read back
+    other = TestSet("test", str(tmp_path / "b/test"), "fr", "en")
+    assert score_test_set(run_dir, other, beam=2)["prefix"] == other.prefix and decoded == [2, 2]  # decoded again
+    assert json.loads((run_dir / "test.test.beam2.json").read_text())["prefix"] == other.prefix
