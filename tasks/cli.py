@@ -115,6 +115,8 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--eval-every", type=int, default=None, metavar="UPDATES",
                    help="evaluate every this many updates; None: 250 on the synthetic task, else every 60 s")
     g.add_argument("--eval-every-seconds", type=float, default=None, metavar="SECONDS", help="evaluate this often")
+    g.add_argument("--eval-budget", type=float, default=0.1, metavar="SHARE",
+                   help="periodic evaluations take at most this share of the wall time (0: no cap)")
     g.add_argument("--patience", type=int, default=None, help="stop after this many evaluations without a new best")
     g.add_argument("--beam", type=int, default=5, help="nmt: beam size of the final held-out translations")
     g.add_argument("--checkpoint-every", type=int, default=None, metavar="UPDATES", help="write last.pt this often")

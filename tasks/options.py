@@ -87,6 +87,7 @@ class RunOptions:
     time_limit: float | None = None
     eval_every: int | None = None  # updates between evaluations
     eval_every_seconds: float | None = None
+    eval_budget: float = 0.1  # periodic evaluations: at most this share of the wall time (0: no cap; Config's default)
     patience: int | None = None
     beam: int = 5  # NMT: beam size of the final held-out translations (evaluations during training are greedy)
     # --- engine ---
@@ -143,6 +144,8 @@ class RunOptions:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value < 0):
                 _fail(name.replace("_", "-"), f"must be >= 0, got {value}")
+        if not (math.isfinite(self.eval_budget) and 0 <= self.eval_budget <= 1):
+            _fail("eval-budget", f"is a share of the wall time, in [0, 1]; got {self.eval_budget}")
         if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
             _fail("momentum", f"must be in [0, 1), got {self.momentum}")
         if not 0.0 <= self.dropout < 1.0:
@@ -226,7 +229,8 @@ class RunOptions:
             **schedule_fields(self.task, self.optimizer, self.lr, self.lr_decay, self.warmup_steps, self.min_lr,
                               self.recipe, self.decay_updates),
             clip_norm=self.clip_norm, max_steps=self.steps, epochs=self.epochs, time_limit=self.time_limit,
-            eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, best_metric=best_metric,
+            eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, eval_budget=self.eval_budget or None,
+            best_metric=best_metric,
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
             checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
             seed=self.seed, data_assignment=self.data_assignment, amp=self.amp)

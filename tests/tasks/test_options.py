@@ -37,6 +37,9 @@ def test_engine_config_carries_every_training_choice():
     sgd = RunOptions(task="pos").resolved().engine_config(["cpu"], "accuracy")
     assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.decay_updates, sgd.min_lr) == (
         "linear_decay", 0.045, 40_000, pytest.approx(0.001))
+    assert sgd.eval_budget == 0.1  # periodic evaluations within 10% of the wall time unless told otherwise
+    capless = RunOptions(task="pos", eval_budget=0.0).resolved().engine_config(["cpu"], "accuracy")
+    assert capless.eval_budget is None  # --eval-budget 0: every scheduled evaluation runs
     warm = RunOptions(task="nmt", warmup_steps=10).resolved().engine_config(["cpu"] * 2, "bleu")
     assert (warm.lr_schedule, warm.warmup_steps) == ("warmup_scaled", 10)
 
@@ -49,6 +52,8 @@ def test_engine_config_carries_every_training_choice():
     ({"lr": float("nan")}, "--lr: must be a positive number"),
     ({"time_limit": -3.0}, "--time-limit: must be a positive number"),
     ({"steps": 0}, "--steps: must be >= 1"),
+    ({"eval_budget": 1.5}, "--eval-budget: is a share of the wall time, in [0, 1]; got 1.5"),
+    ({"eval_budget": -0.1}, "--eval-budget: is a share"),
     ({"dropout": 1.0}, "--dropout: must be in [0, 1)"),
     ({"momentum": 1.5}, "--momentum: must be in [0, 1)"),
     ({"optimizer": "lbfgs"}, "--optimizer: must be one of sgd"),
