@@ -109,3 +109,26 @@ def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path
         next(p["seconds"] for p in points if p["metric"] >= 0.3))
     assert all(a["seconds"] < b["seconds"] for a, b in zip(points, points[1:]))
     assert "hogwild2  scored" in done.stdout
+
+
+def test_auto_target_is_the_last_snapshot_score_rounded_down():
+    import torch
+    bench = _bench()
+    curve = bench.Curve("single", [{"seconds": float(i), "updates": i, "state": {"weight": torch.tensor([[v]])}}
+                                   for i, v in enumerate([0.5, 0.95678])])
+    scored = []
+    assert bench.auto_target(_fake_job(scored), curve) == 0.956  # accuracy: rounded down to 0.1%
+    assert scored == pytest.approx([0.95678]) and curve.points[-1]["metric"] == pytest.approx(0.95678)
+    bleu = _fake_job([])
+    bleu.metric = "bleu"
+    bleu.evaluate = lambda model: {"bleu": float(model.weight.detach()) * 10}  # 9.5678 BLEU
+    assert bench.auto_target(bleu, curve) == 9.5  # BLEU: rounded down to 0.1
+
+
+def test_auto_target_needs_single_and_offline_scoring():
+    for extra, message in ((["--variants", "hogwild2"], "add it to --variants"),
+                           (["--variants", "single", "--scoring", "online"], "needs --scoring offline"),
+                           (["--variants", "single", "--target", "high"], "'high' is not a number or 'auto'")):
+        done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--target", "auto", *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
