@@ -114,10 +114,17 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
     return curve
 
 
-def torch_worker(rank: int, model: torch.nn.Module, loss_fn, batches: list, options: RunOptions, metric: str,
-                 counts: torch.Tensor, stop: torch.Tensor) -> None:
-    """pytorch/examples mnist_hogwild/train.py's worker with the recipe's optimizer, schedule and clipping."""
+def torch_worker(rank: int, model: torch.nn.Module, options: RunOptions, counts: torch.Tensor,
+                 stop: torch.Tensor) -> None:
+    """pytorch/examples mnist_hogwild/train.py's worker with the recipe's optimizer, schedule and clipping. Like
+    the example's workers, each loads its data itself (the same seeded batches as the parent's job, from the
+    on-disk cache): handing 51k Brown batches of small tensors to a process took one file descriptor each with
+    torch's default sharing and ran out of them, and one memory map each with 'file_system' sharing, past the
+    kernel's map limit ("unable to mmap ... Cannot allocate memory", 2026-11-25)."""
     torch.set_num_threads(1)
+    job = build_job(options)
+    loss_fn, batches, metric = job.loss_fn, job.batches, job.metric
+    del job  # its model is not the shared one
     torch.manual_seed(options.seed + rank)
     config = options.engine_config(["cpu"] * options.workers, metric)
     schedule = config.schedule()
@@ -153,14 +160,9 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
     private = copy.deepcopy(model)
     counts = torch.zeros(options.workers, dtype=torch.long).share_memory_()  # (P,) updates per process
     stop = torch.zeros(1, dtype=torch.long).share_memory_()
-    # Every batch tensor goes to each process; the default file-descriptor sharing opens one fd per tensor and ran
-    # out of them on Brown (51k batches: "Too many open files", 2026-11-23). Named files in shared memory do not.
-    sharing = mp.get_sharing_strategy()
-    mp.set_sharing_strategy("file_system")  # restored in `finally`: the engine variants keep torch's default
     context = mp.get_context("spawn")
     start = time.perf_counter()
-    workers = [context.Process(target=torch_worker, args=(rank, model, job.loss_fn, job.batches, options, job.metric,
-                                                          counts, stop))
+    workers = [context.Process(target=torch_worker, args=(rank, model, options, counts, stop))
                for rank in range(options.workers)]
     for worker in workers:
         worker.start()
@@ -194,7 +196,6 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
         stop[0] = 1
         for worker in workers:
             worker.join()
-        mp.set_sharing_strategy(sharing)
     return curve
 
 
