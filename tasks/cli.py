@@ -60,6 +60,10 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads-per-worker", type=int, default=1, metavar="N", help="torch threads per worker")
     g.add_argument("--amp", choices=("bf16",), default=None, help="bf16: forward under autocast (GPU workers); "
                    "parameters and optimizer state stay fp32")
+    g.add_argument("--fused-step", action="store_true",
+                   help="CPU workers step with torch's fused optimizer kernel too (GPU workers do by default): Adam "
+                        "on the POS tagger makes ~1.2x the updates/s (docs/benchmarks.md); the last bits of rounding "
+                        "may differ")
     g.add_argument("--data-assignment", choices=("queue", "partition"), default="queue",
                    help="queue: workers share one batch queue; partition: a fixed shard per worker")
     g = p.add_argument_group("data (no --train: the built-in synthetic task)")

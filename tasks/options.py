@@ -20,7 +20,7 @@ from typing import Any
 from hogwild.config import MODES, Config
 from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
-from hogwild.shared_optim import OPTIMIZERS
+from hogwild.shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS
 from hogwild.tasks.learning_rate import default_lr, default_lr_decay, schedule_fields
 from hogwild.tasks.recipes import default_optimizer, default_word_min_freq, resolve_recipe
 
@@ -94,6 +94,7 @@ class RunOptions:
     data_assignment: str = "queue"
     threads_per_worker: int = 1
     amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    fused_step: bool = False  # torch's fused CPU optimizer kernel on CPU workers too (GPU workers always use it)
     checkpoint_every: int | None = None
     log_every: int | None = None
     seed: int = 0
@@ -169,6 +170,9 @@ class RunOptions:
         if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
             _fail("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
                                f"{optimizer!r}; use --distributed easgd for plain SGD")
+        if self.fused_step and optimizer not in FUSED_OPTIMIZERS:
+            _fail("fused-step", f"torch has a fused CPU kernel only for {', '.join(FUSED_OPTIMIZERS)}, not "
+                                f"{optimizer!r}")
         if self.resume and not self.out:
             _fail("resume", "needs --out DIR (the run directory to continue)")
         if self.mode == "sync" and self.data_assignment != "queue":
@@ -233,7 +237,8 @@ class RunOptions:
             best_metric=best_metric,
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
             checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
-            seed=self.seed, data_assignment=self.data_assignment, amp=self.amp)
+            seed=self.seed, data_assignment=self.data_assignment, amp=self.amp,
+            fused_step=True if self.fused_step else None)  # None: the engine's choice (on for GPU workers)
 
     def dist_config(self):
         """The MPI module's DistConfig for these options."""

@@ -40,6 +40,9 @@ def test_engine_config_carries_every_training_choice():
     assert sgd.eval_budget == 0.1  # periodic evaluations within 10% of the wall time unless told otherwise
     capless = RunOptions(task="pos", eval_budget=0.0).resolved().engine_config(["cpu"], "accuracy")
     assert capless.eval_budget is None  # --eval-budget 0: every scheduled evaluation runs
+    assert sgd.fused_step is None  # the engine decides: fused kernels on GPU workers only
+    fused = RunOptions(task="pos", optimizer="adam", fused_step=True).resolved().engine_config(["cpu"], "accuracy")
+    assert fused.fused_step is True  # --fused-step: CPU workers too
     warm = RunOptions(task="nmt", warmup_steps=10).resolved().engine_config(["cpu"] * 2, "bleu")
     assert (warm.lr_schedule, warm.warmup_steps) == ("warmup_scaled", 10)
 
@@ -61,6 +64,7 @@ def test_engine_config_carries_every_training_choice():
     ({"src_lang": "en"}, "--tgt-lang: must differ from --src-lang"),
     ({"task": "nmt", "tag": "upos"}, "--task: --word-column, --tag-column and --tag apply to --task pos only"),
     ({"distributed": "gossip"}, "--distributed: must be one of allreduce"),
+    ({"optimizer": "rmsprop", "fused_step": True}, "--fused-step: torch has a fused CPU kernel only for sgd"),
     ({"mode": "sync", "data_assignment": "partition"}, "--data-assignment: --mode sync deals batches in lockstep"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
