@@ -19,14 +19,15 @@ convergence per update. How snapshots are scored (--scoring):
             workers on 2 cores an online check of 1,024 Brown sentences took a third of the machine, and more from
             2 workers than from 1. Every variant trains for its --minutes; then every --coarse-th snapshot is scored
             in order until one reaches the target, then the ones before it back to the last coarse one below it
-            (the first to reach it wins), and the last snapshot for the best.
+            (the first to reach it wins); when none reaches it, the last snapshot too. "best" is the best scored.
   online    scored in the parent as they are taken, and the run stops at the target (Config.target for the engine
             runs): a user's run with evaluation, and the fast --quick check.
 --target auto (the default for NMT) takes the target from the 1-worker run: what its last snapshot scores, after its
 --minutes, rounded down (0.1 BLEU, 0.1% accuracy); single then runs first, and the others race to the score the serial
 run reaches in that time (the issue's "a BLEU target the serial run reaches in about 20 minutes").
 Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x single
-and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run.
+and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run, with the
+evaluation's other numbers (NMT: held-out loss and perplexity) under 'heldout'.
 """
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
     return RunOptions(**values).resolved()
 
 
+def scores(job: TaskJob, model: torch.nn.Module) -> dict:
+    """A snapshot's held-out scores for its point: the target metric, and the evaluation's other numbers (NMT:
+    held-out loss and perplexity beside greedy BLEU) under 'heldout' when there are any."""
+    metrics = job.evaluate(model)
+    others = {name: value for name, value in metrics.items() if name != job.metric}
+    return {"metric": metrics[job.metric], **({"heldout": others} if others else {})}
+
+
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A private copy of the parameters and buffers, for offline scoring."""
     return {name: value.detach().clone() for name, value in model.state_dict().items()}
@@ -95,9 +104,9 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
         if offline:
             curve.points.append({"seconds": round(seconds, 2), "state": snapshot(model)})
             return {"snapshots": float(len(curve.points))}
-        metrics = job.evaluate(model)
-        curve.points.append({"seconds": round(seconds, 2), "metric": metrics[job.metric]})
-        return metrics
+        point = {"seconds": round(seconds, 2), **scores(job, model)}
+        curve.points.append(point)
+        return {job.metric: point["metric"], **point.get("heldout", {})}
 
     # No run directory: no checkpoint writes in the parent (the torch2 variant has none either)
     config = dataclasses.replace(options.engine_config(["cpu"] * options.workers, job.metric), checkpoint_dir=None,
@@ -182,7 +191,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
                 else:
                     private.load_state_dict(model.state_dict())
                     private.eval()
-                    point["metric"] = job.evaluate(private)[job.metric]
+                    point.update(scores(job, private))
                 curve.points.append(point)
                 if point.get("metric", -math.inf) >= args.target:
                     curve.stop_reason = "target"
@@ -203,8 +212,8 @@ def auto_target(job: TaskJob, curve: Curve) -> float:
     """--target auto: the score of the curve's last (offline) snapshot, rounded down to 0.1 BLEU or 0.1% accuracy."""
     model = copy.deepcopy(job.model)
     model.load_state_dict(curve.points[-1]["state"])
-    score = job.evaluate(model.eval())[job.metric]
-    curve.points[-1]["metric"] = score  # scored once: score_offline keeps it
+    curve.points[-1].update(scores(job, model.eval()))  # scored once: score_offline keeps it
+    score = curve.points[-1]["metric"]
     step = 0.1 if job.metric == "bleu" else 0.001
     return round(math.floor(score / step + 1e-9) * step, 4)
 
@@ -219,7 +228,7 @@ def score_offline(job: TaskJob, curve: Curve, target: float, coarse: int) -> Non
     def score(index: int) -> float:
         if "metric" not in points[index]:
             model.load_state_dict(points[index]["state"])
-            points[index]["metric"] = job.evaluate(model.eval())[job.metric]
+            points[index].update(scores(job, model.eval()))
         return points[index]["metric"]
 
     below = -1  # the last coarse snapshot scored below the target

@@ -132,3 +132,15 @@ def test_auto_target_needs_single_and_offline_scoring():
         done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--target", "auto", *extra],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
+
+
+def test_scored_points_keep_the_evaluations_other_numbers():
+    import torch
+    bench = _bench()
+    job = _fake_job([])
+    job.evaluate = lambda model: {"accuracy": float(model.weight.detach()), "loss": 2.5}  # as NMT: bleu, loss, ...
+    curve = bench.Curve("x", [{"seconds": float(i), "updates": i, "state": {"weight": torch.tensor([[v]])}}
+                              for i, v in enumerate([0.2, 0.95])])
+    bench.score_offline(job, curve, target=0.9, coarse=1)
+    assert curve.points == [{"seconds": 0.0, "updates": 0, "metric": pytest.approx(0.2), "heldout": {"loss": 2.5}},
+                            {"seconds": 1.0, "updates": 1, "metric": pytest.approx(0.95), "heldout": {"loss": 2.5}}]
