@@ -6,7 +6,7 @@ Variants (the default recipe's POS job on the same data, 1 CPU worker, hogwild.t
   sgd          the default recipe: SGD, sparse embedding gradients
   adam-dense   Adam with dense embedding gradients (every row's moments updated at every update: the old job)
   adam         Adam with sparse embedding gradients (lazy rows and moments, as torch.optim.SparseAdam)
-  adam-fused   the same with torch's fused CPU Adam kernel for the dense parameters (Config.fused_step)
+  adam-fused   the same with torch's fused CPU Adam kernel for the dense parameters (run.py --fused-step)
 They run in rounds, the order rotating each round, and each variant's median is printed with its ratio to sgd.
 updates/s is measured between the engine's first and last 'train' records (start-up excluded); the mean optimizer
 step ("update") and forward+backward ("compute") milliseconds per update come from the same records.
@@ -38,11 +38,11 @@ VARIANTS = {  # name: (optimizer, sparse embedding gradients, fused CPU step)
 def measure(options: RunOptions, dataset, variant: str, seconds: float) -> dict[str, float]:
     """One variant's run: steady-state updates/s and mean phase milliseconds per update."""
     optimizer, sparse, fused = VARIANTS[variant]
-    resolved = dataclasses.replace(options, optimizer=optimizer).resolved()  # the recipe's lr for that optimizer
+    resolved = dataclasses.replace(options, optimizer=optimizer, fused_step=fused).resolved()  # the recipe's lr
     torch.manual_seed(options.seed)
     job = pos_job(resolved, dataset, sparse_embeddings=sparse)
-    config = dataclasses.replace(resolved.engine_config(["cpu"], job.metric), checkpoint_dir=None, fused_step=fused,
-                                 time_limit=seconds, eval_every=None, eval_every_seconds=None, tensorboard=False)
+    config = dataclasses.replace(resolved.engine_config(["cpu"], job.metric), checkpoint_dir=None, time_limit=seconds,
+                                 eval_every=None, eval_every_seconds=None, tensorboard=False)
     result = hogwild.train(job.model, job.loss_fn, job.batches, config)
     records = [r for r in result.records if r["updates"] > 0]
     first, last = records[0], records[-1]
