@@ -4,6 +4,7 @@ import torch
 
 import hogwild
 from hogwild.feed import epoch_order
+from hogwild.shared_optim import SharedOptimizer
 from hogwild.worker import batch_seed
 from tests.hogwild import engine_helpers as H
 
@@ -28,6 +29,32 @@ def test_sync_two_workers_equal_serial_averaged_gradient_sgd(device):
             optimizer.step()
     for got, expected in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu-replica"])
+def test_sync_averages_sparse_gradients_over_the_touched_rows(device):
+    """Sparse embedding gradients stay sparse: sync Adam equals a serial loop that applies each group's averaged
+    sparse gradient with the same shared optimizer (lazy rows: a row's moments move only at steps that touch it).
+    7 batches on 2 workers: the last step has one batch, and the idle rank still joins the row exchange."""
+    batches = H.tagger_batches(n=7, words_used=20)
+    model, reference, initial = H.Tagger(), H.Tagger(), H.Tagger()
+    result = hogwild.train(model, H.tagger_loss, batches, hogwild.Config(
+        devices=[device] * 2, mode="sync", lr=0.01, optimizer="adam", epochs=1, seed=3, progress=False,
+        tensorboard=False))
+    assert result.updates == 4
+    optimizer = SharedOptimizer(list(reference.share_memory().parameters()), "adam")
+    order = [int(i) for i in epoch_order(7, 3, 0, True)]
+    for first in range(0, 7, 2):
+        group = order[first:first + 2]
+        reference.zero_grad()
+        for index in group:
+            torch.manual_seed(batch_seed(3, 0, index))
+            (H.tagger_loss(reference, batches[index])[0] / len(group)).backward()
+        optimizer.step(0.01)
+    for got, expected in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert torch.equal(model.embed.weight[20:], initial.embed.weight[20:])  # rows no batch used
+    assert not torch.equal(model.embed.weight[:20], initial.embed.weight[:20])
 
 
 def test_process_group_backend_nccl_only_for_one_gpu_per_rank():
