@@ -17,6 +17,7 @@ from hogwild.config import MODES
 from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
+from hogwild.tasks.devices import CPU_WORKERS
 from hogwild.tasks.options import PRESETS, TASKS, RunOptions
 from hogwild.tasks.recipes import RECIPES, default_optimizer, resolve_recipe
 
@@ -60,6 +61,10 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads-per-worker", type=int, default=1, metavar="N", help="torch threads per worker")
     g.add_argument("--amp", choices=("bf16",), default=None, help="bf16: forward under autocast (GPU workers); "
                    "parameters and optimizer state stay fp32")
+    g.add_argument("--cpu-workers", choices=tuple(CPU_WORKERS), default=None,
+                   help="CPU workers train in place on the shared parameters, or on a private replica refreshed "
+                        "before every step (one consistent version per step); default: replica for nmt Hogwild "
+                        "runs (Adam moves every weight at every update), in place otherwise")
     g.add_argument("--fused-step", action="store_true",
                    help="CPU workers step with torch's fused optimizer kernel too (GPU workers do by default): Adam "
                         "on the POS tagger makes ~1.2x the updates/s (docs/benchmarks.md); the last bits of rounding "

@@ -3,7 +3,13 @@
 The parent only counts the GPUs (torch.cuda.device_count() creates no CUDA context), so spawned workers can still
 initialise CUDA themselves; a torch built without CUDA counts 0.
 
-Usage: `devices = worker_devices(gpus=0, workers=2)` -> `['cpu', 'cpu']`
+Usage: `devices = worker_devices(gpus=0, workers=2)` -> `['cpu', 'cpu']`;
+`worker_devices(0, 2, cpu_workers="replica")` -> `['cpu-replica', 'cpu-replica']`
+
+CPU workers train either in place on the shared parameters ('cpu': the classic Hogwild worker, no copy) or on a
+private replica that pulls the shared parameters before every step ('cpu-replica'), so that a step's forward and
+backward see one version of them while the other workers' updates land. `RunOptions.resolved()` picks the task's
+default (NMT: replica, POS: in place; the measurements are there).
 """
 from __future__ import annotations
 
@@ -34,9 +40,14 @@ def describe_visible() -> str:
     return f"{count} CUDA GPU{'s' if count != 1 else ''} visible{limited}"
 
 
-def worker_devices(gpus: int, workers: int, mode: str = "hogwild", per_gpu: int = 1) -> list[str]:
+CPU_WORKERS = {"in-place": "cpu", "replica": "cpu-replica"}  # --cpu-workers -> the engine's device string
+
+
+def worker_devices(gpus: int, workers: int, mode: str = "hogwild", per_gpu: int = 1,
+                   cpu_workers: str = "in-place") -> list[str]:
     """One device string per worker; raises DeviceError naming what is visible when gpus > visible GPUs. With GPUs,
-    `per_gpu` workers share each one (cuda:0, cuda:0, cuda:1, ...): concurrency on a machine with fewer GPUs."""
+    `per_gpu` workers share each one (cuda:0, cuda:0, cuda:1, ...): concurrency on a machine with fewer GPUs.
+    Without, `cpu_workers` (a key of CPU_WORKERS) says how the CPU workers train."""
     if gpus:
         available = visible_gpus()
         if gpus > available:
@@ -47,4 +58,4 @@ def worker_devices(gpus: int, workers: int, mode: str = "hogwild", per_gpu: int 
         if mode == "single":
             return ["cuda:0"]
         return [f"cuda:{i}" for i in range(gpus) for _ in range(per_gpu)]
-    return ["cpu"] * (1 if mode == "single" else workers)
+    return [CPU_WORKERS[cpu_workers]] * (1 if mode == "single" else workers)

@@ -21,6 +21,7 @@ from hogwild.config import MODES, Config
 from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS
+from hogwild.tasks.devices import CPU_WORKERS
 from hogwild.tasks.learning_rate import default_lr, default_lr_decay, schedule_fields
 from hogwild.tasks.recipes import default_optimizer, default_word_min_freq, resolve_recipe
 
@@ -95,6 +96,7 @@ class RunOptions:
     threads_per_worker: int = 1
     amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
     fused_step: bool = False  # torch's fused CPU optimizer kernel on CPU workers too (GPU workers always use it)
+    cpu_workers: str | None = None  # 'in-place' | 'replica' (tasks.devices); None: default_cpu_workers()
     checkpoint_every: int | None = None
     log_every: int | None = None
     seed: int = 0
@@ -170,6 +172,8 @@ class RunOptions:
         if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
             _fail("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
                                f"{optimizer!r}; use --distributed easgd for plain SGD")
+        if self.cpu_workers is not None and self.cpu_workers not in CPU_WORKERS:
+            _fail("cpu-workers", f"must be one of {', '.join(CPU_WORKERS)}; got {self.cpu_workers!r}")
         if self.fused_step and optimizer not in FUSED_OPTIMIZERS:
             _fail("fused-step", f"torch has a fused CPU kernel only for {', '.join(FUSED_OPTIMIZERS)}, not "
                                 f"{optimizer!r}")
@@ -209,6 +213,8 @@ class RunOptions:
         values["decay_updates"] = schedule_fields(self.task, optimizer, values["lr"], values["lr_decay"],
                                                   self.warmup_steps, self.min_lr, recipe,
                                                   self.decay_updates)["decay_updates"]
+        if values["cpu_workers"] is None:
+            values["cpu_workers"] = default_cpu_workers(self.task, self.mode, self.workers)
         if values["steps"] is None and values["epochs"] is None and values["time_limit"] is None:
             values["epochs"] = 2 if self.synthetic else 1  # the default job: about a minute on 2 CPU workers
         if values["log_every"] is None:
@@ -247,6 +253,17 @@ class RunOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def default_cpu_workers(task: str, mode: str, workers: int) -> str:
+    """How CPU workers train unless --cpu-workers says: NMT Hogwild workers on replicas, the rest in place.
+
+    NMT (Europarl, Adam, 2 workers, 2026-11-25, docs/benchmarks.md): in place, the other worker's Adam update (every
+    weight moves) lands in the middle of a ~0.5 s step, and held-out loss per update trailed 1 worker by ~0.1 nats
+    at every snapshot to 1,200 updates; on replicas it was level with 1 worker, at the same updates/s (the copy is
+    ~1% of a step). POS (SGD, one sentence, ~7 ms a step): in place is level with 1 worker per update, and a copy
+    of the dense weights every step would cost ~10%. Sync and single workers see no update mid-step."""
+    return "replica" if task == "nmt" and mode == "hogwild" and workers > 1 else "in-place"
 
 
 def _check_exists(flag: str, path: str, task: str) -> None:

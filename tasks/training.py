@@ -68,7 +68,8 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     options = options.resolved()
     if options.out is None:
         options.out = default_out(options.task)
-    devices = worker_devices(options.gpus, options.workers, options.mode, options.workers_per_gpu)
+    devices = worker_devices(options.gpus, options.workers, options.mode, options.workers_per_gpu,
+                             options.cpu_workers)
     torch.set_num_threads(options.threads_per_worker)
     rank_is_first, dist = True, None
     if options.distributed:

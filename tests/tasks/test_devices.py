@@ -10,6 +10,27 @@ def test_cpu_workers_and_single_mode():
     assert worker_devices(0, 3, mode="single") == ["cpu"]
 
 
+def test_cpu_workers_train_in_place_or_on_replicas():
+    assert worker_devices(0, 2, cpu_workers="replica") == ["cpu-replica", "cpu-replica"]
+    assert worker_devices(0, 2, cpu_workers="in-place") == ["cpu", "cpu"]
+    assert worker_devices(0, 2, mode="single", cpu_workers="replica") == ["cpu-replica"]
+
+
+def test_cpu_workers_default_per_task_and_the_flag_wins():
+    from hogwild.tasks.cli import train_parser
+    from hogwild.tasks.options import RunOptions
+    resolved = lambda **values: RunOptions(**values).resolved().cpu_workers  # noqa: E731
+    assert resolved(task="nmt") == "replica"  # 2 Hogwild workers: Adam moves every weight mid-step
+    assert resolved(task="nmt", mode="single") == resolved(task="nmt", mode="sync") == "in-place"
+    assert resolved(task="nmt", workers=1) == "in-place"
+    assert resolved(task="pos") == "in-place"
+    assert resolved(task="pos", cpu_workers="replica") == "replica"
+    assert resolved(task="nmt", cpu_workers="in-place") == "in-place"
+    assert train_parser().parse_args(["--cpu-workers", "replica"]).cpu_workers == "replica"
+    with pytest.raises(ValueError, match=r"^--cpu-workers: must be one of in-place, replica; got 'gpu'"):
+        RunOptions(cpu_workers="gpu")
+
+
 def test_gpus_map_to_cuda_devices_when_visible(monkeypatch):
     monkeypatch.setattr(devices, "visible_gpus", lambda: 4)
     assert worker_devices(2, 7) == ["cuda:0", "cuda:1"]
