@@ -2,11 +2,17 @@
 
 Usage: `python -m bench.bench_optimizers --seconds 60 --rounds 2` (Brown from ../shared/corpora; --quick: synthetic)
 
-Variants (the default recipe's POS job on the same data, 1 CPU worker, hogwild.train, no evaluation):
+Variants (the default recipe's POS job on the same data, hogwild.train with 1 CPU worker unless said, no evaluation):
   sgd          the default recipe: SGD, sparse embedding gradients
   adam-dense   Adam with dense embedding gradients (every row's moments updated at every update: the old job)
   adam         Adam with sparse embedding gradients (lazy rows and moments, as torch.optim.SparseAdam)
   adam-fused   the same with torch's fused CPU Adam kernel for the dense parameters (run.py --fused-step)
+  sgd-hogwild2 (on request) sgd with 2 Hogwild workers sharing the parameters and the optimizer
+  sgd-replica2 (on request) the same on replicas (run.py --cpu-workers replica: every step pulls a private copy)
+  sgd-sync2    (on request) sgd with 2 synchronous workers (an update averages 2 sentences' gradients)
+  sgd-copies2  (on request) 2 independent runs of sgd at once (separate processes, each its own model, nothing
+               shared), updates/s summed: what this machine gives 2 processes of this job with no sharing at all,
+               the ceiling for sgd-hogwild2
 They run in rounds, the order rotating each round, and each variant's median is printed with its ratio to sgd.
 updates/s is measured between the engine's first and last 'train' records (start-up excluded); the mean optimizer
 step ("update") and forward+backward ("compute") milliseconds per update come from the same records.
@@ -18,30 +24,50 @@ import dataclasses
 import shlex
 import statistics
 import sys
+import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_optimizers.py` from anywhere
 
 import hogwild  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
+from hogwild.tasks.devices import CPU_WORKERS  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
 from hogwild.tasks.pos import load_data, pos_job  # noqa: E402
 
-VARIANTS = {  # name: (optimizer, sparse embedding gradients, fused CPU step)
-    "sgd": ("sgd", True, False), "adam-dense": ("adam", False, False), "adam": ("adam", True, False),
-    "adam-fused": ("adam", True, True),
+class Variant(NamedTuple):
+    optimizer: str
+    sparse: bool  # sparse embedding gradients
+    fused: bool = False  # torch's fused CPU optimizer step
+    workers: int = 1
+    mode: str = "single"
+    copies: int = 1  # independent runs at once
+    cpu_workers: str = "in-place"  # run.py's --cpu-workers: in place on the shared parameters, or on replicas
+
+
+VARIANTS = {
+    "sgd": Variant("sgd", True), "adam-dense": Variant("adam", False), "adam": Variant("adam", True),
+    "adam-fused": Variant("adam", True, fused=True), "sgd-hogwild2": Variant("sgd", True, workers=2, mode="hogwild"),
+    "sgd-replica2": Variant("sgd", True, workers=2, mode="hogwild", cpu_workers="replica"),
+    "sgd-sync2": Variant("sgd", True, workers=2, mode="sync"), "sgd-copies2": Variant("sgd", True, copies=2),
 }
+DEFAULT_VARIANTS = ("sgd", "adam-dense", "adam", "adam-fused")
 
 
 def measure(options: RunOptions, dataset, variant: str, seconds: float) -> dict[str, float]:
     """One variant's run: steady-state updates/s and mean phase milliseconds per update."""
-    optimizer, sparse, fused = VARIANTS[variant]
-    resolved = dataclasses.replace(options, optimizer=optimizer, fused_step=fused).resolved()  # the recipe's lr
+    chosen = VARIANTS[variant]
+    resolved = dataclasses.replace(options, optimizer=chosen.optimizer, fused_step=chosen.fused,
+                                   workers=chosen.workers, mode=chosen.mode).resolved()  # the recipe's lr
     torch.manual_seed(options.seed)
-    job = pos_job(resolved, dataset, sparse_embeddings=sparse)
-    config = dataclasses.replace(resolved.engine_config(["cpu"], job.metric), checkpoint_dir=None, time_limit=seconds,
+    job = pos_job(resolved, dataset, sparse_embeddings=chosen.sparse)
+    devices = [CPU_WORKERS[chosen.cpu_workers]] * chosen.workers
+    config = dataclasses.replace(resolved.engine_config(devices, job.metric), checkpoint_dir=None,
+                                 time_limit=seconds,
                                  eval_every=None, eval_every_seconds=None, tensorboard=False)
     result = hogwild.train(job.model, job.loss_fn, job.batches, config)
     records = [r for r in result.records if r["updates"] > 0]
@@ -53,13 +79,42 @@ def measure(options: RunOptions, dataset, variant: str, seconds: float) -> dict[
             "updates": result.updates, **{f"{k}_ms": v for k, v in phase.items()}}
 
 
+def _copy(options: RunOptions, variant: str, seconds: float, results) -> None:
+    """One of several concurrent copies (a process of its own): loads the data (from the cache), trains, reports."""
+    try:
+        torch.set_num_threads(1)
+        results.put(measure(options, load_data(options.resolved()), variant, seconds))
+    except BaseException:  # noqa: BLE001
+        results.put({"error": traceback.format_exc()})
+
+
+def measure_copies(options: RunOptions, dataset, variant: str, seconds: float) -> dict[str, float]:
+    """The variant's independent copies at once: summed updates/s, mean phase milliseconds per update."""
+    copies = VARIANTS[variant].copies
+    if copies == 1:
+        return measure(options, dataset, variant, seconds)
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    processes = [context.Process(target=_copy, args=(options, variant, seconds, results)) for _ in range(copies)]
+    for process in processes:
+        process.start()
+    runs = [results.get() for _ in processes]
+    for process in processes:
+        process.join()
+    failed = [run["error"] for run in runs if "error" in run]
+    if failed:
+        raise RuntimeError(f"a copy of {variant} failed:\n{failed[0]}")
+    return {"updates_per_s": sum(run["updates_per_s"] for run in runs), "updates": sum(run["updates"] for run in runs),
+            **{key: statistics.fmean(run[key] for run in runs) for key in ("compute_ms", "update_ms")}}
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--train", default=str(corpora_dir() / "brown"), help="POS corpus")
     parser.add_argument("--seconds", type=float, default=60.0, help="training time of each run")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {tuple(VARIANTS)}")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated, of {tuple(VARIANTS)}")
     parser.add_argument("--quick", action="store_true", help="synthetic corpus, seconds per run: checks the benchmark")
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
@@ -83,9 +138,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     for round_ in range(args.rounds):
         order = variants[round_ % len(variants):] + variants[:round_ % len(variants)]
         for variant in order:
-            runs[variant].append(measure(options, dataset, variant, args.seconds))
+            runs[variant].append(measure_copies(options, dataset, variant, args.seconds))
             run = runs[variant][-1]
-            print(f"round {round_ + 1} {variant:10s} {run['updates_per_s']:7.1f} updates/s  compute "
+            print(f"round {round_ + 1} {variant:12s} {run['updates_per_s']:7.1f} updates/s  compute "
                   f"{run['compute_ms']:.2f} ms  update {run['update_ms']:.2f} ms", flush=True)
     medians = {v: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for v, rs in runs.items()}
     base = medians.get("sgd")
