@@ -7,7 +7,12 @@ Usage:
 
 Variants (same model, data, recipe and evaluation; the recipe is run.py's defaults for the task, or --recipe paper):
   single    hogwild.train with 1 worker (mode 'single')
-  hogwild2  hogwild.train with 2 lock-free workers
+  hogwild2  hogwild.train with 2 lock-free workers, as run.py runs them (--cpu-workers' default for the task: NMT
+            on replicas, POS in place)
+  inplace2  (on request) 2 lock-free workers training in place on the shared parameters (--cpu-workers in-place):
+            the other worker's updates land in the middle of a step's forward and backward
+  replica2  (on request) 2 lock-free workers, each on a private CPU replica that pulls the shared parameters before
+            every step (--cpu-workers replica, the GPU workers' path): one consistent version per step
   sync2     hogwild.train with 2 synchronous workers (averaged gradients every step)
   torch2    the pytorch/examples mnist_hogwild pattern: model.share_memory() and 2 torch.multiprocessing Processes,
             each with its own torch.optim optimizer and its own 1/2 share of the batches (reshuffled every epoch)
@@ -25,6 +30,9 @@ convergence per update. How snapshots are scored (--scoring):
 --target auto (the default for NMT) takes the target from the 1-worker run: what its last snapshot scores, after its
 --minutes, rounded down (0.1 BLEU, 0.1% accuracy); single then runs first, and the others race to the score the serial
 run reaches in that time (the issue's "a BLEU target the serial run reaches in about 20 minutes").
+--metric perplexity (or loss; NMT) makes the target a held-out perplexity, reached from above (auto rounds up to
+0.1): greedy BLEU in the first half hour (2-4) moves by a point between neighbouring snapshots of one run, held-out
+perplexity falls smoothly, and every scored snapshot still records BLEU (and the rest) under 'heldout'.
 Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x single
 and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run, with the
 evaluation's other numbers (NMT: held-out loss and perplexity) under 'heldout'.
@@ -49,29 +57,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 import hogwild  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
+from hogwild.tasks.devices import worker_devices  # noqa: E402
 from hogwild.tasks.job import TaskJob  # noqa: E402
 from hogwild.tasks.jobs import build_job  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
 
-VARIANTS = ("single", "hogwild2", "sync2", "torch2")
+VARIANTS = ("single", "hogwild2", "sync2", "torch2", "inplace2", "replica2")
+DEFAULT_VARIANTS = VARIANTS[:4]  # the issue's four; the others on request
 TARGETS = (("hogwild2", "single", 0.55), ("hogwild2", "sync2", 0.8))  # time ratio must be <= this
+METRICS = {"pos": ("accuracy",), "nmt": ("bleu", "perplexity", "loss")}  # the first: the task's default
+LOWER_IS_BETTER = ("perplexity", "loss")
+ROUNDING = {"bleu": 0.1, "accuracy": 0.001, "perplexity": 0.1, "loss": 0.01}  # --target auto's step
+
+
+def reaches(value: float, target: float, metric: str) -> bool:
+    return value <= target if metric in LOWER_IS_BETTER else value >= target
+
+
+def best_of(values, metric: str) -> float:
+    return min(values) if metric in LOWER_IS_BETTER else max(values)
 
 
 @dataclass
 class Curve:
     """One run's evaluations: seconds since its start (at the snapshot), updates seen, held-out metric."""
     variant: str
+    metric: str  # what "metric" holds in each point: the task's own (bleu, accuracy) or --metric
     points: list[dict] = field(default_factory=list)
     stop_reason: str = ""
 
     def first_reaching(self, target: float) -> dict | None:
-        return next((p for p in self.points if p["metric"] >= target), None)
+        return next((p for p in self.points if reaches(p["metric"], target, self.metric)), None)
+
+    def best(self) -> float:
+        return best_of((p["metric"] for p in self.points), self.metric)
 
 
 def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
     """run.py's options for this benchmark: the task's default recipe, the variant's workers and mode."""
     workers, mode = {"single": (1, "single"), "hogwild2": (2, "hogwild"), "sync2": (2, "sync"),
-                     "torch2": (2, "hogwild")}[variant]
+                     "torch2": (2, "hogwild"), "inplace2": (2, "hogwild"), "replica2": (2, "hogwild")}[variant]
     values = dict(task=args.task, workers=workers, mode=mode, dev_limit=args.dev_limit, progress=False,
                   time_limit=args.minutes[variant] * 60, seed=args.seed, log_every=10 ** 6)
     if args.quick:
@@ -80,15 +105,16 @@ def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
         values.update(train=[args.train], dev=args.dev, train_limit=args.train_limit if args.task == "nmt" else None)
     if args.recipe:
         values["recipe"] = args.recipe
+    values["cpu_workers"] = {"inplace2": "in-place", "torch2": "in-place", "replica2": "replica"}.get(variant)
     return RunOptions(**values).resolved()
 
 
-def scores(job: TaskJob, model: torch.nn.Module) -> dict:
-    """A snapshot's held-out scores for its point: the target metric, and the evaluation's other numbers (NMT:
-    held-out loss and perplexity beside greedy BLEU) under 'heldout' when there are any."""
+def scores(job: TaskJob, model: torch.nn.Module, metric: str) -> dict:
+    """A snapshot's held-out scores for its point: `metric`, the target's, and the evaluation's other numbers
+    (NMT: greedy BLEU, held-out loss and perplexity) under 'heldout' when there are any."""
     metrics = job.evaluate(model)
-    others = {name: value for name, value in metrics.items() if name != job.metric}
-    return {"metric": metrics[job.metric], **({"heldout": others} if others else {})}
+    others = {name: value for name, value in metrics.items() if name != metric}
+    return {"metric": metrics[metric], **({"heldout": others} if others else {})}
 
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -97,19 +123,20 @@ def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
-    curve, start, offline = Curve(variant), [0.0], args.scoring == "offline"
+    curve, start, offline = Curve(variant, args.metric), [0.0], args.scoring == "offline"
 
     def evaluate(model: torch.nn.Module) -> dict[str, float]:  # runs in the parent on a fresh snapshot
         seconds = time.perf_counter() - start[0]
         if offline:
             curve.points.append({"seconds": round(seconds, 2), "state": snapshot(model)})
             return {"snapshots": float(len(curve.points))}
-        point = {"seconds": round(seconds, 2), **scores(job, model)}
+        point = {"seconds": round(seconds, 2), **scores(job, model, args.metric)}
         curve.points.append(point)
         return {job.metric: point["metric"], **point.get("heldout", {})}
 
     # No run directory: no checkpoint writes in the parent (the torch2 variant has none either)
-    config = dataclasses.replace(options.engine_config(["cpu"] * options.workers, job.metric), checkpoint_dir=None,
+    devices = worker_devices(0, options.workers, options.mode, cpu_workers=options.cpu_workers)
+    config = dataclasses.replace(options.engine_config(devices, job.metric), checkpoint_dir=None,
                                  eval_every=args.eval_updates,
                                  eval_every_seconds=None if args.eval_updates else args.eval_seconds,
                                  best_metric="snapshots" if offline else job.metric,
@@ -165,7 +192,7 @@ def torch_worker(rank: int, model: torch.nn.Module, options: RunOptions, counts:
 def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
     if options.optimizer not in ("sgd", "adam"):
         raise SystemExit(f"--variants torch2 supports the sgd and adam recipes, not {options.optimizer!r}")
-    curve, model = Curve(variant), job.model.share_memory()
+    curve, model = Curve(variant, args.metric), job.model.share_memory()
     private = copy.deepcopy(model)
     counts = torch.zeros(options.workers, dtype=torch.long).share_memory_()  # (P,) updates per process
     stop = torch.zeros(1, dtype=torch.long).share_memory_()
@@ -191,9 +218,9 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
                 else:
                     private.load_state_dict(model.state_dict())
                     private.eval()
-                    point.update(scores(job, private))
+                    point.update(scores(job, private, args.metric))
                 curve.points.append(point)
-                if point.get("metric", -math.inf) >= args.target:
+                if "metric" in point and reaches(point["metric"], args.target, args.metric):
                     curve.stop_reason = "target"
                 elif now - start >= args.minutes[variant] * 60:
                     curve.stop_reason = "time_limit"
@@ -209,13 +236,18 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
 
 
 def auto_target(job: TaskJob, curve: Curve) -> float:
-    """--target auto: the score of the curve's last (offline) snapshot, rounded down to 0.1 BLEU or 0.1% accuracy."""
+    """--target auto: the score of the curve's last (offline) snapshot, rounded to the easier side (0.1 BLEU, 0.1%
+    accuracy, 0.1 perplexity, 0.01 loss): down when higher is better, up when lower is."""
     model = copy.deepcopy(job.model)
     model.load_state_dict(curve.points[-1]["state"])
-    curve.points[-1].update(scores(job, model.eval()))  # scored once: score_offline keeps it
-    score = curve.points[-1]["metric"]
-    step = 0.1 if job.metric == "bleu" else 0.001
-    return round(math.floor(score / step + 1e-9) * step, 4)
+    curve.points[-1].update(scores(job, model.eval(), curve.metric))  # scored once: score_offline keeps it
+    return rounded_target(curve.points[-1]["metric"], curve.metric)
+
+
+def rounded_target(score: float, metric: str) -> float:
+    step = ROUNDING[metric]
+    steps = math.ceil(score / step - 1e-9) if metric in LOWER_IS_BETTER else math.floor(score / step + 1e-9)
+    return round(steps * step, 4)
 
 
 def score_offline(job: TaskJob, curve: Curve, target: float, coarse: int) -> None:
@@ -228,14 +260,14 @@ def score_offline(job: TaskJob, curve: Curve, target: float, coarse: int) -> Non
     def score(index: int) -> float:
         if "metric" not in points[index]:
             model.load_state_dict(points[index]["state"])
-            points[index].update(scores(job, model.eval()))
+            points[index].update(scores(job, model.eval(), curve.metric))
         return points[index]["metric"]
 
     below = -1  # the last coarse snapshot scored below the target
     for index in list(range(0, len(points), coarse)) + [len(points) - 1]:
-        if score(index) >= target:
+        if reaches(score(index), target, curve.metric):
             for earlier in range(below + 1, index):
-                if score(earlier) >= target:
+                if reaches(score(earlier), target, curve.metric):
                     break
             break
         below = index
@@ -252,7 +284,7 @@ def run_variant(args: argparse.Namespace, variant: str) -> Curve:
         torch.set_num_threads(args.scoring_threads)  # training is over: scoring may use the whole machine
         if args.target == "auto":  # only single gets here with it: main runs single first
             args.target = auto_target(job, curve)
-            print(f"target: {args.target} ({job.metric}), what 1 worker reaches in {args.minutes[variant]:g} "
+            print(f"target: {args.target} ({args.metric}), what 1 worker reaches in {args.minutes[variant]:g} "
                   "minutes (--target auto)", flush=True)
         score_offline(job, curve, args.target, args.coarse)
         torch.set_num_threads(1)
@@ -260,7 +292,7 @@ def run_variant(args: argparse.Namespace, variant: str) -> Curve:
               flush=True)
     reached = curve.first_reaching(args.target)
     print(f"{variant:9s} {'target at ' + _at(reached) if reached else 'target not reached'}; "
-          f"{len(curve.points)} evaluations, best {max(p['metric'] for p in curve.points):.4f} "
+          f"{len(curve.points)} evaluations, best {curve.best():.4f} "
           f"({curve.stop_reason})", flush=True)
     return curve
 
@@ -280,7 +312,7 @@ def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
         ratio = point["seconds"] / base["seconds"] if point and base else None
         rows[variant] = {"minutes": point["seconds"] / 60 if point else None,
                          "updates": point.get("updates") if point else None, "ratio_to_single": ratio,
-                         "best": max(p["metric"] for p in curve.points), "evaluations": curve.points}
+                         "best": curve.best(), "evaluations": curve.points}
         print(f"| {variant} | {_cell(point and point['seconds'] / 60)} | {_cell(point and point.get('updates'), 'd')} "
               f"| {_cell(ratio, '.3f')} | {rows[variant]['best']:.4f} |")
     for top, bottom, bound in TARGETS:
@@ -294,7 +326,8 @@ def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
 
 
 def write_json(args: argparse.Namespace, runs: dict) -> None:
-    args.json.write_text(json.dumps({"task": args.task, "target": args.target, "runs": runs}, indent=1) + "\n")
+    args.json.write_text(json.dumps({"task": args.task, "metric": args.metric, "target": args.target, "runs": runs},
+                                    indent=1) + "\n")
 
 
 def parse_minutes(parser: argparse.ArgumentParser, text: str, variants: list[str]) -> dict[str, float]:
@@ -342,6 +375,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser.add_argument("--dev", help="held-out set (default: POS a seeded split of --train, NMT europarl dev)")
     parser.add_argument("--dev-limit", type=int, default=1024, help="held-out sentences evaluated")
     parser.add_argument("--train-limit", type=int, default=None, help="NMT: first N training pairs")
+    parser.add_argument("--metric", choices=sorted({m for ms in METRICS.values() for m in ms}), default=None,
+                        help="the held-out measure of the target (default: the task's, POS accuracy, NMT greedy "
+                             "BLEU); NMT also perplexity or loss (lower is better; the others are still recorded)")
     parser.add_argument("--target", type=_target, help="held-out target, or 'auto': what 1 worker reaches in its "
                         "--minutes (default POS accuracy 0.95, NMT auto)")
     parser.add_argument("--minutes", default="12", help="training time of each variant (offline scoring) or the "
@@ -354,7 +390,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
                              "stopping at the target (default with --quick)")
     parser.add_argument("--coarse", type=int, default=4, help="offline: score every N-th snapshot first")
     parser.add_argument("--scoring-threads", type=int, default=2, help="offline: torch threads for scoring")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated subset of {VARIANTS}")
     parser.add_argument("--recipe", default=None, help="run.py's --recipe (default: the task's default recipe)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write every evaluation of every run here")
@@ -370,6 +406,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     if args.coarse < 1:
         parser.error(f"--coarse must be >= 1, got {args.coarse}")
     args.scoring = args.scoring or ("online" if args.quick else "offline")
+    task = "pos" if args.quick else args.task
+    args.metric = args.metric or METRICS[task][0]
+    if args.metric not in METRICS[task]:
+        parser.error(f"--metric {args.metric}: --task {task} measures {', '.join(METRICS[task])}")
+    if args.scoring == "online" and args.metric != METRICS[task][0]:
+        parser.error(f"--metric {args.metric} needs --scoring offline (online runs stop at the task's own metric)")
     if args.quick:
         args.task, args.dev_limit = "pos", 100
         args.minutes = {variant: min(minutes, 1.0) for variant, minutes in args.minutes.items()}

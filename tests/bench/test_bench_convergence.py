@@ -42,6 +42,13 @@ def _bench():
     return bench_convergence
 
 
+def _snapshots(values: list[float], updates_per_point: int = 1) -> list[dict]:
+    """Offline snapshots whose one weight is the value their evaluation will score."""
+    import torch
+    return [{"seconds": float(i), "updates": updates_per_point * i, "state": {"weight": torch.tensor([[v]])}}
+            for i, v in enumerate(values)]
+
+
 def _fake_job(scored: list[int]):
     """A TaskJob stand-in whose model's one weight is the metric; `scored` collects the weights it scored."""
     from types import SimpleNamespace
@@ -57,11 +64,9 @@ def _fake_job(scored: list[int]):
 
 
 def test_offline_scoring_scores_coarse_snapshots_then_back_to_the_first_reaching_the_target():
-    import torch
     bench = _bench()
     values = [0.1, 0.2, 0.3, 0.95, 0.4, 0.5, 0.96, 0.97, 0.98, 0.99, 0.6]  # 0.95 at 3 is a blip before a coarse miss
-    curve = bench.Curve("x", [{"seconds": float(i), "updates": 10 * i, "state": {"weight": torch.tensor([[v]])}}
-                              for i, v in enumerate(values)])
+    curve = bench.Curve("x", "accuracy", _snapshots(values, 10))
     scored = []
     bench.score_offline(_fake_job(scored), curve, target=0.9, coarse=4)
     # coarse: 0 (0.1), 4 (0.4), 8 (0.98 reaches) -> back from 5: 0.5, then 6 (0.96) reaches; the last (10) is not
@@ -73,10 +78,8 @@ def test_offline_scoring_scores_coarse_snapshots_then_back_to_the_first_reaching
 
 
 def test_offline_scoring_scores_the_last_snapshot_when_the_target_is_not_reached():
-    import torch
     bench = _bench()
-    curve = bench.Curve("x", [{"seconds": float(i), "updates": i, "state": {"weight": torch.tensor([[i / 10]])}}
-                              for i in range(6)])
+    curve = bench.Curve("x", "accuracy", _snapshots([i / 10 for i in range(6)]))
     scored = []
     bench.score_offline(_fake_job(scored), curve, target=0.9, coarse=4)
     assert scored == pytest.approx([0.0, 0.4, 0.5]) and curve.first_reaching(0.9) is None
@@ -112,17 +115,39 @@ def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path
 
 
 def test_auto_target_is_the_last_snapshot_score_rounded_down():
-    import torch
     bench = _bench()
-    curve = bench.Curve("single", [{"seconds": float(i), "updates": i, "state": {"weight": torch.tensor([[v]])}}
-                                   for i, v in enumerate([0.5, 0.95678])])
+    curve = bench.Curve("single", "accuracy", _snapshots([0.5, 0.95678]))
     scored = []
     assert bench.auto_target(_fake_job(scored), curve) == 0.956  # accuracy: rounded down to 0.1%
     assert scored == pytest.approx([0.95678]) and curve.points[-1]["metric"] == pytest.approx(0.95678)
     bleu = _fake_job([])
-    bleu.metric = "bleu"
     bleu.evaluate = lambda model: {"bleu": float(model.weight.detach()) * 10}  # 9.5678 BLEU
+    curve = bench.Curve("single", "bleu", _snapshots([0.95678]))
     assert bench.auto_target(bleu, curve) == 9.5  # BLEU: rounded down to 0.1
+
+
+def test_a_lower_is_better_metric_takes_the_target_rounded_up_and_reaches_it_from_above():
+    bench = _bench()
+    job = _fake_job([])
+    job.evaluate = lambda model: {"bleu": 1.0, "perplexity": float(model.weight.detach()), "loss": 4.0}
+    values = [300.0, 150.0, 97.42, 95.0, 95.96]
+    curve = bench.Curve("single", "perplexity", _snapshots(values))
+    assert bench.auto_target(job, curve) == 96.0  # perplexity 95.96: rounded up to 0.1
+    bench.score_offline(job, curve, target=97.5, coarse=2)
+    # coarse: 0 (300), 2 (97.42 <= 97.5 reaches) -> back: 1 (150) does not
+    assert [p["metric"] for p in curve.points] == pytest.approx([300.0, 150.0, 97.42, 95.96])
+    assert curve.first_reaching(97.5)["seconds"] == 2.0 and curve.best() == pytest.approx(95.96)
+    assert curve.points[0]["heldout"] == {"bleu": 1.0, "loss": 4.0}
+    assert bench.rounded_target(4.4539, "loss") == 4.46 and bench.rounded_target(4.46, "loss") == 4.46
+
+
+def test_metric_must_belong_to_the_task_and_lower_is_better_needs_offline_scoring():
+    for extra, message in ((["--quick", "--metric", "bleu"], "--metric bleu: --task pos measures accuracy"),
+                           (["--task", "nmt", "--metric", "perplexity", "--scoring", "online"],
+                            "--metric perplexity needs --scoring offline")):
+        done = subprocess.run([sys.executable, "bench/bench_convergence.py", *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
 
 
 def test_auto_target_needs_single_and_offline_scoring():
@@ -135,12 +160,21 @@ def test_auto_target_needs_single_and_offline_scoring():
 
 
 def test_scored_points_keep_the_evaluations_other_numbers():
-    import torch
     bench = _bench()
     job = _fake_job([])
     job.evaluate = lambda model: {"accuracy": float(model.weight.detach()), "loss": 2.5}  # as NMT: bleu, loss, ...
-    curve = bench.Curve("x", [{"seconds": float(i), "updates": i, "state": {"weight": torch.tensor([[v]])}}
-                              for i, v in enumerate([0.2, 0.95])])
+    curve = bench.Curve("x", "accuracy", _snapshots([0.2, 0.95]))
     bench.score_offline(job, curve, target=0.9, coarse=1)
     assert curve.points == [{"seconds": 0.0, "updates": 0, "metric": pytest.approx(0.2), "heldout": {"loss": 2.5}},
                             {"seconds": 1.0, "updates": 1, "metric": pytest.approx(0.95), "heldout": {"loss": 2.5}}]
+
+
+def test_variants_train_their_cpu_workers_in_place_or_on_replicas():
+    import argparse
+    bench = _bench()
+    args = argparse.Namespace(task="pos", dev_limit=10, minutes={v: 1.0 for v in bench.VARIANTS}, seed=0, quick=True,
+                              synthetic_size=50, recipe=None)
+    chosen = {v: bench.job_options(args, v).cpu_workers for v in ("hogwild2", "inplace2", "replica2", "torch2")}
+    assert chosen == {"hogwild2": "in-place", "inplace2": "in-place", "replica2": "replica", "torch2": "in-place"}
+    args.task = "nmt"  # run.py's default for NMT Hogwild workers (the synthetic NMT task: no corpus needed)
+    assert bench.job_options(args, "hogwild2").cpu_workers == "replica"
