@@ -35,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 import hogwild  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
-from hogwild.tasks.devices import CPU_WORKERS  # noqa: E402
+from hogwild.tasks.devices import worker_devices  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
 from hogwild.tasks.pos import load_data, pos_job  # noqa: E402
+
 
 class Variant(NamedTuple):
     optimizer: str
@@ -65,9 +66,8 @@ def measure(options: RunOptions, dataset, variant: str, seconds: float) -> dict[
                                    workers=chosen.workers, mode=chosen.mode).resolved()  # the recipe's lr
     torch.manual_seed(options.seed)
     job = pos_job(resolved, dataset, sparse_embeddings=chosen.sparse)
-    devices = [CPU_WORKERS[chosen.cpu_workers]] * chosen.workers
-    config = dataclasses.replace(resolved.engine_config(devices, job.metric), checkpoint_dir=None,
-                                 time_limit=seconds,
+    devices = worker_devices(0, chosen.workers, chosen.mode, cpu_workers=chosen.cpu_workers)
+    config = dataclasses.replace(resolved.engine_config(devices, job.metric), checkpoint_dir=None, time_limit=seconds,
                                  eval_every=None, eval_every_seconds=None, tensorboard=False)
     result = hogwild.train(job.model, job.loss_fn, job.batches, config)
     records = [r for r in result.records if r["updates"] > 0]

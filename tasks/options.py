@@ -259,9 +259,9 @@ def default_cpu_workers(task: str, mode: str, workers: int) -> str:
     """How CPU workers train unless --cpu-workers says: NMT Hogwild workers on replicas, the rest in place.
 
     NMT (Europarl, Adam, 2 workers, 2026-11-25, docs/benchmarks.md): in place, the other worker's Adam update (every
-    weight moves) lands in the middle of a ~0.5 s step, and held-out loss per update trailed 1 worker by ~0.1 nats
-    at every snapshot to 1,200 updates; on replicas it was level with 1 worker, at the same updates/s (the copy is
-    ~1% of a step). POS (SGD, one sentence, ~7 ms a step): in place is level with 1 worker per update and makes as
+    weight moves) lands in the middle of a ~1 s step, and held-out loss per update trailed 1 worker by 0.02-0.13
+    nats over two seeds to 1,200 updates; on replicas it was level with or ahead of 1 worker, at the same updates/s
+    (the copy is ~1% of a step). POS (SGD, one sentence, ~7 ms a step): in place is level with 1 worker per update and makes as
     many updates/s as 2 unrelated runs, while replicas made 31% fewer (each step pulls the whole word table). Sync and
     single workers see no update mid-step."""
     return "replica" if task == "nmt" and mode == "hogwild" and workers > 1 else "in-place"
