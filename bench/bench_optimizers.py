@@ -8,7 +8,9 @@ Variants (the default recipe's POS job on the same data, hogwild.train with 1 CP
   adam         Adam with sparse embedding gradients (lazy rows and moments, as torch.optim.SparseAdam)
   adam-fused   the same with torch's fused CPU Adam kernel for the dense parameters (run.py --fused-step)
   sgd-hogwild2 (on request) sgd with 2 Hogwild workers sharing the parameters and the optimizer
-  sgd-replica2 (on request) the same on replicas (run.py --cpu-workers replica: every step pulls a private copy)
+  sgd-replica2 (on request) the same on replicas (run.py --cpu-workers replica: every step pulls a private copy,
+               of the embedding tables only the rows of its sentence, as run.py's POS config says)
+  sgd-replica2-whole (on request) sgd-replica2 pulling the whole word table every step (Config.sparse_pull off)
   sgd-sync2    (on request) sgd with 2 synchronous workers (an update averages 2 sentences' gradients)
   sgd-copies2  (on request) 2 independent runs of sgd at once (separate processes, each its own model, nothing
                shared), updates/s summed: what this machine gives 2 processes of this job with no sharing at all,
@@ -48,12 +50,14 @@ class Variant(NamedTuple):
     mode: str = "single"
     copies: int = 1  # independent runs at once
     cpu_workers: str = "in-place"  # run.py's --cpu-workers: in place on the shared parameters, or on replicas
+    whole_pull: bool = False  # replicas pull every row of the embedding tables (else only the batch's: run.py's)
 
 
 VARIANTS = {
     "sgd": Variant("sgd", True), "adam-dense": Variant("adam", False), "adam": Variant("adam", True),
     "adam-fused": Variant("adam", True, fused=True), "sgd-hogwild2": Variant("sgd", True, workers=2, mode="hogwild"),
     "sgd-replica2": Variant("sgd", True, workers=2, mode="hogwild", cpu_workers="replica"),
+    "sgd-replica2-whole": Variant("sgd", True, workers=2, mode="hogwild", cpu_workers="replica", whole_pull=True),
     "sgd-sync2": Variant("sgd", True, workers=2, mode="sync"), "sgd-copies2": Variant("sgd", True, copies=2),
 }
 DEFAULT_VARIANTS = ("sgd", "adam-dense", "adam", "adam-fused")
@@ -69,6 +73,8 @@ def measure(options: RunOptions, dataset, variant: str, seconds: float) -> dict[
     devices = worker_devices(0, chosen.workers, chosen.mode, cpu_workers=chosen.cpu_workers)
     config = dataclasses.replace(resolved.engine_config(devices, job.metric), checkpoint_dir=None, time_limit=seconds,
                                  eval_every=None, eval_every_seconds=None, tensorboard=False)
+    if chosen.whole_pull:
+        config = dataclasses.replace(config, sparse_pull=False)
     result = hogwild.train(job.model, job.loss_fn, job.batches, config)
     records = [r for r in result.records if r["updates"] > 0]
     first, last = records[0], records[-1]

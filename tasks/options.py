@@ -232,7 +232,12 @@ class RunOptions:
         return {}
 
     def engine_config(self, devices: list[str], best_metric: str) -> Config:
-        """The hogwild.Config of this run (call on a `resolved()` copy)."""
+        """The hogwild.Config of this run (call on a `resolved()` copy).
+
+        sparse_pull: a POS device worker ('cuda:N', 'cpu-replica') pulls only the embedding rows its sentence holds,
+        not the whole word table, before every step ('cpu' workers train in place and pull nothing). The tagger
+        embeds only its batch's ids, so the arithmetic is the same (tests/tasks/test_pos.py). NMT's embeddings are
+        dense, and sync mode averages whole tables (Config refuses it there)."""
         return Config(
             devices=devices, mode=self.mode, threads_per_worker=self.threads_per_worker, optimizer=self.optimizer,
             lr=self.lr, optimizer_args=self.optimizer_args(),
@@ -244,7 +249,8 @@ class RunOptions:
             best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
             checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
             seed=self.seed, data_assignment=self.data_assignment, amp=self.amp,
-            fused_step=True if self.fused_step else None)  # None: the engine's choice (on for GPU workers)
+            fused_step=True if self.fused_step else None,  # None: the engine's choice (on for GPU workers)
+            sparse_pull=self.task == "pos" and self.mode != "sync")
 
     def dist_config(self):
         """The MPI module's DistConfig for these options."""

@@ -36,9 +36,9 @@ def test_quick_run_measures_every_variant_against_sgd():
 
 @pytest.mark.slow
 def test_hogwild_workers_and_independent_copies_are_measured_against_one_worker():
-    """sgd-hogwild2 / sgd-replica2 / sgd-sync2: 2 workers sharing one model; sgd-copies2: 2 separate runs at once,
-    their rates summed."""
-    variants = "sgd,sgd-hogwild2,sgd-replica2,sgd-sync2,sgd-copies2"
+    """sgd-hogwild2 / sgd-replica2(-whole) / sgd-sync2: 2 workers sharing one model; sgd-copies2: 2 separate runs
+    at once, their rates summed."""
+    variants = "sgd,sgd-hogwild2,sgd-replica2,sgd-replica2-whole,sgd-sync2,sgd-copies2"
     done = subprocess.run([sys.executable, "bench/bench_optimizers.py", "--quick", "--rounds", "1", "--variants",
                            variants], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,10 +1,13 @@
 """tasks.pos: corpus options reach the readers (columns, several --train paths), and text is encoded into the POS
 batch of data/batching.py."""
+import dataclasses
+
 import torch
 
+import hogwild
 from hogwild.data.vocab import Vocabulary
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.pos import encode_sentences, load_data
+from hogwild.tasks.pos import encode_sentences, load_data, pos_job
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
@@ -33,3 +36,25 @@ def test_encode_sentences_follows_the_batch_contract():
     assert batch["suffixes"][0, 0].tolist() == [0] * 7 + [t, h, e]  # left-padded
     assert batch["prefixes"][1, 0].tolist() == [1, 1, chars.stoi["t"]] + [0] * 7  # c, a unknown chars
     assert batch["prefixes"].dtype == torch.int64 and batch["prefixes"].shape == (2, 2, 10)
+
+
+def test_replicas_pull_only_the_sentences_rows_and_train_exactly_as_with_the_whole_table(tiny_pos):
+    """run.py's POS config pulls sparsely on device workers; the tagger reads no row outside its batch (the
+    replica raises if it does), and the parameters after training equal those of a replica pulling every row."""
+    options = RunOptions(task="pos", train=[str(tiny_pos["train"])], dev=str(tiny_pos["dev"]), steps=60,
+                         mode="single", seed=3, progress=False).resolved()
+    dataset = load_data(options)
+    finals = []
+    for sparse_pull in (True, False):
+        job = pos_job(options, dataset)
+        config = dataclasses.replace(options.engine_config(["cpu-replica"], job.metric), checkpoint_dir=None,
+                                     eval_every=None, eval_every_seconds=None, tensorboard=False,
+                                     sparse_pull=sparse_pull)
+        assert options.engine_config(["cpu-replica"], job.metric).sparse_pull is True
+        assert hogwild.train(job.model, job.loss_fn, job.batches, config).updates == 60
+        finals.append([p.detach().clone() for p in job.model.parameters()])
+    for rows, whole in zip(*finals):
+        torch.testing.assert_close(rows, whole, rtol=0, atol=0)
+    assert RunOptions(task="pos", mode="sync").resolved().engine_config(["cpu-replica"] * 2, "accuracy").sparse_pull \
+        is False  # sync averages whole tables
+    assert RunOptions(task="nmt").resolved().engine_config(["cpu-replica"], "bleu").sparse_pull is False
