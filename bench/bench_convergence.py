@@ -33,6 +33,10 @@ run reaches in that time (the issue's "a BLEU target the serial run reaches in a
 --metric perplexity (or loss; NMT) makes the target a held-out perplexity, reached from above (auto rounds up to
 0.1): greedy BLEU in the first half hour (2-4) moves by a point between neighbouring snapshots of one run, held-out
 perplexity falls smoothly, and every scored snapshot still records BLEU (and the rest) under 'heldout'.
+--levels 0.94,0.945,0.948 adds a table of minutes (and updates) to each of those levels and the time ratios to
+single at each: a target on the flat top of a curve (95% on Brown) moves its crossing by 5% of the updates for 0.04%
+of accuracy, and lower levels say whether a ratio is the runs' or that noise's. Offline it scores every snapshot
+(as --coarse 1; a Brown snapshot scores in well under a second).
 Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x single
 and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run, with the
 evaluation's other numbers (NMT: held-out loss and perplexity) under 'heldout'.
@@ -286,7 +290,8 @@ def run_variant(args: argparse.Namespace, variant: str) -> Curve:
             args.target = auto_target(job, curve)
             print(f"target: {args.target} ({args.metric}), what 1 worker reaches in {args.minutes[variant]:g} "
                   "minutes (--target auto)", flush=True)
-        score_offline(job, curve, args.target, args.coarse)
+        hardest = best_of([args.target] + (args.levels or []), curve.metric)  # --levels: score up to the last
+        score_offline(job, curve, hardest, args.coarse)
         torch.set_num_threads(1)
         print(f"{variant:9s} scored {len(curve.points)} snapshots in {time.perf_counter() - trained:.0f} s",
               flush=True)
@@ -325,9 +330,33 @@ def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
     return rows
 
 
-def write_json(args: argparse.Namespace, runs: dict) -> None:
-    args.json.write_text(json.dumps({"task": args.task, "metric": args.metric, "target": args.target, "runs": runs},
-                                    indent=1) + "\n")
+def report_levels(curves: dict[str, Curve], levels: list[float]) -> dict[str, dict[str, dict]]:
+    """The --levels table: each variant's minutes and updates to each level, and its time ratio to single's there.
+    Returns {level: {variant: {"minutes", "updates", "ratio_to_single"}}} (None where a run did not get there)."""
+    others = [v for v in curves if v != "single"] if "single" in curves else []
+    columns = [f"{v} minutes (updates)" for v in curves] + [f"{v}/single" for v in others]
+    print(f"\n| level | {' | '.join(columns)} |")
+    print("|---" * (len(columns) + 1) + "|")
+    table = {}
+    for level in levels:
+        reached = {v: c.first_reaching(level) for v, c in curves.items()}
+        base = reached.get("single")
+        table[str(level)] = row = {}
+        for variant, point in reached.items():
+            row[variant] = {"minutes": point["seconds"] / 60 if point else None,
+                            "updates": point.get("updates") if point else None,
+                            "ratio_to_single": point["seconds"] / base["seconds"] if point and base else None}
+        cells = [f"{_cell(row[v]['minutes'])} ({_cell(row[v]['updates'], 'd')})" for v in curves]
+        cells += [_cell(row[v]["ratio_to_single"], ".3f") for v in others]
+        print(f"| {level} | {' | '.join(cells)} |")
+    return table
+
+
+def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None) -> None:
+    data = {"task": args.task, "metric": args.metric, "target": args.target, "runs": runs}
+    if levels is not None:
+        data["levels"] = levels
+    args.json.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def parse_minutes(parser: argparse.ArgumentParser, text: str, variants: list[str]) -> dict[str, float]:
@@ -351,6 +380,13 @@ def parse_minutes(parser: argparse.ArgumentParser, text: str, variants: list[str
     if missing:
         parser.error(f"--minutes: no time for {', '.join(missing)} (add a plain MINUTES for the rest)")
     return {variant: given.get(variant, default) for variant in variants}
+
+
+def _levels(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
 
 
 def _target(text: str) -> float | str:
@@ -389,6 +425,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
                         help="offline: score the snapshots after each run (default); online: while it trains, "
                              "stopping at the target (default with --quick)")
     parser.add_argument("--coarse", type=int, default=4, help="offline: score every N-th snapshot first")
+    parser.add_argument("--levels", type=_levels, default=None, help="also report the minutes to each of these "
+                        "held-out levels (comma-separated) and their ratios to single; scores every snapshot")
     parser.add_argument("--scoring-threads", type=int, default=2, help="offline: torch threads for scoring")
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated subset of {VARIANTS}")
     parser.add_argument("--recipe", default=None, help="run.py's --recipe (default: the task's default recipe)")
@@ -405,6 +443,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     args.minutes = parse_minutes(parser, args.minutes, variants)
     if args.coarse < 1:
         parser.error(f"--coarse must be >= 1, got {args.coarse}")
+    if args.levels is not None:
+        if not args.levels:
+            parser.error("--levels: give at least one level")
+        args.coarse = 1  # every snapshot scored: the first to reach each level is known exactly
     args.scoring = args.scoring or ("online" if args.quick else "offline")
     task = "pos" if args.quick else args.task
     args.metric = args.metric or METRICS[task][0]
@@ -436,8 +478,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         if args.json:  # after every variant: a stopped benchmark keeps the runs it finished
             write_json(args, {v: {"stop_reason": c.stop_reason, "evaluations": c.points} for v, c in curves.items()})
     rows = report(curves, args.target)
+    levels = report_levels(curves, args.levels) if args.levels else None
     if args.json:
-        write_json(args, rows)
+        write_json(args, rows, levels)
     print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
     return rows
 

@@ -114,6 +114,23 @@ def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path
     assert "hogwild2  scored" in done.stdout
 
 
+def test_levels_above_the_target_score_every_snapshot_up_to_the_hardest_level(monkeypatch):
+    """run_variant with --levels: the snapshots are scored one by one (not every --coarse-th) until the hardest
+    level is reached, also past the target."""
+    import argparse
+    bench = _bench()
+    scored = []
+    monkeypatch.setattr(bench, "build_job", lambda options: _fake_job(scored))
+    monkeypatch.setattr(bench, "run_engine", lambda job, options, args, variant: bench.Curve(
+        variant, "accuracy", _snapshots([0.125, 0.25, 0.5, 0.75, 0.875, 0.9375, 0.96875], 10)))  # exact in float32
+    args = argparse.Namespace(task="pos", quick=True, synthetic_size=20, dev_limit=10, minutes={"single": 1.0},
+                              seed=0, recipe=None, scoring="offline", scoring_threads=1, target=0.2, coarse=1,
+                              levels=[0.125, 0.875], metric="accuracy")
+    curve = bench.run_variant(args, "single")
+    assert scored == [0.125, 0.25, 0.5, 0.75, 0.875]
+    assert curve.first_reaching(0.2)["updates"] == 10 and curve.first_reaching(0.875)["updates"] == 40
+
+
 def test_auto_target_is_the_last_snapshot_score_rounded_down():
     bench = _bench()
     curve = bench.Curve("single", "accuracy", _snapshots([0.5, 0.95678]))
@@ -178,3 +195,24 @@ def test_variants_train_their_cpu_workers_in_place_or_on_replicas():
     assert chosen == {"hogwild2": "in-place", "inplace2": "in-place", "replica2": "replica", "torch2": "in-place"}
     args.task = "nmt"  # run.py's default for NMT Hogwild workers (the synthetic NMT task: no corpus needed)
     assert bench.job_options(args, "hogwild2").cpu_workers == "replica"
+
+
+def test_levels_give_minutes_updates_and_ratios_to_single_at_each_level(capsys):
+    bench = _bench()
+    single = bench.Curve("single", "accuracy", [{"seconds": 60.0 * i, "updates": 100 * i, "metric": m}
+                                                for i, m in enumerate([0.5, 0.9, 0.94, 0.95])])
+    pair = bench.Curve("hogwild2", "accuracy", [{"seconds": 30.0 * i, "updates": 190 * i, "metric": m}
+                                                for i, m in enumerate([0.5, 0.92, 0.93, 0.945])])
+    table = bench.report_levels({"single": single, "hogwild2": pair}, [0.9, 0.94, 0.95])
+    assert table["0.9"]["single"] == {"minutes": 1.0, "updates": 100, "ratio_to_single": 1.0}
+    assert table["0.9"]["hogwild2"] == {"minutes": 0.5, "updates": 190, "ratio_to_single": 0.5}
+    assert table["0.94"]["hogwild2"] == {"minutes": 1.5, "updates": 570, "ratio_to_single": 0.75}  # single at 2 min
+    assert table["0.95"]["hogwild2"] == {"minutes": None, "updates": None, "ratio_to_single": None}
+    out = capsys.readouterr().out
+    assert "| 0.94 | 2.00 (200) | 1.50 (570) | 0.750 |" in out and "| 0.95 | 3.00 (300) | n/a (n/a) | n/a |" in out
+
+
+def test_bad_levels_are_refused():
+    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--levels", "0.9,high"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--levels" in done.stderr and "'0.9,high'" in done.stderr
