@@ -268,8 +268,9 @@ def default_cpu_workers(task: str, mode: str, workers: int) -> str:
     weight moves) lands in the middle of a ~1 s step, and held-out loss per update trailed 1 worker by 0.02-0.13
     nats over two seeds to 1,200 updates; on replicas it was level with or ahead of 1 worker, at the same updates/s
     (the copy is ~1% of a step). POS (SGD, one sentence, ~7 ms a step): in place is level with 1 worker per update and makes as
-    many updates/s as 2 unrelated runs, while replicas made 31% fewer (each step pulls the whole word table). Sync and
-    single workers see no update mid-step."""
+    many updates/s as 2 unrelated runs, while replicas made 19% fewer (each step copies the 0.85M dense weights in
+    and their gradients out; 31% before they pulled only the sentence's embedding rows). Sync and single workers see
+    no update mid-step."""
     return "replica" if task == "nmt" and mode == "hogwild" and workers > 1 else "in-place"
 
 
