@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.bench_optimizers import VARIANTS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -13,8 +15,7 @@ def _table(stdout: str) -> dict[str, list[float]]:
     rows = {}
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and cells[0] in ("sgd", "adam-dense", "adam", "adam-fused", "sgd-hogwild2",
-                                                  "sgd-replica2", "sgd-sync2", "sgd-copies2"):
+        if line.startswith("| ") and cells[0] in VARIANTS:
             rows[cells[0]] = [float(c) for c in cells[1:]]
     return rows
 
