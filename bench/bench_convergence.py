@@ -36,7 +36,7 @@ perplexity falls smoothly, and every scored snapshot still records BLEU (and the
 --levels 0.94,0.945,0.948 adds a table of minutes (and updates) to each of those levels and the time ratios to
 single at each: a target on the flat top of a curve (95% on Brown) moves its crossing by 5% of the updates for 0.04%
 of accuracy, and lower levels say whether a ratio is the runs' or that noise's. Offline it scores every snapshot
-(as --coarse 1; a Brown snapshot scores in well under a second).
+(as --coarse 1; a Brown snapshot scores in well under a second) up to the hardest level; online runs stop there.
 Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x single
 and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run, with the
 evaluation's other numbers (NMT: held-out loss and perplexity) under 'heldout'.
@@ -121,6 +121,11 @@ def scores(job: TaskJob, model: torch.nn.Module, metric: str) -> dict:
     return {"metric": metrics[metric], **({"heldout": others} if others else {})}
 
 
+def stop_at(args: argparse.Namespace) -> float:
+    """The hardest of the target and the --levels: online runs stop there, offline scoring scores up to it."""
+    return best_of([args.target] + (args.levels or []), args.metric)
+
+
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A private copy of the parameters and buffers, for offline scoring."""
     return {name: value.detach().clone() for name, value in model.state_dict().items()}
@@ -144,7 +149,7 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
                                  eval_every=args.eval_updates,
                                  eval_every_seconds=None if args.eval_updates else args.eval_seconds,
                                  best_metric="snapshots" if offline else job.metric,
-                                 target=None if offline else args.target, tensorboard=False,
+                                 target=None if offline else stop_at(args), tensorboard=False,
                                  eval_budget=None)  # every scheduled check runs
     start[0] = time.perf_counter()
     result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
@@ -224,7 +229,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
                     private.eval()
                     point.update(scores(job, private, args.metric))
                 curve.points.append(point)
-                if "metric" in point and reaches(point["metric"], args.target, args.metric):
+                if "metric" in point and reaches(point["metric"], stop_at(args), args.metric):
                     curve.stop_reason = "target"
                 elif now - start >= args.minutes[variant] * 60:
                     curve.stop_reason = "time_limit"
@@ -290,8 +295,7 @@ def run_variant(args: argparse.Namespace, variant: str) -> Curve:
             args.target = auto_target(job, curve)
             print(f"target: {args.target} ({args.metric}), what 1 worker reaches in {args.minutes[variant]:g} "
                   "minutes (--target auto)", flush=True)
-        hardest = best_of([args.target] + (args.levels or []), curve.metric)  # --levels: score up to the last
-        score_offline(job, curve, hardest, args.coarse)
+        score_offline(job, curve, stop_at(args), args.coarse)
         torch.set_num_threads(1)
         print(f"{variant:9s} scored {len(curve.points)} snapshots in {time.perf_counter() - trained:.0f} s",
               flush=True)

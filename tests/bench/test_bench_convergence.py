@@ -216,3 +216,17 @@ def test_bad_levels_are_refused():
     done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--levels", "0.9,high"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--levels" in done.stderr and "'0.9,high'" in done.stderr
+
+
+@pytest.mark.slow
+def test_online_run_with_a_level_above_the_target_trains_on_to_that_level(tmp_path):
+    out = tmp_path / "curves.json"
+    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants", "single",
+                           "--target", "0.2", "--levels", "0.6", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    points = data["runs"]["single"]["evaluations"]
+    first = next(i for i, p in enumerate(points) if p["metric"] >= 0.6)
+    assert first >= len(points) - 2  # it stopped there (the engine's final evaluation may follow), not at 0.2
+    assert data["levels"]["0.6"]["single"]["updates"] == points[first]["updates"]
