@@ -213,6 +213,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
         worker.start()
     next_eval = start + args.eval_seconds if not args.eval_updates else None
     next_updates = args.eval_updates
+    goal = stop_at(args)
     try:
         while True:
             time.sleep(0.05)
@@ -229,7 +230,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
                     private.eval()
                     point.update(scores(job, private, args.metric))
                 curve.points.append(point)
-                if "metric" in point and reaches(point["metric"], stop_at(args), args.metric):
+                if "metric" in point and reaches(point["metric"], goal, args.metric):
                     curve.stop_reason = "target"
                 elif now - start >= args.minutes[variant] * 60:
                     curve.stop_reason = "time_limit"
@@ -310,6 +311,13 @@ def _at(point: dict) -> str:
     return f"{point['seconds'] / 60:.2f} min, {point.get('updates')} updates"
 
 
+def time_to(point: dict | None, base: dict | None) -> dict:
+    """Minutes and updates of the first point at a level, and its time ratio to `base` (single's first point
+    there); None where a run did not get there."""
+    return {"minutes": point["seconds"] / 60 if point else None, "updates": point.get("updates") if point else None,
+            "ratio_to_single": point["seconds"] / base["seconds"] if point and base else None}
+
+
 def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
     """The table: minutes and updates to target, ratio of minutes to single's; then the issue's targets."""
     reached = {v: c.first_reaching(target) for v, c in curves.items()}
@@ -317,13 +325,10 @@ def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
     print("|---|---|---|---|---|")
     rows = {}
     for variant, curve in curves.items():
-        point, base = reached[variant], reached.get("single")
-        ratio = point["seconds"] / base["seconds"] if point and base else None
-        rows[variant] = {"minutes": point["seconds"] / 60 if point else None,
-                         "updates": point.get("updates") if point else None, "ratio_to_single": ratio,
-                         "best": curve.best(), "evaluations": curve.points}
-        print(f"| {variant} | {_cell(point and point['seconds'] / 60)} | {_cell(point and point.get('updates'), 'd')} "
-              f"| {_cell(ratio, '.3f')} | {rows[variant]['best']:.4f} |")
+        rows[variant] = row = {**time_to(reached[variant], reached.get("single")), "best": curve.best(),
+                               "evaluations": curve.points}
+        print(f"| {variant} | {_cell(row['minutes'])} | {_cell(row['updates'], 'd')} "
+              f"| {_cell(row['ratio_to_single'], '.3f')} | {row['best']:.4f} |")
     for top, bottom, bound in TARGETS:
         if reached.get(top) and reached.get(bottom):
             ratio = reached[top]["seconds"] / reached[bottom]["seconds"]
@@ -344,12 +349,7 @@ def report_levels(curves: dict[str, Curve], levels: list[float]) -> dict[str, di
     table = {}
     for level in levels:
         reached = {v: c.first_reaching(level) for v, c in curves.items()}
-        base = reached.get("single")
-        table[str(level)] = row = {}
-        for variant, point in reached.items():
-            row[variant] = {"minutes": point["seconds"] / 60 if point else None,
-                            "updates": point.get("updates") if point else None,
-                            "ratio_to_single": point["seconds"] / base["seconds"] if point and base else None}
+        table[str(level)] = row = {v: time_to(point, reached.get("single")) for v, point in reached.items()}
         cells = [f"{_cell(row[v]['minutes'])} ({_cell(row[v]['updates'], 'd')})" for v in curves]
         cells += [_cell(row[v]["ratio_to_single"], ".3f") for v in others]
         print(f"| {level} | {' | '.join(cells)} |")

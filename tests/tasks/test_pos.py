@@ -44,13 +44,13 @@ def test_replicas_pull_only_the_sentences_rows_and_train_exactly_as_with_the_who
     options = RunOptions(task="pos", train=[str(tiny_pos["train"])], dev=str(tiny_pos["dev"]), steps=60,
                          mode="single", seed=3, progress=False).resolved()
     dataset = load_data(options)
+    run_py = options.engine_config(["cpu-replica"], "accuracy")
+    assert run_py.sparse_pull is True
     finals = []
     for sparse_pull in (True, False):
         job = pos_job(options, dataset)
-        config = dataclasses.replace(options.engine_config(["cpu-replica"], job.metric), checkpoint_dir=None,
-                                     eval_every=None, eval_every_seconds=None, tensorboard=False,
-                                     sparse_pull=sparse_pull)
-        assert options.engine_config(["cpu-replica"], job.metric).sparse_pull is True
+        config = dataclasses.replace(run_py, checkpoint_dir=None, eval_every=None, eval_every_seconds=None,
+                                     tensorboard=False, sparse_pull=sparse_pull)
         assert hogwild.train(job.model, job.loss_fn, job.batches, config).updates == 60
         finals.append([p.detach().clone() for p in job.model.parameters()])
     for rows, whole in zip(*finals):
