@@ -3,6 +3,7 @@
 Usage:
     python bench/bench_convergence.py --task pos --target 0.95 --minutes 12,single=22  # Brown, 1,024 dev sentences
     python bench/bench_convergence.py --task nmt --minutes 12,single=20 --dev-limit 500 --eval-seconds 60
+    python bench/bench_convergence.py --variants single,hogwild2 --minutes 9,single=14 --interleave 30  # in turns
     python bench/bench_convergence.py --quick                                          # synthetic, seconds (CI)
 
 Variants (same model, data, recipe and evaluation; the recipe is run.py's defaults for the task, or --recipe paper):
@@ -37,6 +38,11 @@ perplexity falls smoothly, and every scored snapshot still records BLEU (and the
 single at each: a target on the flat top of a curve (95% on Brown) moves its crossing by 5% of the updates for 0.04%
 of accuracy, and lower levels say whether a ratio is the runs' or that noise's. Offline it scores every snapshot
 (as --coarse 1; a Brown snapshot scores in well under a second) up to the hardest level; online runs stop there.
+--interleave 30 races the variants side by side instead of one after another: each trains in turns of 30 s while
+the others' processes are stopped (bench/interleave.py), until it has had its --minutes of turns, and its times are
+its active time. A race run after run compares runs minutes apart, and this VM's speed drifts by 10% between them
+(the same job made 1.74-1.93x the updates/s with 2 workers against 1 in four such races, 2026-11-25); interleaved,
+the drift hits every variant alike. Offline scoring only, and a numeric --target.
 Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x single
 and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run, with the
 evaluation's other numbers (NMT: held-out loss and perplexity) under 'heldout'.
@@ -60,6 +66,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_convergence.py` from anywhere
 
 import hogwild  # noqa: E402
+from bench import interleave  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.tasks.devices import worker_devices  # noqa: E402
 from hogwild.tasks.job import TaskJob  # noqa: E402
@@ -71,6 +78,7 @@ DEFAULT_VARIANTS = VARIANTS[:4]  # the issue's four; the others on request
 TARGETS = (("hogwild2", "single", 0.55), ("hogwild2", "sync2", 0.8))  # time ratio must be <= this
 METRICS = {"pos": ("accuracy",), "nmt": ("bleu", "perplexity", "loss")}  # the first: the task's default
 LOWER_IS_BETTER = ("perplexity", "loss")
+UNLIMITED_MINUTES = 10.0 ** 5  # --interleave: a run's own time limit, never reached (its turns end it)
 ROUNDING = {"bleu": 0.1, "accuracy": 0.001, "perplexity": 0.1, "loss": 0.01}  # --target auto's step
 
 
@@ -89,6 +97,7 @@ class Curve:
     metric: str  # what "metric" holds in each point: the task's own (bleu, accuracy) or --metric
     points: list[dict] = field(default_factory=list)
     stop_reason: str = ""
+    started: float = 0.0  # time.perf_counter() when training started: --interleave maps seconds to active time
 
     def first_reaching(self, target: float) -> dict | None:
         return next((p for p in self.points if reaches(p["metric"], target, self.metric)), None)
@@ -151,7 +160,7 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
                                  best_metric="snapshots" if offline else job.metric,
                                  target=None if offline else stop_at(args), tensorboard=False,
                                  eval_budget=None)  # every scheduled check runs
-    start[0] = time.perf_counter()
+    start[0] = curve.started = time.perf_counter()
     result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
     for point, record in zip(curve.points, result.history):  # the engine's history holds each evaluation's updates
         point["updates"] = record["updates"]
@@ -206,7 +215,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
     counts = torch.zeros(options.workers, dtype=torch.long).share_memory_()  # (P,) updates per process
     stop = torch.zeros(1, dtype=torch.long).share_memory_()
     context = mp.get_context("spawn")
-    start = time.perf_counter()
+    start = curve.started = time.perf_counter()
     workers = [context.Process(target=torch_worker, args=(rank, model, options, counts, stop))
                for rank in range(options.workers)]
     for worker in workers:
@@ -221,7 +230,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
             if any(w.exitcode not in (None, 0) for w in workers):
                 raise RuntimeError(f"a torch2 worker failed: exit codes {[w.exitcode for w in workers]}")
             due = updates >= next_updates if next_updates else now >= next_eval
-            if due or now - start >= args.minutes[variant] * 60:
+            if due or now - start >= args.minutes[variant] * 60 or interleave.stop_requested:
                 point = {"seconds": round(now - start, 2), "updates": updates}
                 if args.scoring == "offline":
                     point["state"] = snapshot(model)
@@ -232,7 +241,7 @@ def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, varia
                 curve.points.append(point)
                 if "metric" in point and reaches(point["metric"], goal, args.metric):
                     curve.stop_reason = "target"
-                elif now - start >= args.minutes[variant] * 60:
+                elif now - start >= args.minutes[variant] * 60 or interleave.stop_requested:
                     curve.stop_reason = "time_limit"
                 if curve.stop_reason:
                     break
@@ -284,13 +293,23 @@ def score_offline(job: TaskJob, curve: Curve, target: float, coarse: int) -> Non
     curve.points = [{k: v for k, v in p.items() if k != "state"} for p in points if "metric" in p]
 
 
-def run_variant(args: argparse.Namespace, variant: str) -> Curve:
+def train_steps(args: argparse.Namespace, variant: str):
+    """Set up the variant's run (yield), then train it and yield (job, curve): --interleave holds a run between
+    the two, and run_variant goes straight through."""
+    torch.set_num_threads(1)
     options = job_options(args, variant)
     torch.manual_seed(args.seed)
     job = build_job(options)  # a fresh, identically initialised model for every variant
-    curve = run_torch(job, options, args, variant) if variant == "torch2" else run_engine(job, options, args, variant)
+    yield
+    yield job, run_torch(job, options, args, variant) if variant == "torch2" else run_engine(job, options, args,
+                                                                                           variant)
+
+
+def finish_variant(args: argparse.Namespace, variant: str, trained: tuple) -> Curve:
+    """Score a trained run's snapshots (offline scoring), print its line and return its curve."""
+    job, curve = trained
     if args.scoring == "offline":
-        trained = time.perf_counter()
+        started = time.perf_counter()
         torch.set_num_threads(args.scoring_threads)  # training is over: scoring may use the whole machine
         if args.target == "auto":  # only single gets here with it: main runs single first
             args.target = auto_target(job, curve)
@@ -298,13 +317,24 @@ def run_variant(args: argparse.Namespace, variant: str) -> Curve:
                   "minutes (--target auto)", flush=True)
         score_offline(job, curve, stop_at(args), args.coarse)
         torch.set_num_threads(1)
-        print(f"{variant:9s} scored {len(curve.points)} snapshots in {time.perf_counter() - trained:.0f} s",
+        print(f"{variant:9s} scored {len(curve.points)} snapshots in {time.perf_counter() - started:.0f} s",
               flush=True)
+    return curve
+
+
+def run_variant(args: argparse.Namespace, variant: str) -> Curve:
+    steps = train_steps(args, variant)
+    next(steps)
+    curve = finish_variant(args, variant, next(steps))
+    print_reached(args, curve)
+    return curve
+
+
+def print_reached(args: argparse.Namespace, curve: Curve) -> None:
     reached = curve.first_reaching(args.target)
-    print(f"{variant:9s} {'target at ' + _at(reached) if reached else 'target not reached'}; "
+    print(f"{curve.variant:9s} {'target at ' + _at(reached) if reached else 'target not reached'}; "
           f"{len(curve.points)} evaluations, best {curve.best():.4f} "
           f"({curve.stop_reason})", flush=True)
-    return curve
 
 
 def _at(point: dict) -> str:
@@ -356,10 +386,12 @@ def report_levels(curves: dict[str, Curve], levels: list[float]) -> dict[str, di
     return table
 
 
-def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None) -> None:
+def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None, turns: dict | None = None) -> None:
     data = {"task": args.task, "metric": args.metric, "target": args.target, "runs": runs}
     if levels is not None:
         data["levels"] = levels
+    if turns is not None:
+        data["interleave"] = {"slice_seconds": args.interleave, "turns": turns}
     args.json.write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -384,6 +416,26 @@ def parse_minutes(parser: argparse.ArgumentParser, text: str, variants: list[str
     if missing:
         parser.error(f"--minutes: no time for {', '.join(missing)} (add a plain MINUTES for the rest)")
     return {variant: given.get(variant, default) for variant in variants}
+
+
+def race_interleaved(args: argparse.Namespace, variants: list[str]) -> tuple[dict[str, Curve], dict]:
+    """--interleave: the variants train in turns (bench/interleave.py), each until its --minutes of active time; a
+    snapshot's seconds become the run's active seconds up to it (its wall clock, "clock", is kept too)."""
+    child_args = copy.copy(args)
+    child_args.minutes = {variant: UNLIMITED_MINUTES for variant in variants}  # the controller stops each run
+    try:
+        curves, turns = interleave.race({v: args.minutes[v] for v in variants}, args.interleave, interleave.child,
+                                        (train_steps, finish_variant, child_args))
+    except RuntimeError as error:
+        raise SystemExit(f"bench_convergence --interleave: {error}") from None
+    for variant, curve in curves.items():
+        for point in curve.points:
+            point["clock"] = curve.started + point["seconds"]
+            point["seconds"] = round(interleave.active_seconds(turns[variant], curve.started, point["clock"]), 2)
+        if curve.stop_reason == f"signal {interleave.STOP_SIGNAL.name}":
+            curve.stop_reason = "time_limit"  # its --minutes of turns were over
+        print_reached(args, curve)
+    return curves, turns
 
 
 def _levels(text: str) -> list[float]:
@@ -438,6 +490,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser.add_argument("--json", type=Path, help="write every evaluation of every run here")
     parser.add_argument("--quick", action="store_true", help="synthetic POS task, a low target, seconds per run: "
                         "checks the benchmark itself (CI), measures nothing")
+    parser.add_argument("--interleave", type=float, default=None, metavar="SECONDS",
+                        help="train the variants in turns of SECONDS each (the others' processes stopped), so that "
+                             "the machine's drift hits them alike; times are each run's active time; offline only")
     parser.add_argument("--synthetic-size", type=int, default=300, help="--quick: synthetic training sentences")
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
@@ -451,6 +506,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         if not args.levels:
             parser.error("--levels: give at least one level")
         args.coarse = 1  # every snapshot scored: the first to reach each level is known exactly
+    if args.interleave is not None:
+        if args.interleave <= 0:
+            parser.error(f"--interleave must be a positive number of seconds, got {args.interleave:g}")
+        if args.scoring == "online":
+            parser.error("--interleave needs --scoring offline (online scoring would take a turn's core)")
+        if args.target == "auto":
+            parser.error("--interleave needs a number for --target (auto is known only after single's run)")
+        args.scoring = "offline"
     args.scoring = args.scoring or ("online" if args.quick else "offline")
     task = "pos" if args.quick else args.task
     args.metric = args.metric or METRICS[task][0]
@@ -470,21 +533,27 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             args.dev = str(corpora / "europarl-fr-en" / "dev")
         args.target = args.target if args.target is not None else {"pos": 0.95, "nmt": "auto"}[args.task]
     if args.target == "auto":
+        if args.interleave is not None:
+            parser.error("--interleave needs a number for --target (auto is known only after single's run)")
         if "single" not in variants:
             parser.error("--target auto takes the target from the single variant: add it to --variants")
         if args.scoring == "online":
             parser.error("--target auto needs --scoring offline (the target is known only after single's run)")
         variants = ["single"] + [v for v in variants if v != "single"]
     torch.set_num_threads(1)
-    curves = {}
-    for variant in variants:
-        curves[variant] = run_variant(args, variant)
-        if args.json:  # after every variant: a stopped benchmark keeps the runs it finished
-            write_json(args, {v: {"stop_reason": c.stop_reason, "evaluations": c.points} for v, c in curves.items()})
+    curves, turns = {}, None
+    if args.interleave is not None:
+        curves, turns = race_interleaved(args, variants)
+    else:
+        for variant in variants:
+            curves[variant] = run_variant(args, variant)
+            if args.json:  # after every variant: a stopped benchmark keeps the runs it finished
+                write_json(args, {v: {"stop_reason": c.stop_reason, "evaluations": c.points}
+                                  for v, c in curves.items()})
     rows = report(curves, args.target)
     levels = report_levels(curves, args.levels) if args.levels else None
     if args.json:
-        write_json(args, rows, levels)
+        write_json(args, rows, levels, turns)
     print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
     return rows
 

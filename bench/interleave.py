@@ -1,0 +1,158 @@
+"""Interleaved races: several training runs share the machine in turns, so that its drift hits them all alike.
+
+A race that trains one variant after another compares runs minutes apart; on a shared VM the same job's updates/s
+drift by 10-15% between such runs (1.74-1.93x for 2 workers against 1 on Brown, 2026-11-25), more than the effects
+being measured. Here each run is a child process in its own process group, set up and then held until its turn; the
+controller runs them in slices of `slice_seconds`, in turn, stopping the others' whole groups (the child, its engine
+workers, its feeder) with SIGSTOP and resuming with SIGCONT. A run's time is its active time: the sum of its slices,
+up to the moment in question. When a run has had its `minutes`, the controller asks it to stop (SIGTERM: the engine's
+graceful stop) and waits until it has stopped, in a last turn of its own; the runs then finish (score their
+snapshots) one at a time, after all training is over.
+
+Usage (bench_convergence --interleave 30):
+    results = race({"single": 13.0, "hogwild2": 8.0}, 30.0, child_main, (train, finish, args))
+where child_main(conn, variant, train, finish, args) is `child` below. `results[variant]` is what `finish` returned
+and `slices[variant]` the run's (begin, end) turns, in time.perf_counter() seconds (CLOCK_MONOTONIC: one clock for
+every process on the machine).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+
+import torch.multiprocessing as mp
+
+STOP_SIGNAL = signal.SIGTERM  # the engine's graceful stop (hogwild.supervisor.PARENT_SIGNALS)
+
+
+def active_seconds(slices: list[tuple[float, float]], begin: float, end: float) -> float:
+    """Seconds of [begin, end] that fall inside the run's turns `slices` ((begin, end) pairs, in order)."""
+    return sum(max(0.0, min(stop, end) - max(start, begin)) for start, stop in slices)
+
+
+stop_requested = False  # set in a child by STOP_SIGNAL outside the engine's own handler (the torch2 pattern's loop)
+
+
+def _request_stop(number, frame) -> None:
+    global stop_requested
+    stop_requested = True
+
+
+def child(conn: Connection, variant: str, train: Callable, finish: Callable, args) -> None:
+    """One run, in its own process group: set up (train's first yield), wait for 'go', train until stopped, report
+    'trained', wait for 'finish', then send finish's result. Any failure is sent back with its traceback."""
+    global stop_requested
+    os.setpgid(0, 0)  # the controller pauses this group: this process and every worker it spawns
+    signal.signal(STOP_SIGNAL, _request_stop)
+    try:
+        steps = train(args, variant)  # a generator: set up, yield; train, yield the trained run
+        next(steps)
+        conn.send(("ready", None))
+        if conn.recv() != "go":
+            return
+        trained = next(steps)
+        conn.send(("trained", None))
+        if conn.recv() != "finish":
+            return
+        conn.send(("result", finish(args, variant, trained)))
+    except BaseException as error:  # noqa: BLE001 -- the controller reports it and stops the race
+        if not isinstance(error, (ValueError, SystemExit)):  # a bad option's message says it all; a bug needs more
+            traceback.print_exc()
+        conn.send(("error", "".join(traceback.format_exception_only(error)).strip()))
+
+
+class Racer:
+    """The controller's handle on one child: its process, its pipe, its turns and its active time."""
+
+    def __init__(self, variant: str, minutes: float, target: Callable, target_args: tuple):
+        self.variant, self.budget = variant, minutes * 60
+        self.conn, child_conn = mp.get_context("spawn").Pipe()
+        self.process = mp.get_context("spawn").Process(target=target, args=(child_conn, variant, *target_args),
+                                                       name=f"race-{variant}")
+        self.slices: list[tuple[float, float]] = []
+        self.started = self.trained = False
+
+    @property
+    def active(self) -> float:
+        return sum(end - begin for begin, end in self.slices)
+
+    def expect(self, kind: str, timeout: float | None = None):
+        """The child's next message, which must be `kind`; a failure or an early exit stops the race."""
+        if not self.conn.poll(timeout):
+            raise RuntimeError(f"{self.variant}: no {kind!r} from the run within {timeout} s")
+        try:
+            got, value = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"{self.variant}: the run exited (code {self.process.exitcode}) before {kind!r}") \
+                from None
+        if got == "error":
+            raise RuntimeError(f"{self.variant}: the run failed: {value}")
+        if got != kind:
+            raise RuntimeError(f"{self.variant}: expected {kind!r} from the run, got {got!r}")
+        return value
+
+    def turn(self, seconds: float) -> None:
+        """Let the run train for `seconds` (its first turn starts it), then stop its whole group."""
+        begin = time.perf_counter()
+        if self.started:
+            os.killpg(self.process.pid, signal.SIGCONT)
+        else:
+            self.conn.send("go")
+            self.started = True
+        try:
+            if self.conn.poll(seconds):  # only a failure speaks during a turn
+                self.expect("none")
+        finally:
+            os.killpg(self.process.pid, signal.SIGSTOP)
+            self.slices.append((begin, time.perf_counter()))
+
+    def stop_training(self, timeout: float = 120.0) -> None:
+        """Ask the run to stop (graceful), let it, and wait until it has: a last turn, so that the updates and the
+        final snapshot of its stopping count in its time, and no other run's turn overlaps it."""
+        begin = time.perf_counter()
+        os.kill(self.process.pid, STOP_SIGNAL)  # delivered on SIGCONT
+        os.killpg(self.process.pid, signal.SIGCONT)
+        try:
+            self.expect("trained", timeout)
+        finally:
+            self.slices.append((begin, time.perf_counter()))
+        self.trained = True
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.join(timeout=10)
+
+
+def race(minutes: dict[str, float], slice_seconds: float, target: Callable, target_args: tuple,
+         setup_timeout: float = 600.0) -> tuple[dict, dict[str, list[tuple[float, float]]]]:
+    """Run one child per variant (`target(conn, variant, *target_args)`, e.g. `child`), in turns of `slice_seconds`
+    until each has had its `minutes`; then let each finish, one at a time. Returns ({variant: finish's result},
+    {variant: its turns}). A child's failure kills every child's group and raises RuntimeError naming the run."""
+    racers = [Racer(variant, budget, target, target_args) for variant, budget in minutes.items()]
+    try:
+        for racer in racers:
+            racer.process.start()
+        for racer in racers:  # set up one by one is not needed: a child waits for 'go' once it is ready
+            racer.expect("ready", setup_timeout)
+        while any(not r.trained for r in racers):
+            for racer in (r for r in racers if not r.trained):
+                racer.turn(min(slice_seconds, racer.budget - racer.active))
+                if racer.active >= racer.budget - 1e-3:
+                    racer.stop_training()
+        results = {}
+        for racer in racers:
+            racer.conn.send("finish")
+            results[racer.variant] = racer.expect("result")
+            racer.process.join()
+        return results, {r.variant: r.slices for r in racers}
+    finally:
+        for racer in racers:
+            racer.kill()

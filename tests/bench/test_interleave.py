@@ -1,0 +1,76 @@
+"""bench/interleave.py through bench_convergence --interleave: runs train in turns (the others' process groups
+stopped), a run's times are its active time, and a run that fails stops the race with its message."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.interleave import active_seconds
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "bench/bench_convergence.py", *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_active_seconds_count_only_the_runs_turns():
+    turns = [(10.0, 12.0), (14.0, 16.5), (20.0, 21.0)]
+    assert active_seconds(turns, 10.0, 10.0) == 0.0
+    assert active_seconds(turns, 10.0, 13.0) == 2.0  # the gap after the first turn is another run's
+    assert active_seconds(turns, 10.5, 15.0) == 2.5
+    assert active_seconds(turns, 10.0, 30.0) == 5.5
+    assert active_seconds(turns, 17.0, 19.0) == 0.0
+
+
+@pytest.mark.slow
+def test_interleaved_runs_train_only_in_their_own_turns(tmp_path):
+    out = tmp_path / "race.json"
+    done = _bench("--quick", "--interleave", "1.5", "--variants", "single,hogwild2", "--minutes", "0.1",
+                  "--levels", "0.99", "--eval-updates", "10", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    turns = result["interleave"]["turns"]
+    assert result["interleave"]["slice_seconds"] == 1.5 and set(turns) == {"single", "hogwild2"}
+    for variant, spans in turns.items():  # 6 s each, in turns of at most 1.5 s, then a turn to stop in
+        *training, stopping = spans
+        assert sum(end - begin for begin, end in training) == pytest.approx(6.0, abs=0.05), variant
+        assert all(end - begin <= 1.5 + 0.05 for begin, end in training), variant
+        assert stopping[1] - stopping[0] < 3.0, variant
+    ordered = sorted((begin, end, variant) for variant, spans in turns.items() for begin, end in spans)
+    assert all(b[0] >= a[1] for a, b in zip(ordered, ordered[1:]))  # never two runs at once
+    assert [v for _, _, v in ordered[:4]] == ["single", "hogwild2"] * 2  # in turns, in --variants order
+    for variant, run in result["runs"].items():
+        points = run["evaluations"]
+        assert len(points) >= 5, variant  # a snapshot every 10 updates, all scored (--levels 0.99 is not reached)
+        for point in points:  # taken while the run had the machine: its workers were stopped in the others' turns
+            assert any(begin - 0.02 <= point["clock"] <= end + 0.05 for begin, end in turns[variant]), (variant, point)
+        assert points[0]["seconds"] <= active_seconds(turns[variant], turns[variant][0][0], points[0]["clock"])
+        for a, b in zip(points, points[1:]):  # seconds between snapshots: only the run's own turns count
+            assert b["seconds"] - a["seconds"] == pytest.approx(
+                active_seconds(turns[variant], a["clock"], b["clock"]), abs=0.02)
+            assert a["updates"] < b["updates"]
+        assert points[-1]["seconds"] <= active_seconds(turns[variant], turns[variant][0][0], turns[variant][-1][1])
+    assert "| single |" in done.stdout and "| hogwild2 |" in done.stdout and "(time_limit)" in done.stdout
+
+
+def test_a_run_that_fails_stops_the_race_with_its_message():
+    done = _bench("--train", "/nonexistent/brown", "--interleave", "1", "--variants", "single,hogwild2",
+                  "--minutes", "0.1", timeout=120)
+    assert done.returncode == 1
+    assert "bench_convergence --interleave: single: the run failed: ValueError: --train: /nonexistent/brown " \
+           "does not exist" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--interleave", "0"], "--interleave must be a positive number of seconds, got 0"),
+    (["--interleave", "5", "--scoring", "online"], "--interleave needs --scoring offline"),
+    (["--interleave", "5", "--task", "nmt"], "--interleave needs a number for --target"),
+])
+def test_bad_interleave_options_are_refused(argv, message):
+    done = _bench("--variants", "single,hogwild2", *argv, timeout=120)
+    assert done.returncode == 2 and message in done.stderr
