@@ -19,11 +19,12 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from .agent import CommunicationAgent, SharedTrainingState
+from .batch_store import BatchStore
 from .config import Config
 from .counters import EXAMPLES, SKIPPED, UPDATES, SharedCounters, StepBudget
 from .eval_schedule import PeriodicEvaluation
 from .evaluator import EvaluationFailed, Evaluator
-from .feed import BatchFeed, BatchStore, as_sequence
+from .feed import BatchFeed, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
 from .parent_loop import ParentLoop, StopRequest, natural_reason, start_workers, total_updates
 from .resources import check_resources, tensor_nbytes

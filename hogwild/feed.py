@@ -1,6 +1,6 @@
 """Batch feed: which batch each worker trains on next, exactly once per epoch, in a seeded order.
 
-Batches never travel through the queue: every worker maps the same batch store (see `BatchStore`), and the
+Batches never travel through the queue: every worker maps the same batch store (batch_store.py), and the
 parent's producer thread only sends tickets `(seq, epoch, index)` through a bounded queue, up to 32 consecutive
 tickets per queue item on larger data (each item wakes the parent's feeder thread: a cost worth amortising), so a
 step costs a fraction of one small pickle instead of shared-memory handles for every tensor.
@@ -12,7 +12,6 @@ Usage: `feed = BatchFeed(ctx, n_batches=100, workers=2, epochs=3, seed=0, shuffl
 """
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -61,29 +60,6 @@ def as_sequence(batches: Sequence | Iterable) -> Sequence:
     if len(sequence) == 0:
         raise ValueError("batches is empty: nothing to train on")
     return sequence
-
-
-class BatchStore:
-    """The batches, saved once to a file that every worker memory-maps (one copy in the page cache).
-
-    Passing a list of thousands of tensors to spawned workers would open a shared-memory file descriptor per
-    tensor per process; one mmap'd torch.save file costs one mapping however many batches there are.
-    """
-
-    def __init__(self, batches: Sequence, directory: str):
-        self.path = os.path.join(directory, "batches.pt")
-        self.length = len(batches)
-        torch.save(batches, self.path)
-
-    def load(self) -> Sequence:
-        return torch.load(self.path, mmap=True, weights_only=False)
-
-    def remove(self) -> None:
-        """Unlink the file; workers that already mapped it keep their mapping."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
 
 class BatchFeed:

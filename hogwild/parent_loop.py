@@ -18,10 +18,10 @@ import numpy as np
 import torch
 
 from .agent import CommunicationAgent, SharedTrainingState
+from .batch_store import BatchStore
 from .config import Config
 from .counters import READY, SharedCounters
 from .eval_schedule import PeriodicEvaluation
-from .feed import BatchStore
 from .metrics import MetricsLog
 from .rundir import RunCheckpoints
 from .supervisor import PARENT_SIGNALS, Supervisor

@@ -24,9 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from .batch_store import BatchStore
 from .config import Config
 from .counters import PhaseClock, SharedCounters, StepBudget
-from .feed import BatchStore, PartitionReader, QueueReader
+from .feed import PartitionReader, QueueReader
 from .replica import (
     DeviceReplica,
     PageLocked,

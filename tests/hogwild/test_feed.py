@@ -8,7 +8,7 @@ import torch
 import torch.multiprocessing as mp
 
 from hogwild.counters import IN_PROGRESS, LAST_SEQ, TAKEN, SharedCounters
-from hogwild.feed import (BatchFeed, BatchStore, PartitionReader, QueueReader, as_sequence, epoch_order,
+from hogwild.feed import (BatchFeed, PartitionReader, QueueReader, as_sequence, epoch_order,
                           partition_order, resume_seq, tickets_per_item)
 
 
@@ -108,7 +108,7 @@ def test_partition_reader_walks_its_shard_and_resumes_mid_epoch():
     assert counters.ints[1, TAKEN] == 2
 
 
-def test_as_sequence_and_batch_store(tmp_path):
+def test_as_sequence():
     class Reiterable:
         def __iter__(self):
             return iter([torch.zeros(1), torch.ones(1)])
@@ -118,8 +118,3 @@ def test_as_sequence_and_batch_store(tmp_path):
         as_sequence([])
     with pytest.raises(TypeError, match="sequence or re-iterable"):
         as_sequence(5)
-    store = BatchStore([{"x": torch.arange(3)}, {"x": torch.arange(2)}], str(tmp_path))
-    loaded = store.load()
-    assert store.length == 2 and loaded[1]["x"].tolist() == [0, 1]
-    store.remove()
-    assert loaded[0]["x"].tolist() == [0, 1, 2]  # the mapping outlives the file

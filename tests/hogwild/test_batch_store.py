@@ -1,0 +1,72 @@
+"""hogwild.batch_store: batches come back exactly (values, dtypes, shapes, structure), their plain tensors as views
+of one mapped flat tensor per dtype, everything else pickled as usual; the mapping outlives the files."""
+from collections import namedtuple
+
+import pytest
+import torch
+
+from hogwild.batch_store import BatchStore
+
+Pair = namedtuple("Pair", "source target")
+
+
+def _batches():
+    shared = torch.tensor([7, 8, 9])
+    grid = torch.arange(12, dtype=torch.int64).reshape(3, 4)
+    return [
+        {"words": torch.tensor([[1, 2, 3]]), "mask": torch.tensor([[True, False, True]]), "lengths": shared,
+         "name": "first", "n": 3, "scale": 0.5, "none": None},
+        (grid.t(), grid[:, 1], torch.tensor(5), torch.zeros(0, 3), torch.full((2,), 1.5, dtype=torch.float16)),
+        [shared, Pair(torch.tensor([4], dtype=torch.uint8), torch.tensor([[0.25, -1.0]]))],
+    ]
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        assert type(b) is type(a) and b.dtype == a.dtype and b.shape == a.shape and torch.equal(b, a)
+    elif isinstance(a, dict):
+        assert list(b) == list(a)
+        for key in a:
+            _same(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert type(b) is type(a) and len(b) == len(a)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert b == a
+
+
+def test_batches_come_back_exactly_with_their_tensors_as_views_of_one_flat_tensor_per_dtype(tmp_path):
+    batches = _batches()
+    store = BatchStore(batches, str(tmp_path))
+    loaded = store.load()
+    assert store.length == 3 and type(loaded) is list
+    _same(batches, loaded)
+    assert loaded[1][0].is_contiguous() and loaded[1][0].tolist() == batches[1][0].tolist()  # a transpose, packed
+    int64 = [loaded[0]["words"], loaded[0]["lengths"], loaded[1][0], loaded[1][1], loaded[1][2]]
+    assert len({t.untyped_storage().data_ptr() for t in int64}) == 1  # one mapped int64 tensor
+    # in packing order: words (3), lengths (3), grid.t() (12), grid[:, 1] (3), 5 (1)
+    assert [t.storage_offset() for t in int64] == [0, 3, 6, 18, 21]
+    assert loaded[2][0] is loaded[0]["lengths"]  # one tensor in two batches stays one (packed once)
+
+
+def test_tensors_that_cannot_be_views_are_pickled_as_usual(tmp_path):
+    weight = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+    tracked = torch.tensor([3.0], requires_grad=True)
+    sparse = torch.sparse_coo_tensor([[0, 2]], [1.0, 4.0], (3,), check_invariants=True)
+    loaded = BatchStore([(weight, tracked, sparse, torch.tensor([1]))], str(tmp_path)).load()[0]
+    assert type(loaded[0]) is torch.nn.Parameter and loaded[0].tolist() == [1.0, 2.0]
+    assert loaded[1].requires_grad and loaded[1].tolist() == [3.0]
+    assert loaded[2].is_sparse and loaded[2].to_dense().tolist() == [1.0, 0.0, 4.0]
+    assert loaded[3].tolist() == [1]
+
+
+def test_the_mapping_outlives_the_files(tmp_path):
+    store = BatchStore([{"x": torch.arange(3)}, {"x": torch.arange(2)}], str(tmp_path))
+    loaded = store.load()
+    store.remove()
+    assert not list(tmp_path.iterdir())
+    assert loaded[0]["x"].tolist() == [0, 1, 2] and loaded[1]["x"].tolist() == [0, 1]
+    store.remove()  # twice is harmless
+    with pytest.raises(FileNotFoundError):
+        store.load()
