@@ -57,53 +57,38 @@ import math
 import shlex
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_convergence.py` from anywhere
 
-import hogwild  # noqa: E402
-from bench import interleave  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.tasks.devices import worker_devices  # noqa: E402
 from hogwild.tasks.job import TaskJob  # noqa: E402
 from hogwild.tasks.jobs import build_job  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
 
+import hogwild  # noqa: E402
+from bench import interleave  # noqa: E402
+from bench.curves import (  # noqa: E402
+    LOWER_IS_BETTER,
+    Curve,
+    describe_point,
+    reaches,
+    report,
+    report_levels,
+    scores,
+    snapshot,
+    stop_at,
+)
+from bench.torch_pattern import run_torch  # noqa: E402
+
 VARIANTS = ("single", "hogwild2", "sync2", "torch2", "inplace2", "replica2")
 DEFAULT_VARIANTS = VARIANTS[:4]  # the issue's four; the others on request
-TARGETS = (("hogwild2", "single", 0.55), ("hogwild2", "sync2", 0.8))  # time ratio must be <= this
 METRICS = {"pos": ("accuracy",), "nmt": ("bleu", "perplexity", "loss")}  # the first: the task's default
-LOWER_IS_BETTER = ("perplexity", "loss")
 UNLIMITED_MINUTES = 10.0 ** 5  # --interleave: a run's own time limit, never reached (its turns end it)
 ROUNDING = {"bleu": 0.1, "accuracy": 0.001, "perplexity": 0.1, "loss": 0.01}  # --target auto's step
-
-
-def reaches(value: float, target: float, metric: str) -> bool:
-    return value <= target if metric in LOWER_IS_BETTER else value >= target
-
-
-def best_of(values, metric: str) -> float:
-    return min(values) if metric in LOWER_IS_BETTER else max(values)
-
-
-@dataclass
-class Curve:
-    """One run's evaluations: seconds since its start (at the snapshot), updates seen, held-out metric."""
-    variant: str
-    metric: str  # what "metric" holds in each point: the task's own (bleu, accuracy) or --metric
-    points: list[dict] = field(default_factory=list)
-    stop_reason: str = ""
-    started: float = 0.0  # time.perf_counter() when training started: --interleave maps seconds to active time
-
-    def first_reaching(self, target: float) -> dict | None:
-        return next((p for p in self.points if reaches(p["metric"], target, self.metric)), None)
-
-    def best(self) -> float:
-        return best_of((p["metric"] for p in self.points), self.metric)
 
 
 def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
@@ -120,24 +105,6 @@ def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
         values["recipe"] = args.recipe
     values["cpu_workers"] = {"inplace2": "in-place", "torch2": "in-place", "replica2": "replica"}.get(variant)
     return RunOptions(**values).resolved()
-
-
-def scores(job: TaskJob, model: torch.nn.Module, metric: str) -> dict:
-    """A snapshot's held-out scores for its point: `metric`, the target's, and the evaluation's other numbers
-    (NMT: greedy BLEU, held-out loss and perplexity) under 'heldout' when there are any."""
-    metrics = job.evaluate(model)
-    others = {name: value for name, value in metrics.items() if name != metric}
-    return {"metric": metrics[metric], **({"heldout": others} if others else {})}
-
-
-def stop_at(args: argparse.Namespace) -> float:
-    """The hardest of the target and the --levels: online runs stop there, offline scoring scores up to it."""
-    return best_of([args.target] + (args.levels or []), args.metric)
-
-
-def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A private copy of the parameters and buffers, for offline scoring."""
-    return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
 def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
@@ -165,92 +132,6 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
     for point, record in zip(curve.points, result.history):  # the engine's history holds each evaluation's updates
         point["updates"] = record["updates"]
     curve.stop_reason = result.stop_reason
-    return curve
-
-
-def torch_worker(rank: int, model: torch.nn.Module, options: RunOptions, counts: torch.Tensor,
-                 stop: torch.Tensor) -> None:
-    """pytorch/examples mnist_hogwild/train.py's worker with the recipe's optimizer, schedule and clipping. Like
-    the example's workers, each loads its data itself (the same seeded batches as the parent's job, from the
-    on-disk cache): handing 51k Brown batches of small tensors to a process took one file descriptor each with
-    torch's default sharing and ran out of them, and one memory map each with 'file_system' sharing, past the
-    kernel's map limit ("unable to mmap ... Cannot allocate memory", 2026-11-25)."""
-    torch.set_num_threads(1)
-    job = build_job(options)
-    loss_fn, batches, metric = job.loss_fn, job.batches, job.metric
-    del job  # its model is not the shared one
-    torch.manual_seed(options.seed + rank)
-    config = options.engine_config(["cpu"] * options.workers, metric)
-    schedule = config.schedule()
-    sparse = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse]
-    dense = [p for p in model.parameters() if all(p is not q for q in sparse)]
-    if config.optimizer == "adam":  # torch.optim.Adam refuses sparse gradients: SparseAdam (lazy) takes those rows
-        optimizers = [torch.optim.Adam(dense, lr=config.lr, **config.optimizer_args)] + (
-            [torch.optim.SparseAdam(sparse, lr=config.lr)] if sparse else [])
-    else:
-        optimizers = [torch.optim.SGD(model.parameters(), lr=config.lr, **config.optimizer_args)]
-    shard = batches[rank::options.workers]
-    model.train()
-    for epoch in range(10 ** 9):
-        for index in torch.randperm(len(shard), generator=torch.Generator().manual_seed(epoch * 100 + rank)).tolist():
-            if stop[0]:
-                return
-            for group in (g for optimizer in optimizers for g in optimizer.param_groups):
-                group["lr"] = schedule(int(counts[rank]) * options.workers, epoch)  # global step: own count x P
-            model.zero_grad()
-            loss = loss_fn(model, shard[index])
-            (loss[0] if isinstance(loss, tuple) else loss).backward()
-            if config.clip_norm:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-            for optimizer in optimizers:
-                optimizer.step()
-            counts[rank] += 1
-
-
-def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
-    if options.optimizer not in ("sgd", "adam"):
-        raise SystemExit(f"--variants torch2 supports the sgd and adam recipes, not {options.optimizer!r}")
-    curve, model = Curve(variant, args.metric), job.model.share_memory()
-    private = copy.deepcopy(model)
-    counts = torch.zeros(options.workers, dtype=torch.long).share_memory_()  # (P,) updates per process
-    stop = torch.zeros(1, dtype=torch.long).share_memory_()
-    context = mp.get_context("spawn")
-    start = curve.started = time.perf_counter()
-    workers = [context.Process(target=torch_worker, args=(rank, model, options, counts, stop))
-               for rank in range(options.workers)]
-    for worker in workers:
-        worker.start()
-    next_eval = start + args.eval_seconds if not args.eval_updates else None
-    next_updates = args.eval_updates
-    goal = stop_at(args)
-    try:
-        while True:
-            time.sleep(0.05)
-            now, updates = time.perf_counter(), int(counts.sum())
-            if any(w.exitcode not in (None, 0) for w in workers):
-                raise RuntimeError(f"a torch2 worker failed: exit codes {[w.exitcode for w in workers]}")
-            due = updates >= next_updates if next_updates else now >= next_eval
-            if due or now - start >= args.minutes[variant] * 60 or interleave.stop_requested:
-                point = {"seconds": round(now - start, 2), "updates": updates}
-                if args.scoring == "offline":
-                    point["state"] = snapshot(model)
-                else:
-                    private.load_state_dict(model.state_dict())
-                    private.eval()
-                    point.update(scores(job, private, args.metric))
-                curve.points.append(point)
-                if "metric" in point and reaches(point["metric"], goal, args.metric):
-                    curve.stop_reason = "target"
-                elif now - start >= args.minutes[variant] * 60 or interleave.stop_requested:
-                    curve.stop_reason = "time_limit"
-                if curve.stop_reason:
-                    break
-                next_eval = time.perf_counter() + args.eval_seconds if not args.eval_updates else None
-                next_updates = updates + args.eval_updates if args.eval_updates else None
-    finally:
-        stop[0] = 1
-        for worker in workers:
-            worker.join()
     return curve
 
 
@@ -306,7 +187,7 @@ def train_steps(args: argparse.Namespace, variant: str):
 
 
 def finish_variant(args: argparse.Namespace, variant: str, trained: tuple) -> Curve:
-    """Score a trained run's snapshots (offline scoring), print its line and return its curve."""
+    """Score a trained run's snapshots (offline scoring) and return its curve."""
     job, curve = trained
     if args.scoring == "offline":
         started = time.perf_counter()
@@ -332,58 +213,9 @@ def run_variant(args: argparse.Namespace, variant: str) -> Curve:
 
 def print_reached(args: argparse.Namespace, curve: Curve) -> None:
     reached = curve.first_reaching(args.target)
-    print(f"{curve.variant:9s} {'target at ' + _at(reached) if reached else 'target not reached'}; "
+    print(f"{curve.variant:9s} {'target at ' + describe_point(reached) if reached else 'target not reached'}; "
           f"{len(curve.points)} evaluations, best {curve.best():.4f} "
           f"({curve.stop_reason})", flush=True)
-
-
-def _at(point: dict) -> str:
-    return f"{point['seconds'] / 60:.2f} min, {point.get('updates')} updates"
-
-
-def time_to(point: dict | None, base: dict | None) -> dict:
-    """Minutes and updates of the first point at a level, and its time ratio to `base` (single's first point
-    there); None where a run did not get there."""
-    return {"minutes": point["seconds"] / 60 if point else None, "updates": point.get("updates") if point else None,
-            "ratio_to_single": point["seconds"] / base["seconds"] if point and base else None}
-
-
-def report(curves: dict[str, Curve], target: float) -> dict[str, dict]:
-    """The table: minutes and updates to target, ratio of minutes to single's; then the issue's targets."""
-    reached = {v: c.first_reaching(target) for v, c in curves.items()}
-    print(f"\n| variant | minutes to {target} | updates to {target} | time ratio to single | best |")
-    print("|---|---|---|---|---|")
-    rows = {}
-    for variant, curve in curves.items():
-        rows[variant] = row = {**time_to(reached[variant], reached.get("single")), "best": curve.best(),
-                               "evaluations": curve.points}
-        print(f"| {variant} | {_cell(row['minutes'])} | {_cell(row['updates'], 'd')} "
-              f"| {_cell(row['ratio_to_single'], '.3f')} | {row['best']:.4f} |")
-    for top, bottom, bound in TARGETS:
-        if reached.get(top) and reached.get(bottom):
-            ratio = reached[top]["seconds"] / reached[bottom]["seconds"]
-            print(f"{top}/{bottom} time to target = {ratio:.3f}   target <= {bound}   "
-                  f"{'met' if ratio <= bound else 'MISSED'}")
-        elif top in curves and bottom in curves:
-            print(f"{top}/{bottom}: not measured (a run did not reach the target)")
-    return rows
-
-
-def report_levels(curves: dict[str, Curve], levels: list[float]) -> dict[str, dict[str, dict]]:
-    """The --levels table: each variant's minutes and updates to each level, and its time ratio to single's there.
-    Returns {level: {variant: {"minutes", "updates", "ratio_to_single"}}} (None where a run did not get there)."""
-    others = [v for v in curves if v != "single"] if "single" in curves else []
-    columns = [f"{v} minutes (updates)" for v in curves] + [f"{v}/single" for v in others]
-    print(f"\n| level | {' | '.join(columns)} |")
-    print("|---" * (len(columns) + 1) + "|")
-    table = {}
-    for level in levels:
-        reached = {v: c.first_reaching(level) for v, c in curves.items()}
-        table[str(level)] = row = {v: time_to(point, reached.get("single")) for v, point in reached.items()}
-        cells = [f"{_cell(row[v]['minutes'])} ({_cell(row[v]['updates'], 'd')})" for v in curves]
-        cells += [_cell(row[v]["ratio_to_single"], ".3f") for v in others]
-        print(f"| {level} | {' | '.join(cells)} |")
-    return table
 
 
 def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None, turns: dict | None = None) -> None:
@@ -454,10 +286,6 @@ def _target(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
 
 
-def _cell(value, spec: str = ".2f") -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -511,8 +339,6 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             parser.error(f"--interleave must be a positive number of seconds, got {args.interleave:g}")
         if args.scoring == "online":
             parser.error("--interleave needs --scoring offline (online scoring would take a turn's core)")
-        if args.target == "auto":
-            parser.error("--interleave needs a number for --target (auto is known only after single's run)")
         args.scoring = "offline"
     args.scoring = args.scoring or ("online" if args.quick else "offline")
     task = "pos" if args.quick else args.task
