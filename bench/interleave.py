@@ -42,6 +42,14 @@ def _request_stop(number, frame) -> None:
     stop_requested = True
 
 
+def _signal_group(pid: int, number: int) -> None:
+    """Send `number` to the process group led by `pid`; a group that has already gone (the run died) is let be."""
+    try:
+        os.killpg(pid, number)
+    except ProcessLookupError:
+        pass
+
+
 def child(conn: Connection, variant: str, train: Callable, finish: Callable, args) -> None:
     """One run, in its own process group: set up (train's first yield), wait for 'go', train until stopped, report
     'trained', wait for 'finish', then send finish's result. Any failure is sent back with its traceback."""
@@ -80,19 +88,21 @@ class Racer:
     def active(self) -> float:
         return sum(end - begin for begin, end in self.slices)
 
-    def expect(self, kind: str, timeout: float | None = None):
-        """The child's next message, which must be `kind`; a failure or an early exit stops the race."""
+    def expect(self, kind: str | None, timeout: float | None = None):
+        """The child's next message, which must be `kind` (None: none was due, as during a turn); a failure, an exit
+        or another message stops the race."""
+        when = f"before {kind!r}" if kind else "during its turn"
         if not self.conn.poll(timeout):
             raise RuntimeError(f"{self.variant}: no {kind!r} from the run within {timeout} s")
         try:
             got, value = self.conn.recv()
         except EOFError:
-            raise RuntimeError(f"{self.variant}: the run exited (code {self.process.exitcode}) before {kind!r}") \
-                from None
+            self.process.join(timeout=5)
+            raise RuntimeError(f"{self.variant}: the run exited (code {self.process.exitcode}) {when}") from None
         if got == "error":
             raise RuntimeError(f"{self.variant}: the run failed: {value}")
         if got != kind:
-            raise RuntimeError(f"{self.variant}: expected {kind!r} from the run, got {got!r}")
+            raise RuntimeError(f"{self.variant}: the run sent {got!r} {when}")
         return value
 
     def turn(self, seconds: float) -> None:
@@ -105,9 +115,9 @@ class Racer:
             self.started = True
         try:
             if self.conn.poll(seconds):  # only a failure speaks during a turn
-                self.expect("none")
+                self.expect(None)
         finally:
-            os.killpg(self.process.pid, signal.SIGSTOP)
+            _signal_group(self.process.pid, signal.SIGSTOP)
             self.slices.append((begin, time.perf_counter()))
 
     def stop_training(self, timeout: float = 120.0) -> None:
@@ -123,11 +133,9 @@ class Racer:
         self.trained = True
 
     def kill(self) -> None:
-        if self.process.is_alive():
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if self.process.pid is None:  # never started (an earlier run's start failed)
+            return
+        _signal_group(self.process.pid, signal.SIGKILL)  # the whole group: a dead run's workers may be left in it
         self.process.join(timeout=10)
 
 

@@ -1,13 +1,18 @@
 """bench/interleave.py through bench_convergence --interleave: runs train in turns (the others' process groups
 stopped), a run's times are its active time, and a run that fails stops the race with its message."""
 import json
+import math
+import multiprocessing
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from bench.interleave import active_seconds
+from bench import interleave
+from bench.interleave import active_seconds, race
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,6 +29,42 @@ def test_active_seconds_count_only_the_runs_turns():
     assert active_seconds(turns, 10.5, 15.0) == 2.5
     assert active_seconds(turns, 10.0, 30.0) == 5.5
     assert active_seconds(turns, 17.0, 19.0) == 0.0
+
+
+def _train(args: dict, variant: str):
+    """A stand-in run for interleave.child: set up, then 'train' (note the time every 5 ms) until asked to stop,
+    or exit with status 3 after 0.3 s when it is args['crash']."""
+    yield
+    ticks = []
+    while not interleave.stop_requested:
+        ticks.append(time.perf_counter())
+        if variant == args["crash"] and len(ticks) > 60:
+            os._exit(3)
+        time.sleep(0.005)
+    yield ticks
+
+
+def _finish(args: dict, variant: str, ticks: list[float]) -> list[float]:
+    return ticks
+
+
+def test_race_gives_each_run_its_minutes_in_turns_and_stops_it_gracefully():
+    results, turns = race({"a": 0.01, "b": 0.005}, 0.2, interleave.child, (_train, _finish, {"crash": None}))
+    assert set(results) == set(turns) == {"a", "b"}
+    for variant, seconds in (("a", 0.6), ("b", 0.3)):
+        *training, stopping = turns[variant]
+        assert sum(end - begin for begin, end in training) == pytest.approx(seconds, abs=0.01)
+        assert len(training) == math.ceil(round(seconds / 0.2, 6))  # 0.2-s turns, the last one shorter
+        assert len(results[variant]) > 20
+        # the run 'trained' only in its own turns (its last tick may fall in the turn it stops in)
+        assert all(any(begin <= t <= end + 0.005 for begin, end in turns[variant]) for t in results[variant])
+    assert [v for _, _, v in sorted((b, e, v) for v, spans in turns.items() for b, e in spans)][:4] == ["a", "b"] * 2
+
+
+def test_a_run_that_dies_in_its_turn_stops_the_race_and_the_other_run():
+    with pytest.raises(RuntimeError, match=r"^b: the run exited \(code 3\) during its turn$"):
+        race({"a": 0.05, "b": 0.05}, 0.5, interleave.child, (_train, _finish, {"crash": "b"}))
+    assert not [child for child in multiprocessing.active_children() if child.name.startswith("race-")]
 
 
 @pytest.mark.slow
