@@ -8,6 +8,10 @@ a view, no copy. torch.save of the batches themselves took 8.4 s to write and 9.
 Brown's 51k batches (258k small tensors, 249 MB), most of a run's start-up; packed, 3.2 s to write and 1.0 s to
 load (2026-11-25, the 2-core VM).
 
+Each tensor's storage is packed once, whole, as torch.save does: views of one tensor (overlapping windows of a
+corpus) share memory again after loading, with their strides; a small view of a large tensor carries the large
+storage along, so give the batches their own tensors (as the data pipeline does) when that matters.
+
 Tensors that cannot be viewed this way (sparse, on a GPU, requiring grad, subclasses such as Parameter) are pickled
 as pickle does by default.
 
@@ -34,36 +38,37 @@ def _viewable(tensor: Any) -> bool:
             and not tensor.requires_grad and not tensor.is_quantized and not tensor.is_conj() and not tensor.is_neg())
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides torch gives a contiguous tensor of `shape` (a size-0 dimension counts as 1)."""
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
-
-
 class _Packer(pickle.Pickler):
-    """Pickles the batches' structure; each plain CPU tensor goes into `chunks` (dtype -> flat tensors) instead."""
+    """Pickles the batches' structure; the storage of each plain CPU tensor goes into `chunks` (dtype -> flat
+    tensors) instead, once per storage, and the tensor becomes its offset, shape and stride there: tensors that
+    share memory (views, overlapping windows) share it again after loading, as with torch.save."""
 
     def __init__(self, file):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.chunks: dict[str, list[torch.Tensor]] = {}
         self.sizes: dict[str, int] = {}
+        self.bases: dict[tuple[int, int, torch.dtype], int] = {}  # (storage address, bytes, dtype) -> its offset
 
     def reducer_override(self, obj):  # called for objects other than plain ints, strs, lists, dicts, ...
         if not _viewable(obj):
             return NotImplemented
-        if not obj.is_contiguous():
-            obj = obj.contiguous()
+        storage = obj.untyped_storage()
+        if storage.nbytes() % obj.element_size():  # a storage that is not whole elements of this dtype
+            obj = obj.clone()
+            storage = obj.untyped_storage()
         key = str(obj.dtype).removeprefix("torch.")
-        offset = self.sizes.get(key, 0)
-        self.chunks.setdefault(key, []).append(obj)
-        self.sizes[key] = offset + obj.numel()
-        return _packed, (key, offset, tuple(obj.shape), _contiguous_strides(tuple(obj.shape)))
+        identity = (storage.data_ptr(), storage.nbytes(), obj.dtype)
+        if identity not in self.bases:
+            elements = storage.nbytes() // obj.element_size()
+            whole = obj if obj.numel() == elements and obj.is_contiguous() else \
+                obj.new_empty(0).set_(storage, 0, (elements,), (1,))  # (the common case, a tensor of its own, as is)
+            self.bases[identity] = self.sizes.get(key, 0)
+            self.chunks.setdefault(key, []).append(whole)
+            self.sizes[key] = self.bases[identity] + elements
+        return _packed, (key, self.bases[identity] + obj.storage_offset(), tuple(obj.shape), obj.stride())
 
     def flat(self) -> dict[str, torch.Tensor]:
-        """dtype -> every packed tensor of that dtype, flattened and concatenated in packing order."""
+        """dtype -> every packed storage of that dtype, flattened and concatenated in packing order."""
         return {key: _flatten_dense_tensors(chunks) for key, chunks in self.chunks.items()}
 
 

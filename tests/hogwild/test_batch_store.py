@@ -1,5 +1,6 @@
 """hogwild.batch_store: batches come back exactly (values, dtypes, shapes, structure), their plain tensors as views
 of one mapped flat tensor per dtype, everything else pickled as usual; the mapping outlives the files."""
+import os
 from collections import namedtuple
 
 import pytest
@@ -42,12 +43,24 @@ def test_batches_come_back_exactly_with_their_tensors_as_views_of_one_flat_tenso
     loaded = store.load()
     assert store.length == 3 and type(loaded) is list
     _same(batches, loaded)
-    assert loaded[1][0].is_contiguous() and loaded[1][0].tolist() == batches[1][0].tolist()  # a transpose, packed
+    assert loaded[1][0].stride() == (1, 4) and loaded[1][1].stride() == (4,)  # grid.t() and grid[:, 1], as views
     int64 = [loaded[0]["words"], loaded[0]["lengths"], loaded[1][0], loaded[1][1], loaded[1][2]]
     assert len({t.untyped_storage().data_ptr() for t in int64}) == 1  # one mapped int64 tensor
-    # in packing order: words (3), lengths (3), grid.t() (12), grid[:, 1] (3), 5 (1)
-    assert [t.storage_offset() for t in int64] == [0, 3, 6, 18, 21]
+    # in packing order: words (3), lengths (3), grid's storage (12: grid.t() at its start, grid[:, 1] one on), 5 (1)
+    assert [t.storage_offset() for t in int64] == [0, 3, 6, 7, 18]
+    assert torch.load(store.path)["int64"].numel() == 19
     assert loaded[2][0] is loaded[0]["lengths"]  # one tensor in two batches stays one (packed once)
+
+
+def test_overlapping_views_pack_their_storage_once_and_share_it_again(tmp_path):
+    corpus = torch.arange(1000)
+    windows = [{"input": corpus[i:i + 50], "target": corpus[i + 1:i + 51]} for i in range(0, 949, 7)]
+    store = BatchStore(windows, str(tmp_path))
+    assert torch.load(store.path)["int64"].numel() == 1000  # not 2 x 136 x 50
+    loaded = store.load()
+    _same(windows, loaded)
+    assert len({w[key].untyped_storage().data_ptr() for w in loaded for key in w}) == 1
+    assert loaded[3]["target"].storage_offset() == 22
 
 
 def test_tensors_that_cannot_be_views_are_pickled_as_usual(tmp_path):
@@ -64,6 +77,9 @@ def test_tensors_that_cannot_be_views_are_pickled_as_usual(tmp_path):
 def test_the_mapping_outlives_the_files(tmp_path):
     store = BatchStore([{"x": torch.arange(3)}, {"x": torch.arange(2)}], str(tmp_path))
     loaded = store.load()
+    if os.path.exists("/proc/self/maps"):  # Linux: the flat tensors are mapped from the file, not read into memory
+        with open("/proc/self/maps") as maps:
+            assert store.path in maps.read()
     store.remove()
     assert not list(tmp_path.iterdir())
     assert loaded[0]["x"].tolist() == [0, 1, 2] and loaded[1]["x"].tolist() == [0, 1]
