@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             parser.error("--levels: give at least one level")
         args.coarse = 1  # every snapshot scored: the first to reach each level is known exactly
     if args.interleave is not None:
-        if args.interleave <= 0:
+        if not (math.isfinite(args.interleave) and args.interleave > 0):
             parser.error(f"--interleave must be a positive number of seconds, got {args.interleave:g}")
         if args.scoring == "online":
             parser.error("--interleave needs --scoring offline (online scoring would take a turn's core)")

@@ -17,6 +17,7 @@ every process on the machine).
 """
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 import torch.multiprocessing as mp
+from hogwild.supervisor import die_with_parent
 
 STOP_SIGNAL = signal.SIGTERM  # the engine's graceful stop (hogwild.supervisor.PARENT_SIGNALS)
 
@@ -53,9 +55,16 @@ def _signal_group(pid: int, number: int) -> None:
 def child(conn: Connection, variant: str, train: Callable, finish: Callable, args) -> None:
     """One run, in its own process group: set up (train's first yield), wait for 'go', train until stopped, report
     'trained', wait for 'finish', then send finish's result. Any failure is sent back with its traceback."""
-    global stop_requested
+    die_with_parent(os.getppid())  # a controller killed outright takes its runs along, stopped or not
     os.setpgid(0, 0)  # the controller pauses this group: this process and every worker it spawns
     signal.signal(STOP_SIGNAL, _request_stop)
+    try:
+        _run(conn, variant, train, finish, args)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the controller has gone or abandoned the race: nobody to report to
+
+
+def _run(conn: Connection, variant: str, train: Callable, finish: Callable, args) -> None:
     try:
         steps = train(args, variant)  # a generator: set up, yield; train, yield the trained run
         next(steps)
@@ -67,6 +76,8 @@ def child(conn: Connection, variant: str, train: Callable, finish: Callable, arg
         if conn.recv() != "finish":
             return
         conn.send(("result", finish(args, variant, trained)))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        raise
     except BaseException as error:  # noqa: BLE001 -- the controller reports it and stops the race
         if not isinstance(error, (ValueError, SystemExit)):  # a bad option's message says it all; a bug needs more
             traceback.print_exc()
@@ -78,15 +89,25 @@ class Racer:
 
     def __init__(self, variant: str, minutes: float, target: Callable, target_args: tuple):
         self.variant, self.budget = variant, minutes * 60
-        self.conn, child_conn = mp.get_context("spawn").Pipe()
-        self.process = mp.get_context("spawn").Process(target=target, args=(child_conn, variant, *target_args),
-                                                       name=f"race-{variant}")
+        context = mp.get_context("spawn")
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=target, args=(child_conn, variant, *target_args), name=f"race-{variant}")
         self.slices: list[tuple[float, float]] = []
         self.started = self.trained = False
 
     @property
     def active(self) -> float:
-        return sum(end - begin for begin, end in self.slices)
+        return active_seconds(self.slices, -math.inf, math.inf)
+
+    def exited(self, when: str) -> RuntimeError:
+        self.process.join(timeout=5)
+        return RuntimeError(f"{self.variant}: the run exited (code {self.process.exitcode}) {when}")
+
+    def send(self, message: str) -> None:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, ConnectionResetError):
+            raise self.exited(f"before {message!r}") from None
 
     def expect(self, kind: str | None, timeout: float | None = None):
         """The child's next message, which must be `kind` (None: none was due, as during a turn); a failure, an exit
@@ -97,8 +118,7 @@ class Racer:
         try:
             got, value = self.conn.recv()
         except EOFError:
-            self.process.join(timeout=5)
-            raise RuntimeError(f"{self.variant}: the run exited (code {self.process.exitcode}) {when}") from None
+            raise self.exited(when) from None
         if got == "error":
             raise RuntimeError(f"{self.variant}: the run failed: {value}")
         if got != kind:
@@ -109,9 +129,9 @@ class Racer:
         """Let the run train for `seconds` (its first turn starts it), then stop its whole group."""
         begin = time.perf_counter()
         if self.started:
-            os.killpg(self.process.pid, signal.SIGCONT)
+            _signal_group(self.process.pid, signal.SIGCONT)  # a group that died while stopped: expect() says so
         else:
-            self.conn.send("go")
+            self.send("go")
             self.started = True
         try:
             if self.conn.poll(seconds):  # only a failure speaks during a turn
@@ -124,18 +144,33 @@ class Racer:
         """Ask the run to stop (graceful), let it, and wait until it has: a last turn, so that the updates and the
         final snapshot of its stopping count in its time, and no other run's turn overlaps it."""
         begin = time.perf_counter()
-        os.kill(self.process.pid, STOP_SIGNAL)  # delivered on SIGCONT
-        os.killpg(self.process.pid, signal.SIGCONT)
+        try:
+            os.kill(self.process.pid, STOP_SIGNAL)  # delivered on SIGCONT
+        except ProcessLookupError:
+            pass  # it died while stopped: expect() reports its exit
+        _signal_group(self.process.pid, signal.SIGCONT)
         try:
             self.expect("trained", timeout)
         finally:
             self.slices.append((begin, time.perf_counter()))
         self.trained = True
 
-    def kill(self) -> None:
+    def kill(self, grace: float = 10.0) -> None:
+        """Stop a run that the race abandons: first gracefully (the engine removes its batch files and stops its
+        workers), after `grace` seconds with SIGKILL to the whole group, where a dead run's workers may be left."""
         if self.process.pid is None:  # never started (an earlier run's start failed)
             return
-        _signal_group(self.process.pid, signal.SIGKILL)  # the whole group: a dead run's workers may be left in it
+        self.conn.close()  # a run that waits for the controller's word ends instead
+        if self.process.is_alive():
+            try:
+                os.kill(self.process.pid, STOP_SIGNAL)
+            except ProcessLookupError:
+                pass
+            _signal_group(self.process.pid, signal.SIGCONT)
+            self.process.join(timeout=grace)
+        _signal_group(self.process.pid, signal.SIGKILL)
+        if self.process.is_alive():  # it failed before it led a group of its own
+            self.process.kill()
         self.process.join(timeout=10)
 
 
@@ -157,10 +192,11 @@ def race(minutes: dict[str, float], slice_seconds: float, target: Callable, targ
                     racer.stop_training()
         results = {}
         for racer in racers:
-            racer.conn.send("finish")
+            racer.send("finish")
             results[racer.variant] = racer.expect("result")
             racer.process.join()
         return results, {r.variant: r.slices for r in racers}
-    finally:
+    except BaseException:  # a failure or Ctrl-C: no run outlives the race (finished runs' groups are not signalled)
         for racer in racers:
             racer.kill()
+        raise

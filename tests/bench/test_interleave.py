@@ -31,40 +31,86 @@ def test_active_seconds_count_only_the_runs_turns():
     assert active_seconds(turns, 17.0, 19.0) == 0.0
 
 
+# A worker of the stand-in run: notes its pid, then the time every 5 ms, until killed. It is in the run's process
+# group, as the engine's workers are, so it must be stopped in the other runs' turns and gone after a failed race.
+_WORKER = """
+import os, sys, time
+with open(sys.argv[1], "w") as out:
+    print(os.getpid(), file=out, flush=True)
+    while True:
+        print(time.perf_counter(), file=out, flush=True)
+        time.sleep(0.005)
+"""
+
+
 def _train(args: dict, variant: str):
-    """A stand-in run for interleave.child: set up, then 'train' (note the time every 5 ms) until asked to stop,
-    or exit with status 3 after 0.3 s when it is args['crash']."""
+    """A stand-in run for interleave.child: set up, then 'train' (start a worker; note the time every 5 ms) until
+    asked to stop, or exit with status 3 after 0.3 s, its worker left running, when it is args['crash']."""
     yield
+    log = os.path.join(args["dir"], variant)
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER, log])
     ticks = []
     while not interleave.stop_requested:
         ticks.append(time.perf_counter())
         if variant == args["crash"] and len(ticks) > 60:
             os._exit(3)
         time.sleep(0.005)
-    yield ticks
+    worker.kill()
+    worker.wait()
+    yield ticks, _worker_ticks(log)[1]
 
 
-def _finish(args: dict, variant: str, ticks: list[float]) -> list[float]:
+def _worker_ticks(log: str) -> tuple[int, list[float]]:
+    """The stand-in worker's pid and its ticks."""
+    with open(log) as file:
+        pid, *ticks = file.read().split()
+    return int(pid), [float(t) for t in ticks]
+
+
+def _finish(args: dict, variant: str, ticks: tuple[list[float], list[float]]) -> tuple[list[float], list[float]]:
     return ticks
 
 
-def test_race_gives_each_run_its_minutes_in_turns_and_stops_it_gracefully():
-    results, turns = race({"a": 0.01, "b": 0.005}, 0.2, interleave.child, (_train, _finish, {"crash": None}))
+def _in_turns(t: float, turns: list[tuple[float, float]], slack: float = 0.01) -> bool:
+    return any(begin <= t <= end + slack for begin, end in turns)
+
+
+def test_race_gives_each_run_its_minutes_in_turns_and_stops_its_whole_group_between(tmp_path):
+    results, turns = race({"a": 0.01, "b": 0.005}, 0.2, interleave.child,
+                          (_train, _finish, {"crash": None, "dir": str(tmp_path)}))
     assert set(results) == set(turns) == {"a", "b"}
     for variant, seconds in (("a", 0.6), ("b", 0.3)):
         *training, stopping = turns[variant]
-        assert sum(end - begin for begin, end in training) == pytest.approx(seconds, abs=0.01)
+        assert sum(end - begin for begin, end in training) == pytest.approx(seconds, abs=0.05)
         assert len(training) == math.ceil(round(seconds / 0.2, 6))  # 0.2-s turns, the last one shorter
-        assert len(results[variant]) > 20
-        # the run 'trained' only in its own turns (its last tick may fall in the turn it stops in)
-        assert all(any(begin <= t <= end + 0.005 for begin, end in turns[variant]) for t in results[variant])
+        own, worker = results[variant]
+        assert len(own) > 20 and len(worker) > 5
+        # the run and its worker ran only in the run's own turns (a last tick may fall just after one ends)
+        assert all(_in_turns(t, turns[variant]) for t in own + worker)
+        other = turns["b" if variant == "a" else "a"]
+        assert not [t for t in worker if _in_turns(t, other, slack=-0.01)]  # nothing in the other run's turns
     assert [v for _, _, v in sorted((b, e, v) for v, spans in turns.items() for b, e in spans)][:4] == ["a", "b"] * 2
 
 
-def test_a_run_that_dies_in_its_turn_stops_the_race_and_the_other_run():
+def test_a_run_that_dies_in_its_turn_stops_the_race_and_every_process_of_the_other_run_and_its_own(tmp_path):
     with pytest.raises(RuntimeError, match=r"^b: the run exited \(code 3\) during its turn$"):
-        race({"a": 0.05, "b": 0.05}, 0.5, interleave.child, (_train, _finish, {"crash": "b"}))
+        race({"a": 0.05, "b": 0.05}, 0.5, interleave.child, (_train, _finish, {"crash": "b", "dir": str(tmp_path)}))
     assert not [child for child in multiprocessing.active_children() if child.name.startswith("race-")]
+    for variant in ("a", "b"):  # b's orphaned worker too: it was in b's group
+        pid, _ = _worker_ticks(str(tmp_path / variant))
+        deadline = time.monotonic() + 5
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), variant
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed and not yet reaped by its new parent, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.slow
@@ -87,14 +133,10 @@ def test_interleaved_runs_train_only_in_their_own_turns(tmp_path):
     for variant, run in result["runs"].items():
         points = run["evaluations"]
         assert len(points) >= 5, variant  # a snapshot every 10 updates, all scored (--levels 0.99 is not reached)
-        for point in points:  # taken while the run had the machine: its workers were stopped in the others' turns
+        for point in points:  # taken while the run had the machine
             assert any(begin - 0.02 <= point["clock"] <= end + 0.05 for begin, end in turns[variant]), (variant, point)
-        assert points[0]["seconds"] <= active_seconds(turns[variant], turns[variant][0][0], points[0]["clock"])
-        for a, b in zip(points, points[1:]):  # seconds between snapshots: only the run's own turns count
-            assert b["seconds"] - a["seconds"] == pytest.approx(
-                active_seconds(turns[variant], a["clock"], b["clock"]), abs=0.02)
-            assert a["updates"] < b["updates"]
-        assert points[-1]["seconds"] <= active_seconds(turns[variant], turns[variant][0][0], turns[variant][-1][1])
+        assert all(a["updates"] < b["updates"] for a, b in zip(points, points[1:]))
+        assert points[-1]["seconds"] <= sum(end - begin for begin, end in turns[variant]) + 0.05
     assert "| single |" in done.stdout and "| hogwild2 |" in done.stdout and "(time_limit)" in done.stdout
 
 
@@ -109,6 +151,7 @@ def test_a_run_that_fails_stops_the_race_with_its_message():
 
 @pytest.mark.parametrize("argv, message", [
     (["--interleave", "0"], "--interleave must be a positive number of seconds, got 0"),
+    (["--interleave", "nan"], "--interleave must be a positive number of seconds, got nan"),
     (["--interleave", "5", "--scoring", "online"], "--interleave needs --scoring offline"),
     (["--interleave", "5", "--task", "nmt"], "--interleave needs a number for --target"),
 ])
