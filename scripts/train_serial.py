@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "/ nmt 0.1)")
     p.add_argument("--lr-decay", type=float, default=None,
                    help="linear lr decrease per 40,000 updates (paper recipe: per epoch), floored at 1%% of --lr "
-                        "(default: the task's rule, tasks.learning_rate: pos with sgd 0.045, paper 0.0135, else 0)")
+                        "(default: the task's rule, tasks.learning_rate: pos with sgd 0.0225, paper 0.0135, else 0)")
     p.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: off; NMT paper 1.0)")
     p.add_argument("--dropout", type=float, default=0.0, help="model dropout")
     p.add_argument("--batch-size", type=int, default=None,

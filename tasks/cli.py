@@ -105,7 +105,7 @@ def train_parser() -> argparse.ArgumentParser:
                    help="learning rate; None: sgd pos 0.1 (paper 0.03) / nmt 0.1, adam 0.001 (tasks/learning_rate.py)")
     g.add_argument("--lr-decay", type=float, default=None,
                    help="linear lr decrease per --decay-updates updates (paper recipe: per epoch); None: pos+sgd "
-                        "0.045 (paper 0.0135), else 0")
+                        "0.0225 (paper 0.0135), else 0")
     g.add_argument("--decay-updates", type=int, default=None, metavar="N",
                    help="count --lr-decay per N updates; None: 40000 (paper recipe: per epoch)")
     g.add_argument("--warmup-steps", type=int, default=0, help="> 0: warm up from lr to lr x workers")

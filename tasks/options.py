@@ -7,7 +7,7 @@ Every value has a default; `None` defaults are filled per task, recipe and optim
 64, gradient clipping 1.0). The recipe (`tasks.recipes`: 'default', or 'paper', which --preset paper implies) picks
 the optimizer (default: POS SGD, NMT Adam; paper: SGD) and the POS word vocabulary (words seen twice; paper: 10
 times); the learning rate, its decay and the schedule come from `tasks.learning_rate` (POS with SGD: lr 0.1 decaying
-by 0.045 per 40,000 updates; paper: lr 0.03 and the linear decay of 0.0135 per epoch).
+by 0.0225 per 40,000 updates; paper: lr 0.03 and the linear decay of 0.0135 per epoch).
 """
 from __future__ import annotations
 

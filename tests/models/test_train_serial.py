@@ -50,12 +50,12 @@ def test_default_recipe_counts_its_decay_in_updates(tmp_path):
     out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", "plain", "--max-updates", "4",
                        "--log-every", "2", tmp_path=tmp_path)
     config = json.loads((out / "config.json").read_text())
-    assert config["recipe"] == "default" and (config["lr"], config["lr_decay"]) == (0.1, 0.045)
-    assert config["schedule"] == pytest.approx({"lr_schedule": "linear_decay", "decay_per_epoch": 0.045,
+    assert config["recipe"] == "default" and (config["lr"], config["lr_decay"]) == (0.1, 0.0225)
+    assert config["schedule"] == pytest.approx({"lr_schedule": "linear_decay", "decay_per_epoch": 0.0225,
                                                 "decay_updates": 40_000, "warmup_steps": 0, "min_lr": 0.001})
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["lr"] for r in lines if "train_loss" in r] == pytest.approx([0.1 - 0.045 * 2 / 40_000,
-                                                                           0.1 - 0.045 * 4 / 40_000], abs=1e-15)
+    assert [r["lr"] for r in lines if "train_loss" in r] == pytest.approx([0.1 - 0.0225 * 2 / 40_000,
+                                                                           0.1 - 0.0225 * 4 / 40_000], abs=1e-15)
 
 
 @pytest.mark.slow

@@ -22,17 +22,17 @@ def test_default_recipe_rates_and_decay_counted_in_updates():
     assert [default_lr(task, opt) for task in ("pos", "nmt") for opt in ("sgd", "msgd", "adam", "adadelta")] == [
         0.1, 0.01, 1e-3, 1.0, 0.1, 0.03, 1e-3, 1.0]
     assert [default_lr_decay(task, opt) for task in ("pos", "nmt") for opt in ("sgd", "adam")] == [
-        0.045, 0.0, 0.0, 0.0]
+        0.0225, 0.0, 0.0, 0.0]
     assert default_lr_decay("pos", "sgd", warmup_steps=10) == 0.0
     assert default_decay_updates() == DECAY_UPDATES == 40_000
     fields = schedule_fields("pos", "sgd", 0.1)
-    assert fields == {"lr_schedule": "linear_decay", "decay_per_epoch": 0.045, "decay_updates": 40_000,
+    assert fields == {"lr_schedule": "linear_decay", "decay_per_epoch": 0.0225, "decay_updates": 40_000,
                       "warmup_steps": 0, "min_lr": pytest.approx(0.001)}
     schedule = Config(lr=0.1, **fields).schedule()
     # the same values on a 1.7k-sentence treebank (epoch 10 at update 17,000) as on Brown (still epoch 0)
     assert [schedule(step, epoch) for step, epoch in ((0, 0), (17_000, 9), (17_000, 0), (40_000, 0))] == \
-        pytest.approx([0.1, 0.1 - 0.045 * 17 / 40, 0.1 - 0.045 * 17 / 40, 0.055], abs=1e-15)
-    assert schedule(88_000, 1) == pytest.approx(0.001, abs=1e-15) and schedule(200_000, 0) == 0.001  # the floor
+        pytest.approx([0.1, 0.1 - 0.0225 * 17 / 40, 0.1 - 0.0225 * 17 / 40, 0.0775], abs=1e-15)
+    assert schedule(176_000, 1) == pytest.approx(0.001, abs=1e-15) and schedule(400_000, 0) == 0.001  # the floor
     paper = Config(lr=0.03, **schedule_fields("pos", "sgd", 0.03, recipe="paper")).schedule()
     assert [paper(step, epoch) for step, epoch in ((0, 0), (1_728, 1), (3_456, 2), (17_000, 9))] == \
         pytest.approx([0.03, 0.0165, 0.003, 0.0003], abs=1e-15)  # ud-german-lit: at the floor after 3 epochs
@@ -102,10 +102,10 @@ def test_run_options_take_the_rule():
 def test_recipes_resolve_per_task_and_preset():
     brown = ["tests/fixtures/data/slash"]
     cases = {  # (task, preset, recipe) -> (recipe, optimizer, lr, lr_decay, decay_updates, word_min_freq, clip)
-        ("pos", "small", None): ("default", "sgd", 0.1, 0.045, 40_000, 2, None),
+        ("pos", "small", None): ("default", "sgd", 0.1, 0.0225, 40_000, 2, None),
         ("pos", "paper", None): ("paper", "sgd", 0.03, 0.0135, None, 10, None),  # --preset paper: the paper, whole
         ("pos", "small", "paper"): ("paper", "sgd", 0.03, 0.0135, None, 10, None),
-        ("pos", "paper", "default"): ("default", "sgd", 0.1, 0.045, 40_000, 2, None),
+        ("pos", "paper", "default"): ("default", "sgd", 0.1, 0.0225, 40_000, 2, None),
         ("nmt", "small", None): ("default", "adam", 1e-3, 0.0, None, None, 1.0),
         ("nmt", "paper", None): ("paper", "sgd", 0.1, 0.0, None, None, 1.0),
     }

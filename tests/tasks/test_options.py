@@ -7,7 +7,7 @@ from hogwild.tasks.options import RunOptions
 
 def test_resolved_fills_the_papers_defaults_per_task():
     pos = RunOptions(task="pos", train=None).resolved()
-    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.1, 0.045, None, 2)
+    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.1, 0.0225, None, 2)
     paper = RunOptions(task="pos", train=None, recipe="paper").resolved()
     assert (paper.batch_size, paper.lr, paper.lr_decay, paper.clip_norm, paper.epochs) == (1, 0.03, 0.0135, None, 2)
     assert (pos.log_every, pos.eval_every, pos.eval_every_seconds) == (50, 250, None)
@@ -36,7 +36,7 @@ def test_engine_config_carries_every_training_choice():
     assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.min_lr) == ("linear_decay", 0.0135, pytest.approx(0.0003))
     sgd = RunOptions(task="pos").resolved().engine_config(["cpu"], "accuracy")
     assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.decay_updates, sgd.min_lr) == (
-        "linear_decay", 0.045, 40_000, pytest.approx(0.001))
+        "linear_decay", 0.0225, 40_000, pytest.approx(0.001))
     assert sgd.eval_budget == 0.1  # periodic evaluations within 10% of the wall time unless told otherwise
     capless = RunOptions(task="pos", eval_budget=0.0).resolved().engine_config(["cpu"], "accuracy")
     assert capless.eval_budget is None  # --eval-budget 0: every scheduled evaluation runs
