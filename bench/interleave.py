@@ -17,7 +17,7 @@ every process on the machine).
 """
 from __future__ import annotations
 
-import math
+import contextlib
 import os
 import signal
 import time
@@ -52,19 +52,15 @@ def _signal_group(pid: int, number: int) -> None:
         pass
 
 
+_PIPE_GONE = (EOFError, BrokenPipeError, ConnectionResetError)  # the other end of a race's pipe has closed
+
+
 def child(conn: Connection, variant: str, train: Callable, finish: Callable, args) -> None:
     """One run, in its own process group: set up (train's first yield), wait for 'go', train until stopped, report
     'trained', wait for 'finish', then send finish's result. Any failure is sent back with its traceback."""
     die_with_parent(os.getppid())  # a controller killed outright takes its runs along, stopped or not
     os.setpgid(0, 0)  # the controller pauses this group: this process and every worker it spawns
     signal.signal(STOP_SIGNAL, _request_stop)
-    try:
-        _run(conn, variant, train, finish, args)
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        return  # the controller has gone or abandoned the race: nobody to report to
-
-
-def _run(conn: Connection, variant: str, train: Callable, finish: Callable, args) -> None:
     try:
         steps = train(args, variant)  # a generator: set up, yield; train, yield the trained run
         next(steps)
@@ -76,12 +72,13 @@ def _run(conn: Connection, variant: str, train: Callable, finish: Callable, args
         if conn.recv() != "finish":
             return
         conn.send(("result", finish(args, variant, trained)))
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        raise
+    except _PIPE_GONE:
+        return  # the controller has gone or abandoned the race: nobody to report to
     except BaseException as error:  # noqa: BLE001 -- the controller reports it and stops the race
         if not isinstance(error, (ValueError, SystemExit)):  # a bad option's message says it all; a bug needs more
             traceback.print_exc()
-        conn.send(("error", "".join(traceback.format_exception_only(error)).strip()))
+        with contextlib.suppress(*_PIPE_GONE):
+            conn.send(("error", "".join(traceback.format_exception_only(error)).strip()))
 
 
 class Racer:
@@ -97,7 +94,7 @@ class Racer:
 
     @property
     def active(self) -> float:
-        return active_seconds(self.slices, -math.inf, math.inf)
+        return sum(end - begin for begin, end in self.slices)
 
     def exited(self, when: str) -> RuntimeError:
         self.process.join(timeout=5)
@@ -106,7 +103,7 @@ class Racer:
     def send(self, message: str) -> None:
         try:
             self.conn.send(message)
-        except (BrokenPipeError, ConnectionResetError):
+        except _PIPE_GONE:
             raise self.exited(f"before {message!r}") from None
 
     def expect(self, kind: str | None, timeout: float | None = None):
@@ -140,15 +137,20 @@ class Racer:
             _signal_group(self.process.pid, signal.SIGSTOP)
             self.slices.append((begin, time.perf_counter()))
 
+    def ask_to_stop(self) -> None:
+        """The engine's graceful stop for the run (delivered when its stopped group resumes, which this does too); a
+        run that died while stopped is let be: expect() or join() tells."""
+        try:
+            os.kill(self.process.pid, STOP_SIGNAL)
+        except ProcessLookupError:
+            pass
+        _signal_group(self.process.pid, signal.SIGCONT)
+
     def stop_training(self, timeout: float = 120.0) -> None:
         """Ask the run to stop (graceful), let it, and wait until it has: a last turn, so that the updates and the
         final snapshot of its stopping count in its time, and no other run's turn overlaps it."""
         begin = time.perf_counter()
-        try:
-            os.kill(self.process.pid, STOP_SIGNAL)  # delivered on SIGCONT
-        except ProcessLookupError:
-            pass  # it died while stopped: expect() reports its exit
-        _signal_group(self.process.pid, signal.SIGCONT)
+        self.ask_to_stop()
         try:
             self.expect("trained", timeout)
         finally:
@@ -162,11 +164,7 @@ class Racer:
             return
         self.conn.close()  # a run that waits for the controller's word ends instead
         if self.process.is_alive():
-            try:
-                os.kill(self.process.pid, STOP_SIGNAL)
-            except ProcessLookupError:
-                pass
-            _signal_group(self.process.pid, signal.SIGCONT)
+            self.ask_to_stop()
             self.process.join(timeout=grace)
         _signal_group(self.process.pid, signal.SIGKILL)
         if self.process.is_alive():  # it failed before it led a group of its own
