@@ -44,7 +44,7 @@ def alone(elements: int, seconds: float) -> float:
 def take_turns(me: int, buffer: torch.Tensor, turn: torch.Tensor, seconds: float, window: float, results) -> None:
     """Process `me` (0 or 1): sweep the shared buffer whenever turn is ours, until `seconds` have passed."""
     torch.set_num_threads(1)
-    grad, flag = torch.ones_like(buffer), turn.numpy()  # 1.0: the buffer counts the sweeps exactly
+    grad, flag = torch.ones_like(buffer), turn.numpy()  # 1.0: the buffer counts the sweeps (exact to 2**24)
     windows, current, sweeps = [], [], 0
     window_end = end = None  # the clock starts once both processes are up (process 0's first sweep is not counted)
     while True:
