@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
         slow = sum(ms > 1.5 * fastest for ms in windows)
         print(f"windows: fastest {fastest:.3f} ms ({fastest / solo:.2f}x alone), slowest {max(windows):.3f} ms "
               f"({max(windows) / fastest:.2f}x the fastest); {slow} of {len(windows)} above 1.5x the fastest")
-    print("command: python -m bench.bench_machine " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
+    print("command:", shlex.join(["python", "-m", "bench.bench_machine", *(argv or sys.argv[1:])]))
     return {"alone_ms": solo, "sweeps": {me: found[me][0] for me in found}, "windows_ms": windows,
             "buffer": buffer}
 
