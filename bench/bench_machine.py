@@ -10,8 +10,10 @@ Usage: `python -m bench.bench_machine --seconds 120 --window 5 --megabytes 4`
          is printed, so that a change of the machine's speed during the run shows as a step.
 
 A steady machine gives level windows. On this project's 2-core VM, 'turns' moved between 0.10 and 0.16-0.18 ms
-per 4 MB by itself, window by window: one of the things behind the two levels of 2 Hogwild workers' update phase
-(run.py's metrics.jsonl, phase_ms 'update'; docs/benchmarks.md, "Where the last 1% would have to come from").
+per 4 MB by itself, window by window, as 2 Hogwild workers' update phase moves between two levels (run.py's
+metrics.jsonl, phase_ms 'update'). A probe before a run cannot say which level the run will get; bench/bench_latency.py
+probes the distance between the cores beside the run, and its far level is the workers' slow one
+(docs/benchmarks.md, "The two levels are the distance between the cores").
 """
 from __future__ import annotations
 
