@@ -7,6 +7,7 @@ import time
 import pytest
 
 from bench.bench_latency import by_level, classify, main, parse_probes, segments
+from tests.bench.helpers import assert_refused
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler 'cc' to build bench/core_latency.c")
 
@@ -103,10 +104,7 @@ def test_a_missing_compiler_is_named():
     (["--metrics", "m.jsonl"], "--metrics needs the command that writes it, after --"),
 ])
 def test_bad_options_are_refused(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(main, argv, message, capsys)
 
 
 def test_unreadable_metrics_are_named(tmp_path):

@@ -3,6 +3,7 @@ bad options are refused."""
 import pytest
 
 from bench.bench_machine import main
+from tests.bench.helpers import assert_refused
 
 
 def test_two_processes_take_turns_on_one_shared_buffer(capsys):
@@ -26,10 +27,7 @@ def test_two_processes_take_turns_on_one_shared_buffer(capsys):
     (["--megabytes", "-1"], "--megabytes must be positive"),
 ])
 def test_bad_options_are_refused(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(main, argv, message, capsys)
 
 
 def test_one_window_as_long_as_the_run_is_reported(capsys):
