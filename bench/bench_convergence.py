@@ -258,16 +258,31 @@ def race_interleaved(args: argparse.Namespace, variants: list[str]) -> tuple[dic
     try:
         curves, turns = interleave.race({v: args.minutes[v] for v in variants}, args.interleave, interleave.child,
                                         (train_steps, finish_variant, child_args))
-    except RuntimeError as error:
-        raise SystemExit(f"bench_convergence --interleave: {error}") from None
+    except interleave.RunFailed as failure:  # the runs stopped early after it are kept, not reported as a race
+        kept = ""
+        if failure.results:
+            stopped = to_active_time(args, failure.results, failure.slices, f"stopped: {failure.variant} failed")
+            kept = f"; the other runs' evaluations up to then: {', '.join(failure.results)}"
+            if args.json:
+                write_json(args, {v: {"stop_reason": c.stop_reason, "evaluations": c.points} for v, c in
+                                  stopped.items()}, turns=failure.slices)
+                kept += f", in {args.json}"
+        raise SystemExit(f"bench_convergence --interleave: {failure}{kept}") from None
+    return to_active_time(args, curves, turns), turns
+
+
+def to_active_time(args: argparse.Namespace, curves: dict[str, Curve], turns: dict, stopped: str | None = None
+                   ) -> dict[str, Curve]:
+    """A raced curve's seconds become the run's active seconds (its wall clock is kept as "clock"); a run stopped
+    at the end of its --minutes of turns ends by 'time_limit', one stopped by another's failure by `stopped`."""
     for variant, curve in curves.items():
         for point in curve.points:
             point["clock"] = curve.started + point["seconds"]
             point["seconds"] = round(interleave.active_seconds(turns[variant], curve.started, point["clock"]), 2)
         if curve.stop_reason == f"signal {interleave.STOP_SIGNAL.name}":
-            curve.stop_reason = "time_limit"  # its --minutes of turns were over
+            curve.stop_reason = stopped or "time_limit"
         print_reached(args, curve)
-    return curves, turns
+    return curves
 
 
 def _levels(text: str) -> list[float]:

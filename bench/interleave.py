@@ -7,7 +7,8 @@ controller runs them in slices of `slice_seconds`, in turn, stopping the others'
 workers, its feeder) with SIGSTOP and resuming with SIGCONT. A run's time is its active time: the sum of its slices,
 up to the moment in question. When a run has had its `minutes`, the controller asks it to stop (SIGTERM: the engine's
 graceful stop) and waits until it has stopped, in a last turn of its own; the runs then finish (score their
-snapshots) one at a time, after all training is over.
+snapshots) one at a time, after all training is over. When a run fails, the race ends, but not the other runs'
+work: each is asked to stop as at the end of its minutes and finishes, and RunFailed carries what they returned.
 
 Usage (bench_convergence --interleave 30):
     results = race({"single": 13.0, "hogwild2": 8.0}, 30.0, child_main, (train, finish, args))
@@ -55,6 +56,17 @@ def _signal_group(pid: int, number: int) -> None:
 _PIPE_GONE = (EOFError, BrokenPipeError, ConnectionResetError)  # the other end of a race's pipe has closed
 
 
+class RunFailed(RuntimeError):
+    """A run of the race failed (its message names it). `results` and `slices` are race()'s, for the other runs that
+    could be stopped and finished after it (their training cut short)."""
+
+    def __init__(self, variant: str, message: str):
+        super().__init__(f"{variant}: {message}")
+        self.variant = variant
+        self.results: dict = {}
+        self.slices: dict[str, list[tuple[float, float]]] = {}
+
+
 def child(conn: Connection, variant: str, train: Callable, finish: Callable, args) -> None:
     """One run, in its own process group: set up (train's first yield), wait for 'go', train until stopped, report
     'trained', wait for 'finish', then send finish's result. Any failure is sent back with its traceback."""
@@ -90,15 +102,16 @@ class Racer:
         self.conn, child_conn = context.Pipe()
         self.process = context.Process(target=target, args=(child_conn, variant, *target_args), name=f"race-{variant}")
         self.slices: list[tuple[float, float]] = []
-        self.started = self.trained = False
+        self.started = self.trained = self.finished = False
+        self.result = None
 
     @property
     def active(self) -> float:
         return sum(end - begin for begin, end in self.slices)
 
-    def exited(self, when: str) -> RuntimeError:
+    def exited(self, when: str) -> RunFailed:
         self.process.join(timeout=5)
-        return RuntimeError(f"{self.variant}: the run exited (code {self.process.exitcode}) {when}")
+        return RunFailed(self.variant, f"the run exited (code {self.process.exitcode}) {when}")
 
     def send(self, message: str) -> None:
         try:
@@ -111,15 +124,15 @@ class Racer:
         or another message stops the race."""
         when = f"before {kind!r}" if kind else "during its turn"
         if not self.conn.poll(timeout):
-            raise RuntimeError(f"{self.variant}: no {kind!r} from the run within {timeout} s")
+            raise RunFailed(self.variant, f"no {kind!r} from the run within {timeout} s")
         try:
             got, value = self.conn.recv()
         except EOFError:
             raise self.exited(when) from None
         if got == "error":
-            raise RuntimeError(f"{self.variant}: the run failed: {value}")
+            raise RunFailed(self.variant, f"the run failed: {value}")
         if got != kind:
-            raise RuntimeError(f"{self.variant}: the run sent {got!r} {when}")
+            raise RunFailed(self.variant, f"the run sent {got!r} {when}")
         return value
 
     def turn(self, seconds: float) -> None:
@@ -157,6 +170,27 @@ class Racer:
             self.slices.append((begin, time.perf_counter()))
         self.trained = True
 
+    def finish(self) -> None:
+        """Let a trained run finish (score its snapshots) and keep what it returns."""
+        self.send("finish")
+        self.result = self.expect("result")
+        self.finished = True
+        self.process.join()
+
+    def salvage(self) -> bool:
+        """After another run's failure: stop this run's training if it has started (the graceful stop of its
+        minutes' end) and let it finish. False where it never started or fails too."""
+        if not self.started:
+            return False
+        try:
+            if not self.trained:
+                self.stop_training()
+            if not self.finished:
+                self.finish()
+        except RunFailed:
+            return False
+        return True
+
     def kill(self, grace: float = 10.0) -> None:
         """Stop a run that the race abandons: first gracefully (the engine removes its batch files and stops its
         workers), after `grace` seconds with SIGKILL to the whole group, where a dead run's workers may be left."""
@@ -176,7 +210,8 @@ def race(minutes: dict[str, float], slice_seconds: float, target: Callable, targ
          setup_timeout: float = 600.0) -> tuple[dict, dict[str, list[tuple[float, float]]]]:
     """Run one child per variant (`target(conn, variant, *target_args)`, e.g. `child`), in turns of `slice_seconds`
     until each has had its `minutes`; then let each finish, one at a time. Returns ({variant: finish's result},
-    {variant: its turns}). A child's failure kills every child's group and raises RuntimeError naming the run."""
+    {variant: its turns}). A child's failure raises RunFailed naming the run, with the results of the others that
+    could be stopped and finished; every child's group is gone when race() returns or raises."""
     racers = [Racer(variant, budget, target, target_args) for variant, budget in minutes.items()]
     try:
         for racer in racers:
@@ -188,13 +223,18 @@ def race(minutes: dict[str, float], slice_seconds: float, target: Callable, targ
                 racer.turn(min(slice_seconds, racer.budget - racer.active))
                 if racer.active >= racer.budget - 1e-3:
                     racer.stop_training()
-        results = {}
         for racer in racers:
-            racer.send("finish")
-            results[racer.variant] = racer.expect("result")
-            racer.process.join()
-        return results, {r.variant: r.slices for r in racers}
-    except BaseException:  # a failure or Ctrl-C: no run outlives the race (finished runs' groups are not signalled)
+            racer.finish()
+        return {r.variant: r.result for r in racers}, {r.variant: r.slices for r in racers}
+    except RunFailed as failure:  # the failed run goes first; the others keep what they have trained
         for racer in racers:
-            racer.kill()
+            if racer.variant == failure.variant:
+                racer.kill()
+        kept = [racer for racer in racers if racer.variant != failure.variant and racer.salvage()]
+        failure.results = {racer.variant: racer.result for racer in kept}
+        failure.slices = {racer.variant: racer.slices for racer in racers}
         raise
+    finally:  # a failure or Ctrl-C: no run outlives the race (finished runs' groups are not signalled)
+        for racer in racers:
+            if not racer.finished:
+                racer.kill()

@@ -1,5 +1,6 @@
 """bench/interleave.py through bench_convergence --interleave: runs train in turns (the others' process groups
-stopped), a run's times are its active time, and a run that fails stops the race with its message."""
+stopped), a run's times are its active time, and a run that fails stops the race with its message, the others'
+runs kept."""
 import json
 import math
 import multiprocessing
@@ -93,9 +94,15 @@ def test_race_gives_each_run_its_minutes_in_turns_and_stops_its_whole_group_betw
 
 
 def test_a_run_that_dies_in_its_turn_stops_the_race_and_every_process_of_the_other_run_and_its_own(tmp_path):
-    with pytest.raises(RuntimeError, match=r"^b: the run exited \(code 3\) during its turn$"):
+    with pytest.raises(interleave.RunFailed, match=r"^b: the run exited \(code 3\) during its turn$") as failed:
         race({"a": 0.05, "b": 0.05}, 0.5, interleave.child, (_train, _finish, {"crash": "b", "dir": str(tmp_path)}))
     assert not [child for child in multiprocessing.active_children() if child.name.startswith("race-")]
+    # a had one turn of its 3 s before b died in its first: a was stopped as at its minutes' end and finished
+    failure = failed.value
+    assert failure.variant == "b" and set(failure.results) == {"a"} and set(failure.slices) == {"a", "b"}
+    (first_turn, stopping), own = failure.slices["a"], failure.results["a"][0]
+    assert first_turn[1] - first_turn[0] == pytest.approx(0.5, abs=0.05)
+    assert len(own) > 20 and all(_in_turns(t, [first_turn, stopping]) for t in own)
     for variant in ("a", "b"):  # b's orphaned worker too: it was in b's group
         pid, _ = _worker_ticks(str(tmp_path / variant))
         deadline = time.monotonic() + 5
@@ -147,6 +154,33 @@ def test_a_run_that_fails_stops_the_race_with_its_message():
     assert "bench_convergence --interleave: single: the run failed: ValueError: --train: /nonexistent/brown " \
            "does not exist" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_failed_race_keeps_the_other_runs_evaluations_in_the_json(tmp_path, monkeypatch):
+    from bench import bench_convergence
+    from bench.curves import Curve
+
+    def failing_race(minutes, slice_seconds, target, target_args):
+        assert set(minutes) == {"single", "hogwild2"} and slice_seconds == 1.0
+        failure = interleave.RunFailed("hogwild2", "the run exited (code 9) during its turn")
+        single = Curve("single", "accuracy", [{"seconds": 1.0, "updates": 10, "metric": 0.5}],
+                       f"signal {interleave.STOP_SIGNAL.name}", started=100.0)
+        failure.results = {"single": single}
+        failure.slices = {"single": [(100.0, 100.5), (101.0, 102.0)], "hogwild2": [(100.5, 101.0)]}
+        raise failure
+
+    monkeypatch.setattr(interleave, "race", failing_race)
+    out = tmp_path / "race.json"
+    with pytest.raises(SystemExit) as exit_info:
+        bench_convergence.main(["--quick", "--scoring", "offline", "--interleave", "1", "--variants",
+                                "single,hogwild2", "--minutes", "0.1", "--json", str(out)])
+    assert str(exit_info.value) == ("bench_convergence --interleave: hogwild2: the run exited (code 9) during its "
+                                    f"turn; the other runs' evaluations up to then: single, in {out}")
+    result = json.loads(out.read_text())
+    # the snapshot at 1.0 s of wall clock came after 0.5 s of single's own turns (hogwild2 had the machine between)
+    assert result["runs"] == {"single": {"stop_reason": "stopped: hogwild2 failed", "evaluations": [
+        {"seconds": 0.5, "updates": 10, "metric": 0.5, "clock": 101.0}]}}
+    assert result["interleave"]["turns"]["hogwild2"] == [[100.5, 101.0]]
 
 
 @pytest.mark.parametrize("argv, message", [
