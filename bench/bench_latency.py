@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler (default: $CC or cc)")
     parser.add_argument("--metrics", help="the command's metrics.jsonl: its phases at each level")
     parser.add_argument("--skip-updates", type=int, default=2000, help="leave out the run's first records")
+    parser.add_argument("--save", type=Path, help="also write the probes' lines here (unix time, median ns, "
+                        "fastest ns, CLOCK_MONOTONIC time)")
     args = parser.parse_args(options)
     for name in ("seconds", "period", "rounds"):
         if not getattr(args, name) > 0:
@@ -155,6 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"bench_latency: the probe failed (exit {probe.returncode}): {err.strip()}")
     if code != 0:
         raise SystemExit(f"bench_latency: the command exited with {code}: {shlex.join(command)}")
+    if args.save:
+        args.save.write_text(out)
     records = None
     if args.metrics:
         try:

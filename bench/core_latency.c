@@ -4,8 +4,9 @@
  * Usage: core_latency SECONDS PERIOD_MS ROUNDS CPU_A CPU_B
  * A thread pinned to CPU_A and one pinned to CPU_B pass a counter back and forth ROUNDS times (CPU_A writes
  * 2i+1, CPU_B answers 2i+2), five times per probe. Each probe prints one line:
- *   unix_time median_ns min_ns
- * the median and the fastest of the five, in nanoseconds per round trip. Exit 3: a CPU cannot be pinned. */
+ *   unix_time median_ns min_ns monotonic_time
+ * the median and the fastest of the five, in nanoseconds per round trip, and the time again on CLOCK_MONOTONIC
+ * (Python's time.perf_counter on Linux, the clock of bench/interleave.py's turns). Exit 3: a CPU cannot be pinned. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -82,7 +83,8 @@ int main(int argc, char **argv) {
             ns[k] = (seconds_now(CLOCK_MONOTONIC) - began) / rounds * 1e9;
         }
         qsort(ns, REPEATS, sizeof ns[0], by_value);
-        printf("%.3f %.1f %.1f\n", seconds_now(CLOCK_REALTIME), ns[REPEATS / 2], ns[0]);
+        printf("%.3f %.1f %.1f %.4f\n", seconds_now(CLOCK_REALTIME), ns[REPEATS / 2], ns[0],
+               seconds_now(CLOCK_MONOTONIC));
         fflush(stdout);
         usleep(period_ms * 1000);
     }

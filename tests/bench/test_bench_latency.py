@@ -75,12 +75,17 @@ def test_the_probe_runs_beside_a_command_and_reads_its_metrics(tmp_path, capsys)
 
 
 @needs_cc
-def test_a_probe_alone_lasts_its_seconds():
-    began = time.monotonic()
-    result = main(["--seconds", "0.6", "--period", "0.1", "--rounds", "200"])
+def test_a_probe_alone_lasts_its_seconds_and_its_lines_are_saved(tmp_path):
+    began, saved = time.monotonic(), tmp_path / "probes.txt"
+    result = main(["--seconds", "0.6", "--period", "0.1", "--rounds", "200", "--save", str(saved)])
     assert 2 <= result["probes"] <= 7
     assert "run" not in result
     assert time.monotonic() - began < 30
+    lines = [line.split() for line in saved.read_text().splitlines()]
+    assert len(lines) == result["probes"] and all(len(fields) == 4 for fields in lines)
+    monotonic = [float(fields[3]) for fields in lines]  # the clock of time.perf_counter()
+    assert began - 1 <= monotonic[0] <= monotonic[-1] <= time.perf_counter()
+    assert all(float(fields[2]) <= float(fields[1]) for fields in lines)  # the fastest burst <= the median
 
 
 @needs_cc
