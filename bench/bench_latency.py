@@ -9,8 +9,9 @@ On a virtual machine the host decides where the guest's cores run; a core-to-cor
 levels by itself says the two cores were moved nearer or further apart. Hogwild workers pay for it at every update:
 each writes the weights the other reads. A probe counts as 'far' when its median round trip is over 1.5x the
 machine's near level (the 10th percentile of all probes), and as 'disturbed' (a probe thread was not running,
-not a level) over 10x. On this project's 2-core VM the near level was ~190 ns and the far ~460 ns
-(docs/benchmarks.md, "The two levels are the distance between the cores").
+not a level) over 10x. On this project's 2-core VM the near level was ~140 ns and the far ~410-460 ns, and 2
+Hogwild workers' update took 0.42-0.48 ms near and 1.36-1.41 ms far (docs/benchmarks.md, "The two levels are the
+distance between the cores").
 """
 from __future__ import annotations
 
@@ -77,11 +78,11 @@ def segments(times: list[float], labels: list[str]) -> list[tuple[str, float, fl
 
 def by_level(probes: list[tuple[float, float]], labels: list[str], records: list[dict], within: float,
              skip_updates: int = 0) -> dict[str, list[dict]]:
-    """metrics.jsonl's train records grouped by the level of the probes within `within` seconds of each; a record
-    with no such probe, or with probes of both levels, is left out."""
+    """metrics.jsonl's train records (those with phase times) grouped by the level of the probes within `within`
+    seconds of each; a record with no such probe, or with probes of both levels, is left out."""
     grouped: dict[str, list[dict]] = {"near": [], "far": []}
     for record in records:
-        if record.get("kind") != "train" or record["updates"] <= skip_updates:
+        if record.get("kind") != "train" or "phase_ms" not in record or record["updates"] <= skip_updates:
             continue
         seen = {label for (time, _), label in zip(probes, labels)
                 if abs(time - record["time"]) <= within and label != "disturbed"}
@@ -153,12 +154,12 @@ def main(argv: list[str] | None = None) -> dict:
             if command:
                 probe.terminate()
             out, err = probe.communicate()
+    if args.save:  # before any failure is reported: the probes are kept either way
+        args.save.write_text(out)
     if probe.returncode not in (0, -15):
         raise SystemExit(f"bench_latency: the probe failed (exit {probe.returncode}): {err.strip()}")
     if code != 0:
         raise SystemExit(f"bench_latency: the command exited with {code}: {shlex.join(command)}")
-    if args.save:
-        args.save.write_text(out)
     records = None
     if args.metrics:
         try:

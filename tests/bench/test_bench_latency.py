@@ -38,11 +38,11 @@ def test_records_take_the_level_of_the_probes_around_them():
                 "updates_per_s": 240.0}
 
     records = [record(10.2), record(10.75), record(11.3), record(12.1), record(12.3), record(20.0),
-               record(10.1, updates=100), record(10.1, kind="eval")]
+               record(10.1, updates=100), record(10.1, kind="eval"), {"kind": "train", "time": 10.2, "updates": 5000}]
     grouped = by_level(probes, labels, records, within=0.3, skip_updates=2000)
     # 10.2: 10.0 and 10.5 near; 10.75: 10.5 near and 11.0 far -> mixed, left out; 11.3: 11.5 far;
     # 12.1: only the disturbed 12.0 -> left out; 12.3: 12.5 near (12.0 disturbed is ignored); 20.0: no probe;
-    # the early and the eval records are left out
+    # the early and the eval records, and one without phase times, are left out
     assert [r["time"] for r in grouped["near"]] == [10.2, 12.3]
     assert [r["time"] for r in grouped["far"]] == [11.3]
 
@@ -89,9 +89,12 @@ def test_a_probe_alone_lasts_its_seconds_and_its_lines_are_saved(tmp_path):
 
 
 @needs_cc
-def test_a_failing_command_is_reported_with_its_exit_code():
+def test_a_failing_command_is_reported_with_its_exit_code_and_the_probes_are_saved(tmp_path):
+    saved = tmp_path / "probes.txt"
     with pytest.raises(SystemExit, match=r"the command exited with 3: .*sys.exit\(3\)"):
-        main(["--period", "0.1", "--", sys.executable, "-c", "import sys; sys.exit(3)"])
+        main(["--period", "0.1", "--save", str(saved), "--", sys.executable, "-c",
+              "import sys, time; time.sleep(0.5); sys.exit(3)"])
+    assert len(saved.read_text().splitlines()) >= 1
     with pytest.raises(SystemExit, match="cannot run the command /nonexistent/prog"):
         main(["--period", "0.1", "--", "/nonexistent/prog"])
 
