@@ -227,6 +227,12 @@ def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None,
     args.json.write_text(json.dumps(data, indent=1) + "\n")
 
 
+def unscored_runs(curves: dict[str, Curve]) -> dict:
+    """--json's runs before the report: each run's stop reason and evaluations (a benchmark cut short keeps them)."""
+    return {variant: {"stop_reason": curve.stop_reason, "evaluations": curve.points}
+            for variant, curve in curves.items()}
+
+
 def parse_minutes(parser: argparse.ArgumentParser, text: str, variants: list[str]) -> dict[str, float]:
     """--minutes '12' or '12,single=22' -> {variant: minutes} for every variant (a parser error names a bad part)."""
     default, given = None, {}
@@ -264,8 +270,7 @@ def race_interleaved(args: argparse.Namespace, variants: list[str]) -> tuple[dic
             stopped = to_active_time(args, failure.results, failure.slices, f"stopped: {failure.variant} failed")
             kept = f"; the other runs' evaluations up to then: {', '.join(failure.results)}"
             if args.json:
-                write_json(args, {v: {"stop_reason": c.stop_reason, "evaluations": c.points} for v, c in
-                                  stopped.items()}, turns=failure.slices)
+                write_json(args, unscored_runs(stopped), turns=failure.slices)
                 kept += f", in {args.json}"
         raise SystemExit(f"bench_convergence --interleave: {failure}{kept}") from None
     return to_active_time(args, curves, turns), turns
@@ -389,8 +394,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         for variant in variants:
             curves[variant] = run_variant(args, variant)
             if args.json:  # after every variant: a stopped benchmark keeps the runs it finished
-                write_json(args, {v: {"stop_reason": c.stop_reason, "evaluations": c.points}
-                                  for v, c in curves.items()})
+                write_json(args, unscored_runs(curves))
     rows = report(curves, args.target)
     levels = report_levels(curves, args.levels) if args.levels else None
     if args.json:

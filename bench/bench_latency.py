@@ -16,6 +16,7 @@ distance between the cores").
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import shlex
@@ -81,11 +82,13 @@ def by_level(probes: list[tuple[float, float]], labels: list[str], records: list
     """metrics.jsonl's train records (those with phase times) grouped by the level of the probes within `within`
     seconds of each; a record with no such probe, or with probes of both levels, is left out."""
     grouped: dict[str, list[dict]] = {"near": [], "far": []}
+    times = [time for time, _ in probes]  # in order: core_latency prints them as it goes
     for record in records:
         if record.get("kind") != "train" or "phase_ms" not in record or record["updates"] <= skip_updates:
             continue
-        seen = {label for (time, _), label in zip(probes, labels)
-                if abs(time - record["time"]) <= within and label != "disturbed"}
+        around = labels[bisect.bisect_left(times, record["time"] - within):
+                        bisect.bisect_right(times, record["time"] + within)]
+        seen = {label for label in around if label != "disturbed"}
         if len(seen) == 1:
             grouped[seen.pop()].append(record)
     return grouped

@@ -227,9 +227,7 @@ def race(minutes: dict[str, float], slice_seconds: float, target: Callable, targ
             racer.finish()
         return {r.variant: r.result for r in racers}, {r.variant: r.slices for r in racers}
     except RunFailed as failure:  # the failed run goes first; the others keep what they have trained
-        for racer in racers:
-            if racer.variant == failure.variant:
-                racer.kill()
+        next(racer for racer in racers if racer.variant == failure.variant).kill()
         kept = [racer for racer in racers if racer.variant != failure.variant and racer.salvage()]
         failure.results = {racer.variant: racer.result for racer in kept}
         failure.slices = {racer.variant: racer.slices for racer in racers}

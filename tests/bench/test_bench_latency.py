@@ -115,10 +115,9 @@ def test_bad_options_are_refused(argv, message, capsys):
     assert_refused(main, argv, message, capsys)
 
 
+@needs_cc
 def test_unreadable_metrics_are_named(tmp_path):
     bad = tmp_path / "metrics.jsonl"
     bad.write_text("{not json\n")
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler 'cc' to build bench/core_latency.c")
     with pytest.raises(SystemExit, match=f"cannot read --metrics {bad}"):
         main(["--period", "0.1", "--metrics", str(bad), "--", sys.executable, "-c", "pass"])

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import interleave
+from bench import bench_convergence, interleave
+from bench.curves import Curve
 from bench.interleave import active_seconds, race
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,9 +158,6 @@ def test_a_run_that_fails_stops_the_race_with_its_message():
 
 
 def test_a_failed_race_keeps_the_other_runs_evaluations_in_the_json(tmp_path, monkeypatch):
-    from bench import bench_convergence
-    from bench.curves import Curve
-
     def failing_race(minutes, slice_seconds, target, target_args):
         assert set(minutes) == {"single", "hogwild2"} and slice_seconds == 1.0
         failure = interleave.RunFailed("hogwild2", "the run exited (code 9) during its turn")
