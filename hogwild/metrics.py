@@ -71,6 +71,8 @@ class MetricsLog:
         self.last_loss: float | None = None
         if self.file is not None and self.file.repaired:  # a record torn by a crash or a full disk was cut off
             self.event("repaired", path=self.file.path, dropped_bytes=self.file.repaired)
+        if self.shown:  # a resumed run: where this segment starts (what a killed segment logged past it was lost)
+            self.event("resume", updates=self.shown)
 
     def progress(self, snapshot: dict[str, np.ndarray]) -> int:
         """Advance the progress bar; returns the global update count."""

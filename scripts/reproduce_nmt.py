@@ -27,10 +27,10 @@ from hogwild.tasks.plotting import plot_curves
 
 if __package__:  # python -m scripts.reproduce_nmt (the documented form)
     from .nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from .series import run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from .series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
 else:  # python scripts/reproduce_nmt.py with the project installed: this folder is sys.path[0]
     from nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from series import run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
 
 PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
 
@@ -81,6 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sync", action="store_true", help="also 2 synchronous workers (the baseline)")
     p.add_argument("--dev-limit", type=int, default=200, help="held-out sentences for BLEU (0: all)")
     p.add_argument("--eval-every", type=int, default=250, help="updates between greedy BLEU evaluations")
+    p.add_argument("--checkpoint-every", type=int, default=100,
+                   help="updates between checkpoints (last.pt): a stopped run resumes from the latest with --reuse")
     p.add_argument("--beam", type=int, default=5, help="beam of the final held-out and test translations")
     p.add_argument("--test-sets", default="", help="comma-separated: europarl, newstest2014 or PREFIX paths; each "
                                                    "run's best checkpoint translates them at the end")
@@ -88,10 +90,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seeds", default="0", help="comma-separated seeds; every configuration runs once per seed")
     p.add_argument("--out", default="docs/results", help="where the tables and figure go")
     p.add_argument("--runs-dir", default="runs/reproduce_nmt", help="where the run directories go")
-    p.add_argument("--reuse", action="store_true", help="read finished runs (summary.json) instead of training")
-    p.add_argument("--only-report", action="store_true", help="train and decode nothing: tables from finished runs")
+    p.add_argument("--reuse", action="store_true",
+                   help="read finished runs back and resume stopped ones from their last.pt")
+    p.add_argument("--only-report", action="store_true",
+                   help="train and decode nothing: tables from the runs finished so far")
     args = p.parse_args(argv)
-    for name in ("workers", "updates", "batch_size", "eval_every", "beam", "vocab_size", "max_len"):
+    for name in ("workers", "updates", "batch_size", "eval_every", "beam", "vocab_size", "max_len",
+                 "checkpoint_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     try:
@@ -113,7 +118,7 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptio
                   train_limit=args.train_limit or None, vocab_size=args.vocab_size, max_len=args.max_len,
                   preset=args.preset, steps=args.updates, batch_size=args.batch_size, optimizer=args.optimizer,
                   lr=args.lr, clip_norm=1.0, dev_limit=args.dev_limit or None, eval_every=args.eval_every,
-                  beam=args.beam, recipe=args.recipe)
+                  beam=args.beam, recipe=args.recipe, checkpoint_every=args.checkpoint_every)
     device = "GPU" if args.gpus else "worker"
     if args.gpus == 1 and args.workers_per_gpu > 1:  # k workers sharing the one GPU
         pairs = [(f"{k} worker{'s' if k > 1 else ''} on 1 GPU", f"gpu1-workers-{k}", {"gpus": 1, "workers_per_gpu": k})
@@ -127,7 +132,8 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptio
     if args.sync:
         configurations.append((f"{pairs[1][0]}, sync", "sync-2", dict(mode="sync", **two)))
     return [(config, f"{config}, seed {seed}", f"{name}-seed{seed}", RunOptions(**common, **extra, seed=seed))
-            for config, name, extra in configurations for seed in args.seed_list]
+            for seed in args.seed_list for config, name, extra in configurations]  # seed-major: a
+            # series stopped part-way has every configuration of its first seeds
 
 
 def main(argv=None) -> int:
@@ -137,6 +143,7 @@ def main(argv=None) -> int:
     plan = planned_runs(args)
     results = run_series([(label, name, options) for _, label, name, options in plan], args.runs_dir, command,
                          args.reuse, report_only=args.only_report)
+    plan, results = finished(plan, results)  # --only-report: the runs that have finished so far
     scores: dict[tuple[Path, str], dict] = {}  # (run directory, test set name) -> score_test_set's result
     for number, (result, test) in enumerate(((r, t) for r in results for t in tests), 1):
         if args.only_report and not score_path(result.run_dir, test, args.beam).exists():

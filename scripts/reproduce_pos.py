@@ -24,9 +24,9 @@ from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
 
 if __package__:  # python -m scripts.reproduce_pos (the documented form)
-    from .series import run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from .series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
 else:  # python scripts/reproduce_pos.py with the project installed: this folder is sys.path[0]
-    from series import run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -44,21 +44,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=1, help="sentences per update (the paper: 1)")
     p.add_argument("--dev-limit", type=int, default=500, help="held-out sentences evaluated (0: all)")
     p.add_argument("--eval-every-seconds", type=float, default=30.0, help="evaluation period")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="evaluate every N updates instead (curves at equal updates whatever else loads the machine)")
     p.add_argument("--adam-lr", type=float, default=0.001, help="Adam's learning rate (torch default)")
     p.add_argument("--no-adam", action="store_true", help="skip the 1-worker Adam run")
+    p.add_argument("--checkpoint-every", type=int, default=2000,
+                   help="updates between checkpoints (last.pt): a stopped run resumes from the latest with --reuse")
     p.add_argument("--seed", type=int, default=0, help="seed of every run")
     p.add_argument("--out", default="docs/results", help="where the figure and tables go")
     p.add_argument("--runs-dir", default="runs/reproduce_pos", help="where the run directories go")
-    p.add_argument("--reuse", action="store_true", help="read finished runs (summary.json) instead of training")
-    p.add_argument("--only-report", action="store_true", help="train nothing: the tables from finished runs")
+    p.add_argument("--reuse", action="store_true",
+                   help="read finished runs back and resume stopped ones from their last.pt")
+    p.add_argument("--only-report", action="store_true", help="train nothing: the tables from the runs finished so far")
     p.add_argument("--recipe", choices=("default", "paper"), default="paper",
                    help="SGD's recipe: paper = lr 0.03, -0.0135 per epoch, words seen 10 times; default = run.py's "
                         "(lr 0.1, decay per 40k updates, words seen twice)")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed); each run once per seed")
     args = p.parse_args(argv)
-    for name in ("workers", "epochs", "batch_size"):
+    for name in ("workers", "epochs", "batch_size", "checkpoint_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.eval_every < 0:
+        p.error("--eval-every must be >= 0 (0: every --eval-every-seconds)")
     try:
         args.seed_list = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [args.seed]
     except ValueError:
@@ -73,7 +80,8 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptio
     common = dict(task="pos", train=args.train, dev=args.dev, format=args.format, tag=args.tag,
                   preset=args.preset, batch_size=args.batch_size, epochs=args.epochs,
                   time_limit=args.time_limit or None, dev_limit=args.dev_limit or None,
-                  eval_every_seconds=args.eval_every_seconds, recipe=args.recipe)
+                  eval_every_seconds=None if args.eval_every else args.eval_every_seconds,
+                  eval_every=args.eval_every or None, recipe=args.recipe, checkpoint_every=args.checkpoint_every)
     sgd = dict(lr=0.03, lr_decay=0.0135) if args.recipe == "paper" else {}  # Figure 1: the paper's SGD exactly
     device = "GPU" if args.gpus else "worker"
     configurations = [(f"SGD, {n} {device}{'s' if n > 1 else ''}", f"sgd-{n}",
@@ -89,7 +97,8 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptio
     named = several or args.seed_list != [0]
     return [(config, f"{config}, seed {seed}" if several else config, f"{name}-seed{seed}" if named else name,
              RunOptions(**common, **extra, seed=seed))
-            for config, name, extra in configurations for seed in args.seed_list]
+            for seed in args.seed_list for config, name, extra in configurations]  # seed-major: a
+            # series stopped part-way has every configuration of its first seeds
 
 
 def main(argv=None) -> int:
@@ -98,6 +107,7 @@ def main(argv=None) -> int:
     plan = planned_runs(args)
     results = run_series([(label, name, options) for _, label, name, options in plan], args.runs_dir, command,
                          args.reuse, report_only=args.only_report)
+    plan, results = finished(plan, results)  # --only-report: the runs that have finished so far
     out = Path(args.out)
     plot_curves([r.curves for r in results], out / "pos_figure1.png",
                 title=f"POS tagging ({Path(args.train[0]).name}): Hogwild SGD vs Adam", minutes=True)

@@ -71,37 +71,63 @@ class RunResult:
 
 
 def run_series(runs: Sequence[tuple[str, str, RunOptions]], runs_dir: str | Path, argv: Sequence[str],
-               reuse: bool = False, say=print, report_only: bool = False) -> list[RunResult]:
-    """Train each (label, directory name, options) in turn under runs_dir; with `reuse`, a run directory that
-    already has a summary.json is read instead of trained again; with `report_only` nothing is trained and a
-    missing run is an error naming it. argv (script_argv) goes to each command.txt."""
+               reuse: bool = False, say=print, report_only: bool = False) -> list[RunResult | None]:
+    """Train each (label, directory name, options) in turn under runs_dir; one line per run says what happens to it,
+    and each run's own output goes to train.log in its run directory. With `reuse`, a run that finished is read back
+    instead of trained again, and a run that stopped part-way (killed, interrupted, out of time) resumes from its
+    last.pt to the same stop condition. With `report_only` nothing is trained: finished runs are read back and the
+    others are None in the returned list (aligned with `runs`); none finished at all is an error naming them.
+    argv (script_argv) goes to each command.txt."""
     from hogwild.tasks.training import run_training
 
+    runs_dir = Path(runs_dir)
     if report_only:
-        missing = [str(Path(runs_dir) / name) for _, name, _ in runs if finished_summary(Path(runs_dir) / name) is None]
-        if missing:
-            raise SystemExit(f"--only-report: no finished run (summary.json of a run not stopped by a signal) in "
-                             f"{', '.join(missing)}; train them first (the same command without --only-report, with "
-                             f"--reuse to keep finished runs)")
         reuse = True
-    results = []
+        if all(finished_summary(runs_dir / name) is None for _, name, _ in runs):
+            raise SystemExit(f"--only-report: no finished run (summary.json of a run not stopped by a signal) in "
+                             f"{', '.join(str(runs_dir / name) for _, name, _ in runs)}; train them first (the same "
+                             f"command without --only-report, with --reuse to keep finished runs)")
+    results: list[RunResult | None] = []
     for number, (label, name, options) in enumerate(runs, 1):
-        run_dir = Path(runs_dir) / name
-        if reuse and finished_summary(run_dir) is not None:
-            say(f"== [{number}/{len(runs)}] {label}: reusing {run_dir}")
-        else:
-            say(f"== [{number}/{len(runs)}] {label} -> {run_dir}")
-            if run_dir.exists():
-                import shutil
-                shutil.rmtree(run_dir)
-            started = time.time()
-            summary = run_training(dataclasses.replace(options, out=str(run_dir), progress=False), argv=list(argv))
-            if str(summary.get("stop_reason", "")).startswith("signal"):
-                raise KeyboardInterrupt(f"{label} was interrupted; finished runs are kept (rerun with --reuse)")
-            say(f"== {label}: finished in {(time.time() - started) / 60:.1f} minutes")
+        run_dir, head = runs_dir / name, f"[{number}/{len(runs)}] {label}:"
+        if not (reuse and finished_summary(run_dir) is not None):
+            if report_only:
+                say(f"{head} not finished, left out of the report ({run_dir})")
+                results.append(None)
+                continue
+            _train_one(run_training, options, run_dir, reuse, argv, head, say)
         summary = read_summary(run_dir)
+        say(f"{head} {summary['updates']} updates, {summary['wall_seconds'] / 60:.1f} minutes of training, "
+            f"{summary['stop_reason']}, best {summary['best']['metric']} {_cell(summary['best']['value'])} ({run_dir})")
         results.append(RunResult(label, run_dir, summary, read_curves(run_dir, name=label)))
     return results
+
+
+def _train_one(run_training, options: RunOptions, run_dir: Path, resume: bool, argv: Sequence[str], head: str,
+               say) -> None:
+    """Train one run of a series, resuming it from its last.pt when `resume` and it has one (else from scratch,
+    replacing whatever the directory held); its output goes to <run_dir>/train.log."""
+    resuming = resume and (run_dir / "last.pt").exists()
+    if run_dir.exists() and not resuming:
+        import shutil
+        shutil.rmtree(run_dir)
+    log_path = run_dir / "train.log"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    say(f"{head} {'resuming' if resuming else 'training'} -> {run_dir} (output: {log_path})")
+    with open(log_path, "a", encoding="utf-8") as log:
+        def to_log(message: str) -> None:
+            log.write(message + "\n")
+            log.flush()
+        summary = run_training(dataclasses.replace(options, out=str(run_dir), progress=False, resume=resuming),
+                               argv=list(argv), say=to_log)
+    if str(summary.get("stop_reason", "")).startswith("signal"):
+        raise KeyboardInterrupt(f"{head} interrupted; rerun with --reuse to resume it and keep the finished runs")
+
+
+def finished(plan: Sequence[Any], results: Sequence[RunResult | None]) -> tuple[list[Any], list[RunResult]]:
+    """The entries of `plan` (aligned with run_series' results) whose runs finished, and their results."""
+    kept = [(entry, result) for entry, result in zip(plan, results) if result is not None]
+    return [entry for entry, _ in kept], [result for _, result in kept]
 
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:

@@ -117,8 +117,37 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def timeline(records: list[dict[str, Any]]) -> tuple[list[tuple[float, dict[str, Any]]], float]:
+    """(seconds of training since the run began, record) for every record of a run's segments laid end to end, and
+    the second at which the latest segment began. A segment resumes from the last checkpoint of the one before
+    (its 'resume' record names that update): what a killed segment logged past it was lost work and is dropped, and
+    the new segment's clock starts where the kept records end. (Logs without 'resume' records: a segment starts
+    where the previous one's clock ended.)"""
+    kept: list[tuple[float, dict[str, Any]]] = []
+    base, last = 0.0, 0.0
+    for record in records:
+        elapsed = record.get("elapsed")
+        if elapsed is None:
+            continue
+        if elapsed < last - 1e-6:  # a new segment
+            base += last
+        last = elapsed
+        if record.get("kind") == "resume":
+            resumed = record.get("updates", 0)
+            kept = [(s, r) for s, r in kept if r.get("updates", -1) <= resumed]
+            base = max((s for s, r in kept if "updates" in r), default=0.0) - elapsed
+        kept.append((base + elapsed, record))
+    return kept, base
+
+
+def segment_start(run_dir: str | Path) -> float:
+    """Seconds of training before the latest segment of the run in run_dir began (0: a run that never resumed)."""
+    path = engine_dir(Path(run_dir)) / "metrics.jsonl"
+    return max(timeline(read_metrics(path))[1], 0.0) if path.exists() else 0.0
+
+
 def read_curves(run_dir: str | Path, metric: str | None = None, name: str | None = None) -> Curves:
-    """Curves from metrics.jsonl. A resumed run restarts 'elapsed' at 0: segments are laid end to end."""
+    """Curves from metrics.jsonl, the segments of a resumed run laid end to end (`timeline`)."""
     run_dir = Path(run_dir)
     path = engine_dir(run_dir) / "metrics.jsonl"
     if not path.exists():
@@ -127,15 +156,7 @@ def read_curves(run_dir: str | Path, metric: str | None = None, name: str | None
     if metric is None and summary_path.exists():
         metric = json.loads(summary_path.read_text(encoding="utf-8")).get("best", {}).get("metric")
     curves = Curves(name or run_dir.name, metric)
-    offset, last = 0.0, 0.0
-    for record in read_metrics(path):
-        elapsed = record.get("elapsed")
-        if elapsed is None:
-            continue
-        if elapsed < last - 1e-6:  # a new segment (resume): continue from where the previous one ended
-            offset += last
-        last = elapsed
-        seconds = offset + elapsed
+    for seconds, record in timeline(read_metrics(path))[0]:
         if record.get("kind") == "train" and record.get("loss") is not None:
             curves.loss_seconds.append(seconds)
             curves.loss_updates.append(record["updates"])

@@ -3,9 +3,10 @@
 Keys (issue 5): task, workers, devices, mode, updates, wall_seconds, updates_per_second, best {metric, value,
 update}, final_train_loss, staleness_mean, skipped_updates; plus final_metrics, heldout (the best checkpoint's final
 evaluation), stop_reason, data and the segment figures of a resumed run. `wall_seconds` and `updates` add up over
-resumed segments; `updates_per_second` is that of the latest segment.
+resumed segments (`prior_seconds`: the training time before this segment, from the metrics log, which also counts a
+segment that was killed without writing a summary); `updates_per_second` is that of the latest segment.
 
-Usage: `summary = make_summary(options, devices, result, previous=read_summary(run_dir))`
+Usage: `summary = make_summary(options, devices, result, metric, start, previous, heldout, info, prior_seconds)`
 """
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
 
 
 def make_summary(options, devices: list[str], result, metric: str, start_updates: int,
-                 previous: dict[str, Any] | None, heldout: dict[str, Any] | None, info: dict[str, Any]) -> dict:
+                 previous: dict[str, Any] | None, heldout: dict[str, Any] | None, info: dict[str, Any],
+                 prior_seconds: float = 0.0) -> dict:
     """result: hogwild.TrainResult of this call; start_updates: the global step it resumed from (0: fresh)."""
     segment_updates = result.updates - start_updates
-    wall = result.wall_seconds + (previous["wall_seconds"] if previous and start_updates else 0.0)
+    wall = result.wall_seconds + (prior_seconds if start_updates else 0.0)
     best = {"metric": metric, "value": None, "update": None}
     if result.best_metrics is not None:
         best = {"metric": metric, "value": result.best_metrics.get(metric), "update": result.best_step}
@@ -51,7 +53,7 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "stop_reason": result.stop_reason,
         "worker_updates": result.worker_updates,
         "examples": result.examples,
-        "segments": (previous.get("segments", 1) + 1) if previous and start_updates else 1,
+        "segments": ((previous or {}).get("segments", 1) + 1) if start_updates else 1,
         "recipe": options.recipe,  # what it picked, below (tasks/recipes.py)
         "optimizer": options.optimizer,
         "lr": options.lr,

@@ -29,7 +29,7 @@ from hogwild.tasks.devices import worker_devices
 from hogwild.tasks.job import MODEL_FILE, TaskJob
 from hogwild.tasks.jobs import build_job
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.rundir import RunDirError, check_out, write_command, write_config
+from hogwild.tasks.rundir import RunDirError, check_out, segment_start, write_command, write_config
 from hogwild.tasks.runlock import RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
 
@@ -151,7 +151,8 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
             best.load_state_dict(read_checkpoint(result.best_checkpoint)["model"])
         # the final (beam) decoding runs where the periodic evaluations ran: the GPU when the workers are on GPUs
         heldout = job.finish(best.to(config.evaluation_device()).eval(), run_dir)
-    summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info)
+    summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info,
+                           prior_seconds=segment_start(engine_dir) if start_updates else 0.0)
     summary["hosts"] = hosts
     write_summary(run_dir, summary)
     best = summary["best"]

@@ -94,8 +94,18 @@ def test_an_interrupted_run_is_not_finished(tmp_path):
     assert finished_summary(tmp_path / "done") == {"stop_reason": "max_steps"}
     assert finished_summary(tmp_path / "stopped") is None and finished_summary(tmp_path / "none") is None
     with pytest.raises(SystemExit, match=r"no finished run .*stopped, .*none;"):
-        run_series([("a", "done", None), ("b", "stopped", None), ("c", "none", None)], tmp_path, [],
-                   report_only=True)
+        run_series([("b", "stopped", None), ("c", "none", None)], tmp_path, [], report_only=True)
+    (tmp_path / "done" / "summary.json").write_text(json.dumps(
+        {"stop_reason": "max_steps", "updates": 7, "wall_seconds": 60.0, "best": {"metric": "accuracy", "value": 0.5}}))
+    (tmp_path / "done" / "metrics.jsonl").write_text(json.dumps({"kind": "train", "elapsed": 1.0, "updates": 7,
+                                                                 "loss": 2.0}) + "\n")
+    said = []
+    results = run_series([("a", "done", None), ("b", "stopped", None), ("c", "none", None)], tmp_path, [],
+                         say=said.append, report_only=True)  # the runs finished so far, the others named
+    assert [r and r.label for r in results] == ["a", None, None] and results[0].curves.loss == [2.0]
+    assert said == [f"[1/3] a: 7 updates, 1.0 minutes of training, max_steps, best accuracy 0.5 ({tmp_path / 'done'})",
+                    f"[2/3] b: not finished, left out of the report ({tmp_path / 'stopped'})",
+                    f"[3/3] c: not finished, left out of the report ({tmp_path / 'none'})"]
 
 
 def test_reproduce_pos_refuses_repeated_seeds_and_names_any_seed_but_0():

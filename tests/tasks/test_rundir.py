@@ -30,6 +30,26 @@ def test_curves_join_resumed_segments_and_pick_the_summary_metric(tmp_path):
     assert read_curves(tmp_path, metric="accuracy", name="x").values == [0.1, 0.5, 0.7]
 
 
+def test_a_killed_segment_loses_what_it_logged_past_the_checkpoint_it_resumed_from(tmp_path):
+    from hogwild.tasks.rundir import segment_start
+    _write(tmp_path / "metrics.jsonl", [
+        {"kind": "train", "elapsed": 5.0, "updates": 50, "loss": 2.0},
+        {"kind": "checkpoint", "elapsed": 6.0, "updates": 60},
+        {"kind": "eval", "elapsed": 8.0, "updates": 55, "metrics": {"accuracy": 0.4}},  # began before the checkpoint
+        {"kind": "train", "elapsed": 9.0, "updates": 90, "loss": 1.5},  # killed here (SIGKILL): lost work
+        {"kind": "resume", "elapsed": 0.5, "updates": 60},
+        {"kind": "train", "elapsed": 2.5, "updates": 80, "loss": 1.4},
+        {"kind": "eval", "elapsed": 3.0, "updates": 85, "metrics": {"accuracy": 0.6}},
+    ])
+    curves = read_curves(tmp_path)
+    assert (curves.loss_seconds, curves.loss_updates, curves.loss) == ([5.0, 10.0], [50, 80], [2.0, 1.4])
+    assert (curves.eval_seconds, curves.eval_updates, curves.values) == ([8.0, 10.5], [55, 85], [0.4, 0.6])
+    assert segment_start(tmp_path) == 7.5  # the resumed segment's clock starts where the kept records end
+    (tmp_path / "fresh").mkdir()
+    _write(tmp_path / "fresh" / "metrics.jsonl", [{"kind": "train", "elapsed": 1.0, "updates": 4, "loss": 3.0}])
+    assert segment_start(tmp_path / "fresh") == 0.0
+
+
 def test_multi_host_runs_read_host0(tmp_path):
     (tmp_path / "host0").mkdir()
     _write(tmp_path / "host0" / "metrics.jsonl", [{"kind": "train", "elapsed": 1.0, "updates": 4, "loss": 3.0}])

@@ -101,12 +101,12 @@ def test_reproduce_nmt_seeds_sync_test_sets_and_bootstrap(tiny_nmt, tmp_path):
     assert _script("reproduce_nmt").main(argv) == 0
     rows = _rows(out / "nmt_table1.csv")
     assert [(r["run"], r["mode"], r["seed"]) for r in rows] == [
-        ("1 worker", "hogwild", "0"), ("1 worker", "hogwild", "1"), ("2 workers", "hogwild", "0"),
-        ("2 workers", "hogwild", "1"), ("2 workers, sync", "sync", "0"), ("2 workers, sync", "sync", "1")]
+        ("1 worker", "hogwild", "0"), ("2 workers", "hogwild", "0"), ("2 workers, sync", "sync", "0"),
+        ("1 worker", "hogwild", "1"), ("2 workers", "hogwild", "1"), ("2 workers, sync", "sync", "1")]  # seed-major
     assert sorted(p.name for p in runs.iterdir()) == ["sync-2-seed0", "sync-2-seed1", "workers-1-seed0",
                                                       "workers-1-seed1", "workers-2-seed0", "workers-2-seed1"]
     scored = json.loads((runs / "workers-1-seed1" / "test.dev.beam2.json").read_text())
-    assert scored["sentences"] == 20 and float(rows[1]["dev BLEU (beam 2)"]) == pytest.approx(scored["bleu"])
+    assert scored["sentences"] == 20 and float(rows[3]["dev BLEU (beam 2)"]) == pytest.approx(scored["bleu"])
     assert len((runs / "workers-1-seed1" / "test.dev.beam2.hyp").read_text().splitlines()) == 20
     seeds = (out / "nmt_table1_seeds.md").read_text()
     assert "| 1 worker | 2 |" in seeds and "| 2 workers, sync | 2 |" in seeds

@@ -29,6 +29,9 @@ def test_resumed_run_adds_wall_time_and_keeps_an_earlier_better_best():
     options = RunOptions(task="pos").resolved()
     previous = {"wall_seconds": 30.0, "segments": 1, "best": {"metric": "accuracy", "value": 0.95, "update": 90}}
     summary = make_summary(options, ["cpu"], _result(300, 20.0, {"accuracy": 0.93}, 250), "accuracy", 100,
-                           previous, None, {})
+                           previous, None, {}, prior_seconds=30.0)
     assert (summary["wall_seconds"], summary["updates_per_second"], summary["segments"]) == (50.0, 10.0, 2)
+    killed = make_summary(options, ["cpu"], _result(300, 20.0, {"accuracy": 0.93}, 250), "accuracy", 100, None, None,
+                          {}, prior_seconds=12.5)  # the segment before was killed: no summary, its time from the log
+    assert (killed["wall_seconds"], killed["segments"], killed["best"]["value"]) == (32.5, 2, 0.93)
     assert summary["best"] == {"metric": "accuracy", "value": 0.95, "update": 90}

@@ -1,0 +1,74 @@
+"""A reproduction series survives being killed: the same command with --reuse resumes the stopped run from its
+last.pt to the same number of updates, with the result of a run that was never interrupted (one worker trains
+deterministically, so the final held-out figures are equal), and --only-report tables the runs finished so far."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.tasks.helpers import REPO, write_tagged
+
+pytestmark = pytest.mark.slow
+
+
+def _series(tmp_path, runs_dir, *extra):
+    train = write_tagged(tmp_path / "train.txt", 300, 0)
+    dev = write_tagged(tmp_path / "dev.txt", 30, 1)
+    return [sys.executable, "-m", "scripts.reproduce_pos", "--train", str(train), "--dev", str(dev), "--format",
+            "slash", "--epochs", "2", "--time-limit", "0", "--workers", "1", "--seeds", "0,1", "--eval-every", "150",
+            "--checkpoint-every", "100", "--out", str(tmp_path / "results"), "--runs-dir", str(runs_dir), *extra]
+
+
+def test_a_killed_series_resumes_its_stopped_run_and_reports_what_finished(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HOGWILD_CACHE": str(tmp_path / "cache")}
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    process = subprocess.Popen(_series(tmp_path, killed, "--no-adam"), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not (killed / "sgd-1-seed0" / "last.pt").exists():  # the first checkpoint: seed 0 is under way
+            assert process.poll() is None, process.communicate()[0]
+            assert time.time() < deadline, "no checkpoint within 180 s"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)  # the whole series, workers included, as when a session ends
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert not (killed / "sgd-1-seed0" / "summary.json").exists()
+
+    report = subprocess.run(_series(tmp_path, killed, "--no-adam", "--only-report"), cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 1 and "--only-report: no finished run" in report.stderr, report.stderr[-2000:]
+
+    resumed = subprocess.run(_series(tmp_path, killed, "--no-adam", "--reuse"), cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"[1/2] SGD, 1 worker, seed 0: resuming -> {killed / 'sgd-1-seed0'}" in resumed.stdout
+    assert f"[2/2] SGD, 1 worker, seed 1: training -> {killed / 'sgd-1-seed1'}" in resumed.stdout
+    log = (killed / "sgd-1-seed0" / "train.log").read_text()
+    assert "resuming" in log and "at update" in log  # the run's own output went to its log, not the console
+
+    uninterrupted = subprocess.run(_series(tmp_path, whole, "--no-adam", "--seeds", "0"), cwd=REPO, env=env,
+                                   capture_output=True, text=True, timeout=300)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    first = json.loads((killed / "sgd-1-seed0" / "summary.json").read_text())
+    once = json.loads((whole / "sgd-1" / "summary.json").read_text())  # one seed 0: the plain name
+    assert first["updates"] == once["updates"] == 600  # 2 epochs of 300 sentences, one per update
+    assert first["segments"] == 2 and first["stop_reason"] == once["stop_reason"]
+    assert first["final_metrics"] == once["final_metrics"]  # the same parameters at the end
+    assert first["final_train_loss"] == pytest.approx(once["final_train_loss"], rel=0.2)
+    records = [json.loads(line) for line in (killed / "sgd-1-seed0" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["kind"] == "resume" for r in records) == 1
+
+    from hogwild.tasks.rundir import read_curves, segment_start
+    curves = read_curves(killed / "sgd-1-seed0")
+    assert curves.eval_updates == sorted(curves.eval_updates) and curves.eval_updates[-1] == 600
+    assert curves.loss_updates == sorted(curves.loss_updates)  # work lost in the kill is not drawn twice
+    assert curves.eval_seconds == sorted(curves.eval_seconds)
+    killed_time = segment_start(killed / "sgd-1-seed0")  # up to the checkpoint the second segment resumed from
+    assert 0 < killed_time < curves.eval_seconds[-1] and first["wall_seconds"] > killed_time
