@@ -97,8 +97,8 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptio
     named = several or args.seed_list != [0]
     return [(config, f"{config}, seed {seed}" if several else config, f"{name}-seed{seed}" if named else name,
              RunOptions(**common, **extra, seed=seed))
-            for seed in args.seed_list for config, name, extra in configurations]  # seed-major: a
-            # series stopped part-way has every configuration of its first seeds
+            for seed in args.seed_list for config, name, extra in configurations]  # seed-major: a series
+            # stopped part-way has every configuration of its first seeds
 
 
 def main(argv=None) -> int:

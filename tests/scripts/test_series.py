@@ -153,3 +153,13 @@ def test_a_kept_test_score_is_reused_only_for_the_same_corpus_and_beam(tmp_path,
     other = TestSet("test", str(tmp_path / "b/test"), "fr", "en")
     assert score_test_set(run_dir, other, beam=2)["prefix"] == other.prefix and decoded == [2, 2]  # decoded again
     assert json.loads((run_dir / "test.test.beam2.json").read_text())["prefix"] == other.prefix
+
+
+def test_reproduce_nmt_runs_the_sync_baseline_on_the_first_seeds_only():
+    from scripts import reproduce_nmt
+    names = lambda argv: [name for _, _, name, _ in reproduce_nmt.planned_runs(reproduce_nmt.parse_args(argv))]
+    assert names(["--seeds", "0,1", "--sync", "--sync-seeds", "1"]) == [
+        "workers-1-seed0", "workers-2-seed0", "sync-2-seed0", "workers-1-seed1", "workers-2-seed1"]
+    assert names(["--seeds", "0,1", "--sync"])[-1] == "sync-2-seed1"
+    with pytest.raises(SystemExit):
+        reproduce_nmt.parse_args(["--sync-seeds", "-1"])
