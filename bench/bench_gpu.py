@@ -61,7 +61,7 @@ from bench_models import POS_VOCAB  # noqa: E402
 from corpus_batches import CORPUS, bucketed, corpus_lengths, fallback_lengths, make_batch  # noqa: E402
 from gpu_timing import StampedLoss, StepSpans, UtilisationSampler, sampler_for, steady_window, tf32_matmuls  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
-from hogwild.models import AttentionNMT, POSTagger, nmt_preset, pos_preset  # noqa: E402
+from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
 from hogwild.replica import move_batch, sparse_tables, torch_device  # noqa: E402
 from hogwild.tasks.options import _TASK_DEFAULTS as RUN_DEFAULTS  # noqa: E402  (run.py's batch size per task)
 from hogwild.tasks.options import RunOptions  # noqa: E402
@@ -79,6 +79,8 @@ HOT_FUNCTION = {"nmt": "step", "pos": "forward"}  # the method plain-compile com
 
 @dataclasses.dataclass
 class Measurement:
+    """One run of one variant."""
+
     task: str
     variant: str
     workers: int
@@ -103,12 +105,13 @@ def build(task: str, options: RunOptions, count: int, corpora: Path, seed: int):
     for index, batch in enumerate(batches):
         batch["index"] = index  # a Python int: moving the batch to a device leaves it on the host
     torch.manual_seed(seed)
-    if task == "pos":
-        from hogwild.models import pos_loss as loss_fn
-        model = POSTagger(pos_preset(options.preset, **POS_VOCAB, sparse_embeddings=True))  # as tasks.pos
+    if task == "pos":  # as the job builders (tasks.pos: sparse embedding gradients; tasks.nmt) build them
+        loss_fn = pos_loss
+        model = POSTagger(pos_preset(options.preset, **POS_VOCAB, dropout=options.dropout, sparse_embeddings=True))
     else:
-        from hogwild.models import nmt_loss as loss_fn
-        model = AttentionNMT(nmt_preset(options.preset, src_words=options.vocab_size, tgt_words=options.vocab_size))
+        loss_fn = nmt_loss
+        model = AttentionNMT(nmt_preset(options.preset, src_words=options.vocab_size, tgt_words=options.vocab_size,
+                                        dropout=options.dropout))
     flat = np.concatenate(plan)
     means = " / ".join(f"{m:.1f}" for m in np.atleast_1d(flat.mean(0)))
     return model, loss_fn, batches, f"lengths from {source}, mean {means} words"
@@ -229,7 +232,8 @@ def summarise(runs: list[Measurement]) -> dict[tuple[str, int], dict]:
     return out
 
 
-def report(task: str, runs: list[Measurement], overlap: bool, repeats: int) -> None:
+def report(runs: list[Measurement], overlap: bool, repeats: int) -> None:
+    """The task's table, its ratios and the projection to 1..4 GPUs beside the paper's Table 1."""
     rows = summarise(runs)
     plain = {k: v for k, v in rows.items() if k[0].startswith("plain")}
     best = max(plain, key=lambda k: plain[k]["median"]) if plain else None
@@ -340,7 +344,7 @@ def bench_task(task: str, args: argparse.Namespace, nvml: bool) -> list[Measurem
             print(f"    [{repeat + 1}/{args.repeats}] {variant} x{workers}: {m.rate:.2f} updates/s", flush=True)
             measured.append(m)
     overlap = device_options(engine_config(options, engine_device, 1), engine_device, options.optimizer)["overlap"]
-    report(task, measured, overlap, args.repeats)
+    report(measured, overlap, args.repeats)
     return measured
 
 

@@ -17,7 +17,6 @@ import hogwild
 from bench import bench_gpu as B
 from bench import corpus_batches as C
 from bench.gpu_timing import steady_window
-from hogwild.models import nmt_loss, pos_loss
 from tests.bench.helpers import assert_refused
 
 REPO = Path(__file__).resolve().parents[2]
