@@ -1,168 +1,370 @@
-"""GPU benchmark: a plain single-GPU PyTorch loop against the engine's GPU workers, for both paper models.
+"""GPU benchmark: the strongest plain single-GPU PyTorch loop against the engine's workers sharing that GPU.
 
-Usage (real numbers, one GPU):  python bench/bench_gpu.py --device cuda:0 --updates 300 --workers 1,2,3,4
-Smoke run without a GPU:        python bench/bench_gpu.py --device cpu-replica --preset small --updates 12 --workers 1,2
+Usage (one GPU):   python bench/bench_gpu.py --device cuda:0 --tasks nmt --updates 200 --repeats 3
+Without a GPU:     python bench/bench_gpu.py --device cpu --quick      (seconds; the same code path on the CPU)
 
-For each task (POS tagger, attention NMT; `paper` presets, seeded random batches of the paper's shapes) and each
-optimizer it prints:
-  plain      model and optimizer on the device, batches copied in every step (torch.optim, fused on a GPU)
-  engine N   hogwild.train with N workers sharing the one device (N from --workers), default device options
-             (on a GPU: page-locked shared parameters, overlapped update thread, fused CPU optimizer step)
-  engine1/plain, the throughput ratio measured in the same run
-  per-phase milliseconds per update from the engine (CUDA events on a GPU): pull, compute, push, update (the CPU
-  optimizer step), and the device's idle time per update (wall per update minus pull + compute + push)
-  a projection to 1..4 GPUs, each with one worker: a worker's update takes max(its device time alone, its host
-  work when N workers share the host's memory bandwidth) with overlap (their sum without), next to the paper's
-  Table 1 (26.89 / 16.56 / 9.24 / 6.96 hours per 90k updates on 1 / 2 / 3 / 4 GPUs).
-Throughput counts only the steady middle 80% of the updates (each batch's forward stamps the time), so start-up
-and spawning are excluded alike from every variant.
+Both sides train the same model from the same initial weights on the same batches with run.py's recipe for the
+preset (tasks.options.RunOptions: --preset paper is the paper's recipe: POS SGD 0.03 with sparse embedding
+gradients and one sentence per update, NMT SGD 0.1 with the gradient norm clipped at 1.0 and 64 pairs per update;
+--optimizer adam swaps the optimizer on both sides). Batches hold random ids with corpus-like lengths: each
+sentence's length (NMT: the pair's two lengths) is drawn from the real corpus under $HOGWILD_CORPORA (Brown; the
+first 5,000 Europarl fr-en pairs, Moses-tokenized, at most 50 words like run.py), else from a gamma distribution
+with the corpus's mean and spread; NMT batches are bucketed like run.py's batcher (pools of 100 batches sorted by
+length, then shuffled). Vocabulary sizes: about Brown's (bench_models.POS_VOCAB) and --vocab-size per NMT side.
+
+Variants (--variants), run --repeats times each, the order rotating by one variant every repeat:
+  plain               model and optimizer on the device, the batch copied in each step; torch's fused optimizer on a
+                      GPU for the dense parameters (sparse embedding tables: SGD, or SparseAdam for Adam)
+  plain-tf32          the same with TF32 matrix products (torch.backends.cuda.matmul.allow_tf32)
+  plain-compile       the same with torch.compile of the step's hot function (NMT: the decoder step, run once per
+                      target word; POS: the tagger's forward, which dynamo splits around the cuDNN LSTMs)
+  plain-tf32-compile  both
+  engine              hogwild.train with K workers sharing the device, K from --workers (Config(devices=[dev] * K)),
+                      run.py's engine options (on a GPU: page-locked shared parameters, the update on the CPU
+                      overlapped with the next step, the fused CPU optimizer kernel)
+  engine-tf32         the same, the workers' loss function turning TF32 matrix products on
+The plain variants apply every step; the engine skips non-finite ones. Printed per variant: updates/s (median and
+range over the repeats), its ratio to the best plain variant, non-finite steps (plain: loss or clipped gradient norm
+not finite, counted on the device; engine: skipped updates), the GPU's utilisation in the steady window
+(torch.cuda.utilization(), i.e. NVML, when pynvml is installed; else 'span': the share of wall time covered by the
+steps' CUDA-event spans, summed over the workers, which counts launch gaps inside a step as busy), and for the engine
+its phases in ms per update (CUDA events on a GPU): pull (host->device), compute (forward + backward), push
+(gradients device->host), update (the CPU optimizer step). Throughput counts the steady middle 80% of the updates
+(each batch's forward stamps the time), so start-up, spawning and compilation are excluded alike.
+
+Then a projection to 1..4 GPUs with one worker each: a worker's cycle is pull + max(compute + push, update) when the
+update overlaps the next step (pull + compute + push + update without), with the device phases of 1 worker alone and
+the update measured with N workers sharing the host (the largest N run when N was not), printed as hours per 90k
+updates beside the paper's Table 1 (26.89 / 16.56 / 9.24 / 6.96 h on 1 / 2 / 3 / 4 GPUs). --json writes every
+measurement. The command that produced the output is printed first and last.
 """
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
+import json
 import shlex
+import statistics
 import sys
-import time
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hogwild  # noqa: E402
-from bench_models import POS_VOCAB, nmt_batch, pos_batch  # noqa: E402
+from bench_models import POS_VOCAB  # noqa: E402
+from corpus_batches import CORPUS, bucketed, corpus_lengths, fallback_lengths, make_batch  # noqa: E402
+from gpu_timing import StampedLoss, StepSpans, UtilisationSampler, sampler_for, steady_window, tf32_matmuls  # noqa: E402
+from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
-from hogwild.replica import move_batch, torch_device  # noqa: E402
+from hogwild.replica import move_batch, sparse_tables, torch_device  # noqa: E402
+from hogwild.tasks.options import _TASK_DEFAULTS as RUN_DEFAULTS  # noqa: E402  (run.py's batch size per task)
+from hogwild.tasks.options import RunOptions  # noqa: E402
+from hogwild.tasks.recipes import RECIPES  # noqa: E402
 from hogwild.worker import device_options  # noqa: E402
 
 PAPER_HOURS = {1: 26.89, 2: 16.56, 3: 9.24, 4: 6.96}  # Table 1: hours per 90k updates on 1..4 GPUs
 UPDATES_90K = 90_000
+VARIANTS = {"plain": (False, False), "plain-tf32": (True, False), "plain-compile": (False, True),
+            "plain-tf32-compile": (True, True), "engine": (False, None), "engine-tf32": (True, None)}  # (tf32, compile)
+QUICK = dict(preset="small", updates=20, repeats=1, workers="1,2", vocab_size=500)  # --quick's defaults
+QUICK_NMT_BATCH = 4
+HOT_FUNCTION = {"nmt": "step", "pos": "forward"}  # the method plain-compile compiles
 
 
-class StampedLoss:
-    """loss_fn(model, batch) stamping time.perf_counter() (system-wide) into a shared slot per batch."""
+@dataclasses.dataclass
+class Measurement:
+    """One run of one variant."""
 
-    def __init__(self, loss_fn, stamps: torch.Tensor):
-        self.loss_fn, self.stamps = loss_fn, stamps  # stamps: (N,) float64 in shared memory
-
-    def __call__(self, model, batch: dict):
-        self.stamps[batch["index"]] = time.perf_counter()
-        return self.loss_fn(model, {k: v for k, v in batch.items() if k != "index"})
-
-
-def steady_rate(stamps: torch.Tensor) -> float:
-    """Updates/s over the middle 80% of the stamped updates (stamps of batches never trained are 0)."""
-    times = stamps[stamps > 0].sort().values
-    first, last = int(0.1 * len(times)), max(int(0.9 * len(times)) - 1, 1)
-    return (last - first) / max(float(times[last] - times[first]), 1e-9)
+    task: str
+    variant: str
+    workers: int
+    rate: float  # updates/s over the steady middle 80%
+    nonfinite: int | None  # plain: steps whose loss/gradient norm was not finite; engine: skipped updates
+    gpu: float | None  # utilisation in percent (see gpu_source)
+    gpu_source: str  # 'nvml' | 'span'
+    phase_ms: dict[str, float] | None = None  # engine: mean ms per update per worker
 
 
-def build(task: str, preset: str, sentences: int, seed: int, count: int):
-    """(model on the CPU, loss_fn, batches with an 'index') for a task."""
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    if task == "pos":
-        model = POSTagger(pos_preset(preset, **POS_VOCAB))
-        batches = [pos_batch(sentences, 25, g) for _ in range(count)]
-        loss_fn = pos_loss
-    else:
-        model = AttentionNMT(nmt_preset(preset))
-        batches = [nmt_batch(sentences, model.config.src_words, g) for _ in range(count)]
-        loss_fn = nmt_loss
+def build(task: str, options: RunOptions, count: int, corpora: Path, seed: int):
+    """(model on the CPU, loss_fn, batches each with an 'index', a line describing the lengths)."""
+    rng, g = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
+    try:
+        found = corpus_lengths(task, corpora)
+        why = f"{CORPUS[task]} not at {corpora}"
+    except ImportError as error:  # the corpus is there, its reader's module (sacremoses) is not
+        found, why = None, f"{CORPUS[task]} unreadable: {error}"
+    lengths, source = found or (fallback_lengths(task, 100_000, rng), f"a gamma fit ({why})")
+    plan = bucketed(lengths, options.batch_size, count, rng)
+    batches = [make_batch(task, lens, options.vocab_size, g) for lens in plan]
     for index, batch in enumerate(batches):
         batch["index"] = index  # a Python int: moving the batch to a device leaves it on the host
-    return model, loss_fn, batches
+    torch.manual_seed(seed)
+    if task == "pos":  # as the job builders (tasks.pos: sparse embedding gradients; tasks.nmt) build them
+        loss_fn = pos_loss
+        model = POSTagger(pos_preset(options.preset, **POS_VOCAB, dropout=options.dropout, sparse_embeddings=True))
+    else:
+        loss_fn = nmt_loss
+        model = AttentionNMT(nmt_preset(options.preset, src_words=options.vocab_size, tgt_words=options.vocab_size,
+                                        dropout=options.dropout))
+    flat = np.concatenate(plan)
+    means = " / ".join(f"{m:.1f}" for m in np.atleast_1d(flat.mean(0)))
+    return model, loss_fn, batches, f"lengths from {source}, mean {means} words"
 
 
-def run_plain(model, loss_fn, batches, device: torch.device, optimizer: str, lr: float) -> float:
-    """The plain loop on one device; returns steady updates/s."""
-    model.to(device)
-    fused = {"fused": True} if device.type == "cuda" and optimizer == "adam" else {}
-    opt = (torch.optim.Adam(model.parameters(), lr=lr, **fused) if optimizer == "adam"
-           else torch.optim.SGD(model.parameters(), lr=lr))
-    stamps = torch.zeros(len(batches), dtype=torch.float64)
-    stamped = StampedLoss(loss_fn, stamps)
+# ---------------------------------------------------------------- the two sides
+def plain_optimizers(model: nn.Module, optimizer: str, lr: float, device: torch.device) -> list[torch.optim.Optimizer]:
+    """What a user writes: the fused kernel on a GPU for the dense parameters; the sparse embedding tables (sparse
+    gradients, which fused kernels refuse) with plain SGD, or SparseAdam (lazy moments, as the engine's Adam)."""
+    params = list(model.parameters())
+    tables = set(sparse_tables(model))
+    dense = [p for i, p in enumerate(params) if i not in tables]
+    sparse = [p for i, p in enumerate(params) if i in tables]
+    fused = {"fused": True} if device.type == "cuda" else {}
+    if optimizer == "sgd":
+        out = [torch.optim.SGD(dense, lr=lr, **fused)]
+        return out + ([torch.optim.SGD(sparse, lr=lr)] if sparse else [])
+    out = [torch.optim.Adam(dense, lr=lr, **fused)]
+    return out + ([torch.optim.SparseAdam(sparse, lr=lr)] if sparse else [])
+
+
+def plain_steps(model: nn.Module, loss_fn, batches: list, device: torch.device, optimizers: list,
+                clip_norm: float | None, spans: StepSpans | None = None) -> torch.Tensor:
+    """The plain training loop over `batches` on `device`; returns the count of steps whose loss (with clipping: the
+    gradient norm) was not finite, a 0-d tensor on the device (counted there: no sync per step)."""
+    nonfinite = torch.zeros((), dtype=torch.int64, device=device)
     for batch in batches:
+        if spans is not None:
+            spans.start()
         on_device = move_batch(batch, device, non_blocking=True)
-        opt.zero_grad(set_to_none=True)
-        loss, _ = stamped(model, on_device)
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss, _ = loss_fn(model, on_device)
         loss.backward()
-        opt.step()
+        if clip_norm is not None:
+            nonfinite += ~torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm))
+        else:
+            nonfinite += ~torch.isfinite(loss.detach())
+        for optimizer in optimizers:
+            optimizer.step()
+        if spans is not None:
+            spans.end()
+    return nonfinite
+
+
+def run_plain(task: str, variant: str, model: nn.Module, loss_fn, batches: list, device: torch.device,
+              options: RunOptions, nvml: bool) -> Measurement:
+    """The plain loop on one device, in this process, on a copy of `model`."""
+    tf32, compiled = VARIANTS[variant]
+    model = copy.deepcopy(model).to(device)
+    if compiled:
+        setattr(model, HOT_FUNCTION[task], torch.compile(getattr(model, HOT_FUNCTION[task])))
+    optimizers = plain_optimizers(model, options.optimizer, options.lr, device)
+    stamps = torch.zeros(len(batches), dtype=torch.float64)
+    spans = StepSpans(device)
+    with tf32_matmuls(tf32), sampler_for(device, nvml) as sampler:
+        nonfinite = plain_steps(model, StampedLoss(loss_fn, stamps), batches, device, optimizers, options.clip_norm,
+                                spans)
+        seconds = spans.seconds()  # waits for the device
+    rate, t0, t1 = steady_window(stamps)
+    steady = seconds[len(seconds) // 10:max(9 * len(seconds) // 10, 1)]
+    gpu = sampler.mean(t0, t1) if nvml else min(100 * rate * statistics.fmean(steady), 100.0)  # one step at a time
+    del model, optimizers
     if device.type == "cuda":
-        torch.cuda.synchronize()
-    return steady_rate(stamps)
+        torch.cuda.empty_cache()
+    return Measurement(task, variant, 1, rate, int(nonfinite), gpu, "nvml" if nvml else "span")
 
 
-def run_engine(model, loss_fn, batches, device: str, workers: int, optimizer: str, lr: float):
-    """hogwild.train with `workers` workers on one device; returns (steady updates/s, phase ms per update)."""
+def engine_config(options: RunOptions, device: str, workers: int) -> hogwild.Config:
+    """run.py's engine configuration for `workers` workers on `device`, one epoch of the batches, nothing written."""
+    config = options.engine_config([device] * workers, "accuracy")
+    return dataclasses.replace(config, epochs=1, max_steps=None, time_limit=None, eval_every=None,
+                               eval_every_seconds=None, checkpoint_dir=None, progress=False, tensorboard=False,
+                               log_every=10 ** 9)
+
+
+def run_engine(task: str, variant: str, model: nn.Module, loss_fn, batches: list, device: str, workers: int,
+               options: RunOptions, nvml: bool) -> Measurement:
+    """hogwild.train with `workers` workers sharing `device`."""
     stamps = torch.zeros(len(batches), dtype=torch.float64).share_memory_()
-    config = hogwild.Config(devices=[device] * workers, optimizer=optimizer, lr=lr, epochs=1, progress=False,
-                            tensorboard=False, log_every=10 ** 9, threads_per_worker=1)
-    result = hogwild.train(model, StampedLoss(loss_fn, stamps), batches, config)
-    return steady_rate(stamps), result.phase_ms
+    config = engine_config(options, device, workers)
+    with sampler_for(torch_device(device), nvml) as sampler:
+        result = hogwild.train(copy.deepcopy(model), StampedLoss(loss_fn, stamps, VARIANTS[variant][0]), batches,
+                               config)
+    rate, t0, t1 = steady_window(stamps)
+    ms = result.phase_ms
+    gpu = sampler.mean(t0, t1) if nvml else rate * (ms["pull"] + ms["compute"] + ms["push"]) / 10
+    return Measurement(task, variant, workers, rate, result.skipped_updates, gpu, "nvml" if nvml else "span",
+                       dict(ms))
 
 
-def report(task: str, optimizer: str, plain: float, engine: dict[int, tuple[float, dict]], overlap: bool) -> None:
-    print(f"\n{task} / {optimizer}: plain {plain:.2f} updates/s; engine1/plain = {engine[min(engine)][0] / plain:.3f}")
-    print("  N  updates/s   pull  compute   push  update  idle   (ms per update, per worker)")
-    for n, (rate, ms) in sorted(engine.items()):
-        device = ms["pull"] + ms["compute"] + ms["push"]
-        idle = max(n * 1000 / rate - device, 0.0)  # each worker's wall time per update minus its device work
-        print(f"  {n}  {rate:9.2f} {ms['pull']:6.2f} {ms['compute']:8.2f} {ms['push']:6.2f} {ms['update']:7.2f} "
-              f"{idle:5.2f}")
-    alone = engine[min(engine)][1]
-    device_ms = alone["pull"] + alone["compute"] + alone["push"]
-    print(f"  projection, one worker per GPU ({'overlapped' if overlap else 'serial'} update):")
-    print("  GPUs  ms/update  hours per 90k   paper Table 1")
-    for n in range(1, 5):
-        host_ms = engine.get(n, engine[max(engine)])[1]["update"]  # host work when n workers share the host
-        per_update = max(device_ms, host_ms) if overlap else device_ms + host_ms
-        hours = UPDATES_90K * per_update / n / 3.6e6
-        print(f"  {n}     {per_update:9.2f} {hours:14.2f}   {PAPER_HOURS[n]:13.2f}"
-              + ("" if n in engine else f"   (host work measured at N={max(engine)})"))
+# ---------------------------------------------------------------- report
+def projection(engine: dict[int, dict[str, float]], overlap: bool) -> list[tuple[int, float, float]]:
+    """(GPUs, cycle ms, hours per 90k updates) for 1..4 GPUs with one worker each; engine: workers -> phase ms."""
+    alone = engine[min(engine)]
+    rows = []
+    for gpus in range(1, 5):
+        update = engine.get(gpus, engine[max(engine)])["update"]  # the host's update with `gpus` workers on it
+        work = alone["compute"] + alone["push"]
+        cycle = alone["pull"] + (max(work, update) if overlap else work + update)
+        rows.append((gpus, cycle, UPDATES_90K * cycle / gpus / 3.6e6))
+    return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def summarise(runs: list[Measurement]) -> dict[tuple[str, int], dict]:
+    """(variant, workers) -> median/min/max updates/s, non-finite steps in all, mean GPU %, mean phase ms."""
+    keys = dict.fromkeys((m.variant, m.workers) for m in runs)
+    out = {}
+    for key in keys:
+        same = [m for m in runs if (m.variant, m.workers) == key]
+        rates = [m.rate for m in same]
+        gpus = [m.gpu for m in same if m.gpu is not None]
+        phases = [m.phase_ms for m in same if m.phase_ms]
+        out[key] = {"median": statistics.median(rates), "min": min(rates), "max": max(rates),
+                    "nonfinite": sum(m.nonfinite or 0 for m in same), "gpu": statistics.fmean(gpus) if gpus else None,
+                    "source": same[0].gpu_source,
+                    "phase_ms": {k: statistics.fmean(p[k] for p in phases) for k in phases[0]} if phases else None}
+    return out
+
+
+def report(runs: list[Measurement], overlap: bool, repeats: int) -> None:
+    """The task's table, its ratios and the projection to 1..4 GPUs beside the paper's Table 1."""
+    rows = summarise(runs)
+    plain = {k: v for k, v in rows.items() if k[0].startswith("plain")}
+    best = max(plain, key=lambda k: plain[k]["median"]) if plain else None
+    base = plain[best]["median"] if best else None
+    print(f"  variant             K  updates/s (median, min-max of {repeats})  x best plain  non-finite  GPU %  "
+          f"  pull compute   push update (ms/update, per worker)")
+    for (variant, workers), row in rows.items():
+        ratio = f"{row['median'] / base:11.3f}" if base else f"{'-':>11}"
+        gpu = f"{row['gpu']:5.1f} {row['source']:4}" if row["gpu"] is not None else f"{'-':>10}"
+        ms = row["phase_ms"]
+        phases = (f"{ms['pull']:6.2f} {ms['compute']:7.2f} {ms['push']:6.2f} {ms['update']:6.2f}" if ms else "")
+        print(f"  {variant:18} {workers}  {row['median']:9.2f} ({row['min']:8.2f} - {row['max']:8.2f})"
+              f"      {ratio}  {row['nonfinite']:10d}  {gpu}  {phases}")
+    engine = {k[1]: v for k, v in rows.items() if k[0] == "engine"}
+    if best and engine:
+        top = max(engine, key=lambda k: engine[k]["median"])
+        first = min(engine)
+        print(f"  best plain: {best[0]}; engine {first} worker(s) / best plain = {engine[first]['median'] / base:.3f}"
+              f"; best engine ({top} worker(s)) / best plain = {engine[top]['median'] / base:.3f}")
+    if engine:
+        print(f"  projection, one worker per GPU ({'overlapped' if overlap else 'serial'} update; cycle = pull + "
+              f"{'max(compute + push, update)' if overlap else 'compute + push + update'}):")
+        print("  GPUs  cycle ms  updates/s  hours per 90k  paper Table 1 (h)")
+        for gpus, cycle, hours in projection({n: v["phase_ms"] for n, v in engine.items()}, overlap):
+            note = "" if gpus in engine else f"   (update measured with {max(engine)} workers)"
+            print(f"  {gpus}    {cycle:9.2f} {gpus * 1000 / cycle:10.2f} {hours:14.2f} {PAPER_HOURS[gpus]:14.2f}{note}")
+
+
+# ---------------------------------------------------------------- main
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu-replica for a smoke run without a GPU")
+    p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu (the same code path on the CPU: the engine's "
+                                                       "workers on 'cpu-replica')")
     p.add_argument("--tasks", default="pos,nmt", help="comma-separated: pos, nmt")
-    p.add_argument("--optimizers", default="sgd,adam", help="comma-separated: sgd, adam")
-    p.add_argument("--preset", default="paper", choices=("paper", "small"))
-    p.add_argument("--updates", type=int, default=300, help="updates per run (every variant)")
-    p.add_argument("--workers", default="1,2,3,4", help="worker counts sharing the one device")
-    p.add_argument("--pos-sentences", type=int, default=1, help="POS sentences per batch (paper: 1 of 25 tokens)")
-    p.add_argument("--nmt-pairs", type=int, default=64, help="NMT sentence pairs per batch")
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--variants", default="plain,plain-tf32,plain-compile,engine",
+                   help=f"comma-separated, from {', '.join(VARIANTS)}")
+    p.add_argument("--workers", default="1,2,3,4", help="engine workers sharing the device, each count a variant")
+    p.add_argument("--preset", default="paper", choices=("paper", "small"), help="model size")
+    p.add_argument("--recipe", default="paper", choices=RECIPES, help="run.py's recipe (optimizer, lr, clipping)")
+    p.add_argument("--optimizer", default=None, choices=("sgd", "adam"), help="default: the recipe's (sgd)")
+    p.add_argument("--lr", type=float, default=None, help="default: the recipe's for the optimizer")
+    p.add_argument("--batch-size", type=int, default=None, help="default: run.py's (POS 1 sentence, NMT 64 pairs)")
+    p.add_argument("--vocab-size", type=int, default=15_000, help="NMT words per side")
+    p.add_argument("--updates", type=int, default=200, help="updates per run (every variant)")
+    p.add_argument("--repeats", type=int, default=2, help="runs of each variant, in rotating order")
+    p.add_argument("--threads-per-worker", type=int, default=None, help="default: run.py's")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write every measurement to this file")
+    p.add_argument("--quick", action="store_true", help="a seconds-long smoke run: sets the defaults of --preset small, "
+                                                        "--updates 20, --repeats 1, --workers 1,2, --vocab-size 500 "
+                                                        "and NMT batches of 4 pairs")
+    argv = sys.argv[1:] if argv is None else argv
+    if "--quick" in argv:
+        p.set_defaults(**QUICK)
     args = p.parse_args(argv)
-    counts = sorted({int(n) for n in args.workers.split(",")})
-    tasks, optimizers = args.tasks.split(","), args.optimizers.split(",")
-    if not set(tasks) <= {"pos", "nmt"} or not set(optimizers) <= {"sgd", "adam"} or counts[0] < 1:
-        p.error("--tasks takes pos,nmt; --optimizers sgd,adam; --workers positive counts")
-    if args.updates < 10:
-        p.error("--updates must be >= 10")
+    tasks, variants = args.tasks.split(","), args.variants.split(",")
+    try:
+        args.counts = sorted({int(n) for n in args.workers.split(",")})
+    except ValueError:
+        p.error(f"--workers: comma-separated counts, got {args.workers!r}")
+    if not set(tasks) <= set(CORPUS):
+        p.error(f"--tasks: takes pos, nmt; got {args.tasks!r}")
+    if not set(variants) <= set(VARIANTS):
+        p.error(f"--variants: takes {', '.join(VARIANTS)}; got {args.variants!r}")
+    if args.counts[0] < 1:
+        p.error("--workers: counts must be >= 1")
+    if args.updates < 20:
+        p.error("--updates must be >= 20 (the steady window is the middle 80%)")
+    for name in ("repeats", "batch_size", "vocab_size", "threads_per_worker"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        p.error(f"--device: cuda:N or cpu, got {args.device!r}")
+    args.tasks, args.variants = tasks, variants
+    return args
+
+
+def run_options(task: str, args: argparse.Namespace) -> RunOptions:
+    """run.py's options for the task and preset (its recipe), with the bench's overrides."""
+    quick_nmt = args.quick and task == "nmt"
+    values = dict(task=task, preset=args.preset, recipe=args.recipe, optimizer=args.optimizer, lr=args.lr,
+                  batch_size=args.batch_size or (QUICK_NMT_BATCH if quick_nmt else RUN_DEFAULTS[task]["batch_size"]),
+                  vocab_size=args.vocab_size, seed=args.seed, progress=False)
+    if args.threads_per_worker:
+        values["threads_per_worker"] = args.threads_per_worker
+    return RunOptions(**values).resolved()
+
+
+def bench_task(task: str, args: argparse.Namespace, nvml: bool) -> list[Measurement]:
+    options = run_options(task, args)
+    model, loss_fn, batches, lengths = build(task, options, args.updates, corpora_dir(), args.seed)
+    print(f"\n{task}: preset {options.preset} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters), "
+          f"{options.optimizer} lr {options.lr:g}, clip {options.clip_norm}, batch {options.batch_size}, "
+          f"{len(batches)} updates per run; {lengths}")
+    device = torch_device("cpu" if args.device == "cpu" else args.device)
+    engine_device = "cpu-replica" if args.device == "cpu" else args.device
+    torch.set_num_threads(options.threads_per_worker)  # the plain loop gets a worker's threads
+    runs = [(v, k) for v in args.variants for k in (args.counts if v.startswith("engine") else [1])]
+    measured = []
+    for repeat in range(args.repeats):
+        shift = repeat % len(runs)
+        for variant, workers in runs[shift:] + runs[:shift]:
+            if variant.startswith("engine"):
+                m = run_engine(task, variant, model, loss_fn, batches, engine_device, workers, options, nvml)
+            else:
+                m = run_plain(task, variant, model, loss_fn, batches, device, options, nvml)
+            print(f"    [{repeat + 1}/{args.repeats}] {variant} x{workers}: {m.rate:.2f} updates/s", flush=True)
+            measured.append(m)
+    overlap = device_options(engine_config(options, engine_device, 1), engine_device, options.optimizer)["overlap"]
+    report(measured, overlap, args.repeats)
+    return measured
+
+
+def main(argv: list[str] | None = None) -> list[Measurement]:
+    args = parse(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"bench_gpu: --device {args.device}, but torch sees no GPU (use --device cpu-replica)")
-    torch.set_num_threads(1)
-    plain_device = torch_device(args.device)
-    options = device_options(hogwild.Config(devices=[args.device]), args.device, "sgd")
-    name = torch.cuda.get_device_name(plain_device) if plain_device.type == "cuda" else "CPU"
-    print(f"bench_gpu: device {args.device} ({name}), preset {args.preset}, {args.updates} updates per run, "
-          f"torch {torch.__version__}")
-    for task in tasks:
-        sentences = args.pos_sentences if task == "pos" else args.nmt_pairs
-        for optimizer in optimizers:
-            model, loss_fn, batches = build(task, args.preset, sentences, 0, args.updates)
-            if optimizer == optimizers[0]:
-                print(f"\n{task}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
-            plain = run_plain(model, loss_fn, batches, plain_device, optimizer, args.lr)
-            engine = {}
-            for n in counts:
-                model, loss_fn, batches = build(task, args.preset, sentences, 0, args.updates)
-                engine[n] = run_engine(model, loss_fn, batches, args.device, n, optimizer, args.lr)
-            report(task, optimizer, plain, engine, options["overlap"])
-    print("\ncommand:", shlex.join([Path(sys.executable).name] + sys.argv))
+        raise SystemExit(f"bench_gpu: --device {args.device}, but torch sees no GPU (use --device cpu)")
+    command = shlex.join(["python", "bench/bench_gpu.py"] + (sys.argv[1:] if argv is None else argv))
+    device = torch_device(args.device)
+    nvml = UtilisationSampler.available(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"command: {command}")
+    print(f"bench_gpu: {args.device} ({name}), torch {torch.__version__}, GPU % from "
+          f"{'NVML' if nvml else 'CUDA-event spans' if device.type == 'cuda' else 'step spans (CPU)'}")
+    measured = [m for task in args.tasks for m in bench_task(task, args, nvml)]
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": command, "device": name,
+                                               "runs": [dataclasses.asdict(m) for m in measured]}, indent=1) + "\n")
+    print(f"\ncommand: {command}")
+    return measured
 
 
 if __name__ == "__main__":
