@@ -1,4 +1,10 @@
-"""Shared test fixtures: the location of the real corpora, and deterministic single-threaded torch."""
+"""Shared test fixtures: the location of the real corpora, and deterministic single-threaded torch.
+
+The real corpora (../shared/corpora, or $HOGWILD_CORPORA) are for tests marked `corpora` (or using the `corpus`
+fixture, which marks them): those skip, saying why, when the corpora are absent. Every other test runs with the
+corpora hidden ($HOGWILD_CORPORA pointing at a folder that does not exist, inherited by its subprocesses), so a test
+that reads them without the mark fails here, not only on a machine without them.
+"""
 import pathlib
 import subprocess
 
@@ -8,6 +14,21 @@ import torch
 from hogwild.data.corpora import corpora_dir
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "corpus" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.corpora)
+
+
+@pytest.fixture(autouse=True)
+def _corpora_only_where_marked(request, monkeypatch, tmp_path_factory):
+    if request.node.get_closest_marker("corpora") is None:
+        monkeypatch.setenv("HOGWILD_CORPORA", str(tmp_path_factory.getbasetemp() / "corpora-hidden"))
+    elif not corpora_dir().is_dir():
+        pytest.skip(f"needs the real corpora: {corpora_dir()} not found (set HOGWILD_CORPORA to the folder holding "
+                    f"brown/, europarl-fr-en/ ...)")
 
 
 @pytest.fixture

@@ -108,11 +108,14 @@ def test_an_interrupted_run_is_not_finished(tmp_path):
                     f"[3/3] c: not finished, left out of the report ({tmp_path / 'none'})"]
 
 
-def test_reproduce_pos_refuses_repeated_seeds_and_names_any_seed_but_0():
+def test_reproduce_pos_refuses_repeated_seeds_and_names_any_seed_but_0(tmp_path):
     from scripts import reproduce_pos
+    from tests.tasks.helpers import write_tagged
     with pytest.raises(SystemExit):
         reproduce_pos.parse_args(["--seeds", "0,0"])
-    names = lambda argv: [name for _, _, name, _ in reproduce_pos.planned_runs(reproduce_pos.parse_args(argv))]
+    train = ["--train", str(write_tagged(tmp_path / "train.txt", 20, 0))]
+    names = lambda argv: [name for _, _, name, _ in
+                          reproduce_pos.planned_runs(reproduce_pos.parse_args(train + argv))]
     assert names([]) == ["sgd-1", "sgd-2", "adam-1"]  # the directory names of earlier runs
     assert names(["--seed", "1"]) == ["sgd-1-seed1", "sgd-2-seed1", "adam-1-seed1"]
     assert names(["--seeds", "0,1", "--no-adam", "--workers", "1"]) == ["sgd-1-seed0", "sgd-1-seed1"]
@@ -155,9 +158,13 @@ def test_a_kept_test_score_is_reused_only_for_the_same_corpus_and_beam(tmp_path,
     assert json.loads((run_dir / "test.test.beam2.json").read_text())["prefix"] == other.prefix
 
 
-def test_reproduce_nmt_runs_the_sync_baseline_on_the_first_seeds_only():
+def test_reproduce_nmt_runs_the_sync_baseline_on_the_first_seeds_only(tmp_path):
     from scripts import reproduce_nmt
-    names = lambda argv: [name for _, _, name, _ in reproduce_nmt.planned_runs(reproduce_nmt.parse_args(argv))]
+    from tests.tasks.helpers import write_parallel
+    data = ["--train", str(write_parallel(tmp_path / "train", 20, 0)),
+            "--dev", str(write_parallel(tmp_path / "dev", 5, 1))]
+    names = lambda argv: [name for _, _, name, _ in
+                          reproduce_nmt.planned_runs(reproduce_nmt.parse_args(data + argv))]
     assert names(["--seeds", "0,1", "--sync", "--sync-seeds", "1"]) == [
         "workers-1-seed0", "workers-2-seed0", "sync-2-seed0", "workers-1-seed1", "workers-2-seed1"]
     assert names(["--seeds", "0,1", "--sync"])[-1] == "sync-2-seed1"

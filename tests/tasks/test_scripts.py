@@ -147,9 +147,10 @@ def test_scripts_reject_bad_flags(capsys):
     assert "--lr takes OPT=LR pairs" in capsys.readouterr().err
 
 
-def test_reproduce_nmt_plans_workers_sharing_one_gpu():
+def test_reproduce_nmt_plans_workers_sharing_one_gpu(tiny_nmt):
     module = _script("reproduce_nmt")
-    plan = module.planned_runs(module.parse_args(["--gpus", "1", "--workers-per-gpu", "2", "--sync", "--seeds", "5"]))
+    plan = module.planned_runs(module.parse_args(["--train", str(tiny_nmt["train"]), "--dev", str(tiny_nmt["dev"]),
+                                                  "--gpus", "1", "--workers-per-gpu", "2", "--sync", "--seeds", "5"]))
     assert [(config, name, o.gpus, o.workers_per_gpu, o.mode, o.seed) for config, _, name, o in plan] == [
         ("1 worker on 1 GPU", "gpu1-workers-1-seed5", 1, 1, "hogwild", 5),
         ("2 workers on 1 GPU", "gpu1-workers-2-seed5", 1, 2, "hogwild", 5),
