@@ -1,5 +1,6 @@
-"""bench/bench_convergence.py: the --quick run, as CI runs it, reaches its target through hogwild.train's
-Config.target and through the mnist_hogwild pattern, and reports times, updates and ratios."""
+"""bench/bench_convergence.py: the --quick run, as CI runs it (`python -m bench.bench_convergence --quick`), reaches
+its target through hogwild.train's Config.target and through the mnist_hogwild pattern, and reports times, updates
+and ratios; offline scoring, levels and the auto target on stand-in snapshots."""
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_quick_run_reaches_the_target_with_the_engine_and_the_torch_pattern(tmp_path):
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--scoring", "online",
+    done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", "--quick", "--scoring", "online",
                            "--variants", "single,torch2", "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -27,12 +28,12 @@ def test_quick_run_reaches_the_target_with_the_engine_and_the_torch_pattern(tmp_
         assert run["minutes"] * 60 == pytest.approx(next(p["seconds"] for p in points if p["metric"] >= 0.3))
         assert run["updates"] >= 25  # evaluations every 25 updates
     assert result["runs"]["single"]["ratio_to_single"] == 1.0
-    assert "| single |" in done.stdout and "| torch2 |" in done.stdout
-    assert "command: " in done.stdout and "--quick" in done.stdout
+    assert "| time ratio to single |" in done.stdout and "| single |" in done.stdout and "| torch2 |" in done.stdout
+    assert "command: python -m bench.bench_convergence --quick --scoring online --variants single,torch2" in done.stdout
 
 
 def test_unknown_variant_is_refused():
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants", "single,async9"],
+    done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", "--quick", "--variants", "single,async9"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--variants: unknown ['async9']" in done.stderr
 
@@ -93,7 +94,7 @@ def test_minutes_per_variant_and_bad_values_are_refused():
     assert bench.parse_minutes(parser, "7", ["sync2"]) == {"sync2": 7.0}
     for text, message in (("single=22", "no time for hogwild2"), ("12,solo=3", "unknown variant 'solo'"),
                           ("ten", "'ten' is not MINUTES"), ("0", "must be positive")):
-        done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants",
+        done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", "--quick", "--variants",
                                "single,hogwild2", "--minutes", text], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 2 and message in done.stderr, (text, done.stderr)
@@ -102,7 +103,7 @@ def test_minutes_per_variant_and_bad_values_are_refused():
 @pytest.mark.slow
 def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path):
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--scoring", "offline",
+    done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", "--quick", "--scoring", "offline",
                            "--variants", "hogwild2", "--minutes", "0.25", "--coarse", "3", "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -162,7 +163,7 @@ def test_metric_must_belong_to_the_task_and_lower_is_better_needs_offline_scorin
     for extra, message in ((["--quick", "--metric", "bleu"], "--metric bleu: --task pos measures accuracy"),
                            (["--task", "nmt", "--metric", "perplexity", "--scoring", "online"],
                             "--metric perplexity needs --scoring offline")):
-        done = subprocess.run([sys.executable, "bench/bench_convergence.py", *extra],
+        done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", *extra],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
 
@@ -171,7 +172,7 @@ def test_auto_target_needs_single_and_offline_scoring():
     for extra, message in ((["--variants", "hogwild2"], "add it to --variants"),
                            (["--variants", "single", "--scoring", "online"], "needs --scoring offline"),
                            (["--variants", "single", "--target", "high"], "'high' is not a number or 'auto'")):
-        done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--target", "auto", *extra],
+        done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", "--quick", "--target", "auto", *extra],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
 
@@ -213,7 +214,7 @@ def test_levels_give_minutes_updates_and_ratios_to_single_at_each_level(capsys):
 
 
 def test_bad_levels_are_refused():
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--levels", "0.9,high"],
+    done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", "--quick", "--levels", "0.9,high"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--levels" in done.stderr and "'0.9,high'" in done.stderr
 
@@ -221,7 +222,7 @@ def test_bad_levels_are_refused():
 @pytest.mark.slow
 def test_online_run_with_a_level_above_the_target_trains_on_to_that_level(tmp_path):
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants", "single",
+    done = subprocess.run([sys.executable, "-m", "bench.bench_convergence", "--quick", "--variants", "single",
                            "--target", "0.2", "--levels", "0.6", "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
