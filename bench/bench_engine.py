@@ -1,6 +1,7 @@
 """Engine throughput benchmark: one interleaved run comparing Hogwild engine workers with the usual alternatives.
 
 Usage: `flock /tmp/hogwild-heavy.lock python -m bench.bench_engine --updates 400 --rounds 3`
+       `python -m bench.bench_engine --quick` (40 updates, 1 round: checks the benchmark runs, measures nothing)
 
 Variants (same model, same synthetic batches, same number of total updates, SGD, 1 torch thread per process):
   plain      a plain PyTorch training loop in this process (torch.optim.SGD)
@@ -22,9 +23,7 @@ import argparse
 import cProfile
 import os
 import pstats
-import shlex
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,6 +32,8 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from bench import command_line
 
 
 VARIANTS = ("plain", "engine1", "engine2", "mnist1", "mnist2")
@@ -187,9 +188,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--sparse", action="store_true", help="sparse embedding gradients (only used rows updated)")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="40 updates, 1 round: seconds (CI), measures nothing")
     parser.add_argument("--profile", metavar="DIR", help="write cProfile stats of every training process's steady "
                         "state to DIR/<variant>-round<r>-<pid>.prof and print each variant's top functions")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.updates, args.rounds = 40, 1
     variants = args.variants.split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or args.updates < 20 or args.rounds < 1:
@@ -230,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             print(f"  {top}/{bottom} ~ {ratio:.3f}   target >= {target}")
     if args.profile:
         print_profiles(args.profile, variants)
-    print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
+    print("command:", command_line())
     return medians
 
 
