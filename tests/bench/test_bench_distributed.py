@@ -4,6 +4,8 @@ import re
 
 import pytest
 
+from bench import bench_distributed
+from tests.bench.usage_errors import assert_refused
 from tests.mpi import mpi_missing
 
 
@@ -18,6 +20,6 @@ def test_quick_run_prints_the_ratios_to_single_and_its_command(run_bench):
     assert match and float(match[1]) > 0 and int(match[2]) > 0  # its ratio to single, and host 0 exchanged
 
 
-def test_unknown_variant_is_refused(run_bench):
-    done = run_bench("bench_distributed", "--variants", "single,gossip", timeout=120)
-    assert done.returncode == 2 and "--variants: unknown ['gossip']" in done.stderr
+def test_unknown_variant_and_a_race_without_single_are_refused(capsys):
+    assert_refused(bench_distributed.main, ["--variants", "single,gossip"], "--variants: unknown ['gossip']", capsys)
+    assert_refused(bench_distributed.main, ["--variants", "allreduce"], "'single' is the reference", capsys)

@@ -5,7 +5,9 @@ import re
 import pytest
 import torch
 
+from bench import bench_engine
 from bench.bench_engine import Tagger, cpu_ms_per_update, mnist_hogwild_train, steady_rate, synthetic_batches
+from tests.bench.usage_errors import assert_refused
 
 
 @pytest.mark.slow
@@ -20,9 +22,9 @@ def test_quick_run_prints_every_variant_the_ratios_and_its_command(run_bench):
     assert "command: python -m bench.bench_engine --quick" in done.stdout
 
 
-def test_unknown_variant_is_refused(run_bench):
-    done = run_bench("bench_engine", "--variants", "plain,engine9", timeout=120)
-    assert done.returncode == 2 and "--variants: unknown ['engine9']" in done.stderr
+def test_unknown_variant_and_too_few_updates_are_refused(capsys):
+    assert_refused(bench_engine.main, ["--variants", "plain,engine9"], "--variants: unknown ['engine9']", capsys)
+    assert_refused(bench_engine.main, ["--updates", "10"], "--updates must be >= 20", capsys)
 
 
 def test_steady_rate_counts_the_middle_80_percent_and_cpu_time_per_process():
