@@ -1,10 +1,9 @@
 """Time to accuracy: how soon each way of training on one box reaches a held-out target, not how many updates/s.
 
 Usage:
-    python bench/bench_convergence.py --task pos --target 0.95 --minutes 12,single=22  # Brown, 1,024 dev sentences
-    python bench/bench_convergence.py --task nmt --minutes 12,single=20 --dev-limit 500 --eval-seconds 60
-    python bench/bench_convergence.py --variants single,hogwild2 --minutes 9,single=14 --interleave 30  # in turns
-    python bench/bench_convergence.py --quick                                          # synthetic, seconds (CI)
+    python -m bench.bench_convergence --task pos --target 0.95 --minutes 12,single=22  # Brown, 1,024 dev sentences
+    python -m bench.bench_convergence --task nmt --minutes 12,single=20 --dev-limit 500 --eval-seconds 60
+    python -m bench.bench_convergence --quick                                          # synthetic, seconds (CI)
 
 Variants (same model, data, recipe and evaluation; the recipe is run.py's defaults for the task, or --recipe paper):
   single    hogwild.train with 1 worker (mode 'single')
@@ -15,8 +14,9 @@ Variants (same model, data, recipe and evaluation; the recipe is run.py's defaul
   replica2  (on request) 2 lock-free workers, each on a private CPU replica that pulls the shared parameters before
             every step (--cpu-workers replica, the GPU workers' path): one consistent version per step
   sync2     hogwild.train with 2 synchronous workers (averaged gradients every step)
-  torch2    the pytorch/examples mnist_hogwild pattern: model.share_memory() and 2 torch.multiprocessing Processes,
-            each with its own torch.optim optimizer and its own 1/2 share of the batches (reshuffled every epoch)
+  torch2    the pytorch/examples mnist_hogwild pattern (bench_engine.mnist_hogwild_train): model.share_memory() and
+            2 torch.multiprocessing Processes, each with its own torch.optim optimizer and its own 1/2 share of the
+            batches (reshuffled every epoch)
 The parent takes a snapshot of the parameters every --eval-seconds (or --eval-updates) while training goes on; a
 variant's time to target is the wall time, from the moment it is started, of the first snapshot that scores >= the
 target. Also reported: the updates that snapshot had seen, so that runs on a loaded machine still compare
@@ -30,19 +30,14 @@ convergence per update. How snapshots are scored (--scoring):
             runs): a user's run with evaluation, and the fast --quick check.
 --target auto (the default for NMT) takes the target from the 1-worker run: what its last snapshot scores, after its
 --minutes, rounded down (0.1 BLEU, 0.1% accuracy); single then runs first, and the others race to the score the serial
-run reaches in that time (the issue's "a BLEU target the serial run reaches in about 20 minutes").
+run reaches in that time.
 --metric perplexity (or loss; NMT) makes the target a held-out perplexity, reached from above (auto rounds up to
-0.1): greedy BLEU in the first half hour (2-4) moves by a point between neighbouring snapshots of one run, held-out
-perplexity falls smoothly, and every scored snapshot still records BLEU (and the rest) under 'heldout'.
+0.1): greedy BLEU early in a run moves by a point between neighbouring snapshots, held-out perplexity falls smoothly,
+and every scored snapshot still records BLEU (and the rest) under 'heldout'.
 --levels 0.94,0.945,0.948 adds a table of minutes (and updates) to each of those levels and the time ratios to
-single at each: a target on the flat top of a curve (95% on Brown) moves its crossing by 5% of the updates for 0.04%
-of accuracy, and lower levels say whether a ratio is the runs' or that noise's. Offline it scores every snapshot
-(as --coarse 1; a Brown snapshot scores in well under a second) up to the hardest level; online runs stop there.
---interleave 30 races the variants side by side instead of one after another: each trains in turns of 30 s while
-the others' processes are stopped (bench/interleave.py), until it has had its --minutes of turns, and its times are
-its active time. A race run after run compares runs minutes apart, and this VM's speed drifts by 10% between them
-(the same job made 1.74-1.93x the updates/s with 2 workers against 1 in four such races, 2026-11-25); interleaved,
-the drift hits every variant alike. Offline scoring only, and a numeric --target.
+single at each: a target on the flat top of a curve moves its crossing by many updates for little accuracy, and lower
+levels say whether a ratio is the runs' or that noise's. Offline it scores every snapshot (as --coarse 1) up to the
+hardest level; online runs stop there.
 Prints a table with the ratio of each variant's time to single's, the issue's targets (hogwild2 <= 0.55 x single
 and <= 0.8 x sync2) and the command; --json writes every scored snapshot of every run, with the
 evaluation's other numbers (NMT: held-out loss and perplexity) under 'heldout'.
@@ -54,24 +49,21 @@ import copy
 import dataclasses
 import json
 import math
-import shlex
-import sys
 import time
 from pathlib import Path
 
 import torch
+import torch.multiprocessing as mp
+from hogwild.data.corpora import corpora_dir
+from hogwild.tasks.devices import worker_devices
+from hogwild.tasks.job import TaskJob
+from hogwild.tasks.jobs import build_job
+from hogwild.tasks.options import RunOptions
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/bench_convergence.py` from anywhere
-
-from hogwild.data.corpora import corpora_dir  # noqa: E402
-from hogwild.tasks.devices import worker_devices  # noqa: E402
-from hogwild.tasks.job import TaskJob  # noqa: E402
-from hogwild.tasks.jobs import build_job  # noqa: E402
-from hogwild.tasks.options import RunOptions  # noqa: E402
-
-import hogwild  # noqa: E402
-from bench import interleave  # noqa: E402
-from bench.curves import (  # noqa: E402
+import hogwild
+from bench import command_line
+from bench.bench_engine import mnist_hogwild_train
+from bench.curves import (
     LOWER_IS_BETTER,
     Curve,
     describe_point,
@@ -82,12 +74,10 @@ from bench.curves import (  # noqa: E402
     snapshot,
     stop_at,
 )
-from bench.torch_pattern import run_torch  # noqa: E402
 
 VARIANTS = ("single", "hogwild2", "sync2", "torch2", "inplace2", "replica2")
 DEFAULT_VARIANTS = VARIANTS[:4]  # the issue's four; the others on request
 METRICS = {"pos": ("accuracy",), "nmt": ("bleu", "perplexity", "loss")}  # the first: the task's default
-UNLIMITED_MINUTES = 10.0 ** 5  # --interleave: a run's own time limit, never reached (its turns end it)
 ROUNDING = {"bleu": 0.1, "accuracy": 0.001, "perplexity": 0.1, "loss": 0.01}  # --target auto's step
 
 
@@ -127,11 +117,90 @@ def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, vari
                                  best_metric="snapshots" if offline else job.metric,
                                  target=None if offline else stop_at(args), tensorboard=False,
                                  eval_budget=None)  # every scheduled check runs
-    start[0] = curve.started = time.perf_counter()
+    start[0] = time.perf_counter()
     result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
     for point, record in zip(curve.points, result.history):  # the engine's history holds each evaluation's updates
         point["updates"] = record["updates"]
     curve.stop_reason = result.stop_reason
+    return curve
+
+
+def torch_process(rank: int, model: torch.nn.Module, options: RunOptions, counts: torch.Tensor,
+                  stop: torch.Tensor) -> None:
+    """One torch2 process: the mnist_hogwild loop with the recipe's optimizer, schedule and clipping, on its shard
+    of the batches until `stop`. Like the example's processes, each loads its data itself (the parent's seeded
+    batches, from the on-disk cache): passing Brown's 51k small batch tensors to a process takes a file descriptor
+    (or a memory map) each, past the system's limits."""
+    torch.set_num_threads(1)
+    job = build_job(options)
+    loss_fn, shard, metric = job.loss_fn, job.batches[rank::options.workers], job.metric
+    del job  # its model is not the shared one
+    torch.manual_seed(options.seed + rank)
+    config = options.engine_config(["cpu"] * options.workers, metric)
+    schedule = config.schedule()
+    sparse = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse]
+    dense = [p for p in model.parameters() if all(p is not q for q in sparse)]
+    if config.optimizer == "adam":  # torch.optim.Adam refuses sparse gradients: SparseAdam (lazy) takes those rows
+        optimizers = [torch.optim.Adam(dense, lr=config.lr, **config.optimizer_args)] + (
+            [torch.optim.SparseAdam(sparse, lr=config.lr)] if sparse else [])
+    else:
+        optimizers = [torch.optim.SGD(model.parameters(), lr=config.lr, **config.optimizer_args)]
+
+    def batches():  # reshuffled every epoch; the rate set from the global step (own count x P) before each step
+        for epoch in range(10 ** 9):
+            order = torch.randperm(len(shard), generator=torch.Generator().manual_seed(epoch * 100 + rank))
+            for index in order.tolist():
+                if stop[0]:
+                    return
+                for group in (g for optimizer in optimizers for g in optimizer.param_groups):
+                    group["lr"] = schedule(int(counts[rank]) * options.workers, epoch)
+                yield shard[index]
+                counts[rank] += 1
+
+    mnist_hogwild_train(model, batches(), loss_fn, optimizers, config.clip_norm)
+
+
+def run_torch(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
+    """The torch2 variant: its processes train while the parent takes snapshots, as run_engine's evaluate does."""
+    if options.optimizer not in ("sgd", "adam"):
+        raise SystemExit(f"--variants torch2 supports the sgd and adam recipes, not {options.optimizer!r}")
+    curve, model = Curve(variant, args.metric), job.model.share_memory()
+    private = copy.deepcopy(model)
+    counts = torch.zeros(options.workers, dtype=torch.long).share_memory_()  # (P,) updates per process
+    stop = torch.zeros(1, dtype=torch.long).share_memory_()
+    context = mp.get_context("spawn")
+    start = time.perf_counter()
+    workers = [context.Process(target=torch_process, args=(rank, model, options, counts, stop))
+               for rank in range(options.workers)]
+    for worker in workers:
+        worker.start()
+    next_eval, next_updates, goal = start + args.eval_seconds, args.eval_updates, stop_at(args)
+    try:
+        while not curve.stop_reason:
+            time.sleep(0.05)
+            now, updates = time.perf_counter(), int(counts.sum())
+            if any(w.exitcode not in (None, 0) for w in workers):
+                raise RuntimeError(f"a torch2 worker failed: exit codes {[w.exitcode for w in workers]}")
+            out_of_time = now - start >= args.minutes[variant] * 60
+            if not (out_of_time or (updates >= next_updates if next_updates else now >= next_eval)):
+                continue
+            point = {"seconds": round(now - start, 2), "updates": updates}
+            if args.scoring == "offline":
+                point["state"] = snapshot(model)
+            else:
+                private.load_state_dict(model.state_dict())
+                point.update(scores(job, private.eval(), args.metric))
+            curve.points.append(point)
+            if "metric" in point and reaches(point["metric"], goal, args.metric):
+                curve.stop_reason = "target"
+            elif out_of_time:
+                curve.stop_reason = "time_limit"
+            next_eval = time.perf_counter() + args.eval_seconds
+            next_updates = updates + args.eval_updates if args.eval_updates else None
+    finally:
+        stop[0] = 1
+        for worker in workers:
+            worker.join()
     return curve
 
 
@@ -174,21 +243,13 @@ def score_offline(job: TaskJob, curve: Curve, target: float, coarse: int) -> Non
     curve.points = [{k: v for k, v in p.items() if k != "state"} for p in points if "metric" in p]
 
 
-def train_steps(args: argparse.Namespace, variant: str):
-    """Set up the variant's run (yield), then train it and yield (job, curve): --interleave holds a run between
-    the two, and run_variant goes straight through."""
+def run_variant(args: argparse.Namespace, variant: str) -> Curve:
+    """Train the variant on a fresh, identically initialised model; score its snapshots (offline scoring)."""
     torch.set_num_threads(1)
     options = job_options(args, variant)
     torch.manual_seed(args.seed)
-    job = build_job(options)  # a fresh, identically initialised model for every variant
-    yield
-    yield job, run_torch(job, options, args, variant) if variant == "torch2" else run_engine(job, options, args,
-                                                                                           variant)
-
-
-def finish_variant(args: argparse.Namespace, variant: str, trained: tuple) -> Curve:
-    """Score a trained run's snapshots (offline scoring) and return its curve."""
-    job, curve = trained
+    job = build_job(options)
+    curve = (run_torch if variant == "torch2" else run_engine)(job, options, args, variant)
     if args.scoring == "offline":
         started = time.perf_counter()
         torch.set_num_threads(args.scoring_threads)  # training is over: scoring may use the whole machine
@@ -200,13 +261,6 @@ def finish_variant(args: argparse.Namespace, variant: str, trained: tuple) -> Cu
         torch.set_num_threads(1)
         print(f"{variant:9s} scored {len(curve.points)} snapshots in {time.perf_counter() - started:.0f} s",
               flush=True)
-    return curve
-
-
-def run_variant(args: argparse.Namespace, variant: str) -> Curve:
-    steps = train_steps(args, variant)
-    next(steps)
-    curve = finish_variant(args, variant, next(steps))
     print_reached(args, curve)
     return curve
 
@@ -218,12 +272,10 @@ def print_reached(args: argparse.Namespace, curve: Curve) -> None:
           f"({curve.stop_reason})", flush=True)
 
 
-def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None, turns: dict | None = None) -> None:
+def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None) -> None:
     data = {"task": args.task, "metric": args.metric, "target": args.target, "runs": runs}
     if levels is not None:
         data["levels"] = levels
-    if turns is not None:
-        data["interleave"] = {"slice_seconds": args.interleave, "turns": turns}
     args.json.write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -254,40 +306,6 @@ def parse_minutes(parser: argparse.ArgumentParser, text: str, variants: list[str
     if missing:
         parser.error(f"--minutes: no time for {', '.join(missing)} (add a plain MINUTES for the rest)")
     return {variant: given.get(variant, default) for variant in variants}
-
-
-def race_interleaved(args: argparse.Namespace, variants: list[str]) -> tuple[dict[str, Curve], dict]:
-    """--interleave: the variants train in turns (bench/interleave.py), each until its --minutes of active time; a
-    snapshot's seconds become the run's active seconds up to it (its wall clock, "clock", is kept too)."""
-    child_args = copy.copy(args)
-    child_args.minutes = {variant: UNLIMITED_MINUTES for variant in variants}  # the controller stops each run
-    try:
-        curves, turns = interleave.race({v: args.minutes[v] for v in variants}, args.interleave, interleave.child,
-                                        (train_steps, finish_variant, child_args))
-    except interleave.RunFailed as failure:  # the runs stopped early after it are kept, not reported as a race
-        kept = ""
-        if failure.results:
-            stopped = to_active_time(args, failure.results, failure.slices, f"stopped: {failure.variant} failed")
-            kept = f"; the other runs' evaluations up to then: {', '.join(failure.results)}"
-            if args.json:
-                write_json(args, unscored_runs(stopped), turns=failure.slices)
-                kept += f", in {args.json}"
-        raise SystemExit(f"bench_convergence --interleave: {failure}{kept}") from None
-    return to_active_time(args, curves, turns), turns
-
-
-def to_active_time(args: argparse.Namespace, curves: dict[str, Curve], turns: dict, stopped: str | None = None
-                   ) -> dict[str, Curve]:
-    """A raced curve's seconds become the run's active seconds (its wall clock is kept as "clock"); a run stopped
-    at the end of its --minutes of turns ends by 'time_limit', one stopped by another's failure by `stopped`."""
-    for variant, curve in curves.items():
-        for point in curve.points:
-            point["clock"] = curve.started + point["seconds"]
-            point["seconds"] = round(interleave.active_seconds(turns[variant], curve.started, point["clock"]), 2)
-        if curve.stop_reason == f"signal {interleave.STOP_SIGNAL.name}":
-            curve.stop_reason = stopped or "time_limit"
-        print_reached(args, curve)
-    return curves
 
 
 def _levels(text: str) -> list[float]:
@@ -338,9 +356,6 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser.add_argument("--json", type=Path, help="write every evaluation of every run here")
     parser.add_argument("--quick", action="store_true", help="synthetic POS task, a low target, seconds per run: "
                         "checks the benchmark itself (CI), measures nothing")
-    parser.add_argument("--interleave", type=float, default=None, metavar="SECONDS",
-                        help="train the variants in turns of SECONDS each (the others' processes stopped), so that "
-                             "the machine's drift hits them alike; times are each run's active time; offline only")
     parser.add_argument("--synthetic-size", type=int, default=300, help="--quick: synthetic training sentences")
     args = parser.parse_args(argv)
     variants = args.variants.split(",")
@@ -354,12 +369,6 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         if not args.levels:
             parser.error("--levels: give at least one level")
         args.coarse = 1  # every snapshot scored: the first to reach each level is known exactly
-    if args.interleave is not None:
-        if not (math.isfinite(args.interleave) and args.interleave > 0):
-            parser.error(f"--interleave must be a positive number of seconds, got {args.interleave:g}")
-        if args.scoring == "online":
-            parser.error("--interleave needs --scoring offline (online scoring would take a turn's core)")
-        args.scoring = "offline"
     args.scoring = args.scoring or ("online" if args.quick else "offline")
     task = "pos" if args.quick else args.task
     args.metric = args.metric or METRICS[task][0]
@@ -379,27 +388,22 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             args.dev = str(corpora / "europarl-fr-en" / "dev")
         args.target = args.target if args.target is not None else {"pos": 0.95, "nmt": "auto"}[args.task]
     if args.target == "auto":
-        if args.interleave is not None:
-            parser.error("--interleave needs a number for --target (auto is known only after single's run)")
         if "single" not in variants:
             parser.error("--target auto takes the target from the single variant: add it to --variants")
         if args.scoring == "online":
             parser.error("--target auto needs --scoring offline (the target is known only after single's run)")
         variants = ["single"] + [v for v in variants if v != "single"]
     torch.set_num_threads(1)
-    curves, turns = {}, None
-    if args.interleave is not None:
-        curves, turns = race_interleaved(args, variants)
-    else:
-        for variant in variants:
-            curves[variant] = run_variant(args, variant)
-            if args.json:  # after every variant: a stopped benchmark keeps the runs it finished
-                write_json(args, unscored_runs(curves))
+    curves = {}
+    for variant in variants:
+        curves[variant] = run_variant(args, variant)
+        if args.json:  # after every variant: a stopped benchmark keeps the runs it finished
+            write_json(args, unscored_runs(curves))
     rows = report(curves, args.target)
     levels = report_levels(curves, args.levels) if args.levels else None
     if args.json:
-        write_json(args, rows, levels, turns)
-    print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
+        write_json(args, rows, levels)
+    print("command:", command_line())
     return rows
 
 

@@ -1,6 +1,7 @@
 """Multi-host algorithms vs single-host Hogwild at an equal total number of workers, on one machine.
 
 Usage: flock /tmp/hogwild-heavy.lock nice -n 10 .venv/bin/python -m bench.bench_distributed [--rounds 2]
+       python -m bench.bench_distributed --quick   (single and allreduce, 1 round of 400 updates: seconds, CI)
 
 Variants (total training workers = --workers, default 2):
   single      one host, `workers` Hogwild workers (hogwild.train)
@@ -30,6 +31,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from bench import command_line
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("single", "allreduce", "adpsgd", "easgd", "eamsgd", "downpour")
@@ -129,9 +132,9 @@ PASSED = ("workers", "updates", "lr", "period", "alpha", "features", "hidden", "
           "target")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of %(default)s")
+    parser.add_argument("--variants", help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions (default %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="total training workers (default %(default)s)")
     parser.add_argument("--updates", type=int, default=4000, help="total updates per run (default %(default)s)")
@@ -145,17 +148,21 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=100, help="evaluate every N total updates (a host: every "
                                                                     "N / hosts of its own; default %(default)s)")
     parser.add_argument("--target", type=float, default=0.005, help="target held-out loss (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="--variants single,allreduce (unless given) --rounds 1 "
+                        "--updates 400: seconds (CI), measures nothing")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.variant:
         run_variant(args)
         return
-    variants = args.variants.split(",")
+    if args.quick:
+        args.variants, args.rounds, args.updates = args.variants or "single,allreduce", 1, 400
+    variants = (args.variants or ",".join(VARIANTS)).split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or "single" not in variants:
         parser.error(f"--variants: unknown {unknown} (choose from {VARIANTS}; 'single' is the reference)")
-    print("command:", shlex.join([sys.executable, *sys.argv]), flush=True)
+    print("command:", command_line(), flush=True)
     results: dict[str, list[dict]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as scratch:
         for round_ in range(args.rounds):

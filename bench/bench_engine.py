@@ -1,6 +1,7 @@
 """Engine throughput benchmark: one interleaved run comparing Hogwild engine workers with the usual alternatives.
 
 Usage: `flock /tmp/hogwild-heavy.lock python -m bench.bench_engine --updates 400 --rounds 3`
+       `python -m bench.bench_engine --quick` (40 updates, 1 round: checks the benchmark runs, measures nothing)
 
 Variants (same model, same synthetic batches, same number of total updates, SGD, 1 torch thread per process):
   plain      a plain PyTorch training loop in this process (torch.optim.SGD)
@@ -22,16 +23,17 @@ import argparse
 import cProfile
 import os
 import pstats
-import shlex
 import statistics
-import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from bench import command_line
 
 
 VARIANTS = ("plain", "engine1", "engine2", "mnist1", "mnist2")
@@ -105,32 +107,32 @@ def cpu_ms_per_update(stamps: Tensor) -> float:
     return 1000 * spent / max(updates, 1)
 
 
-def run_plain(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float) -> None:
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    for batch in batches:
-        optimizer.zero_grad()
-        loss, _ = loss_fn(model, batch)
-        loss.backward()
-        optimizer.step()
-
-
-def mnist_hogwild_train(rank: int, model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float) -> None:
-    """pytorch/examples mnist_hogwild/train.py's worker: its own optimizer over the shared parameters."""
-    torch.set_num_threads(1)
-    torch.manual_seed(rank)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+def mnist_hogwild_train(model: nn.Module, batches: Iterable[dict], loss_fn: Callable, optimizers: list,
+                        clip_norm: float | None = None) -> None:
+    """pytorch/examples mnist_hogwild/train.py's loop, over the parameters the process was given (shared or not),
+    with its own optimizers. `batches` may be a generator that stops early or sets the rate between steps."""
     model.train()
     for batch in batches:
-        optimizer.zero_grad()
-        loss, _ = loss_fn(model, batch)
-        loss.backward()
-        optimizer.step()
+        model.zero_grad()
+        loss = loss_fn(model, batch)
+        (loss[0] if isinstance(loss, tuple) else loss).backward()
+        if clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        for optimizer in optimizers:
+            optimizer.step()
+
+
+def mnist_process(rank: int, model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float) -> None:
+    """One mnist_hogwild training process: 1 thread, its own torch.optim.SGD over the shared parameters."""
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    mnist_hogwild_train(model, batches, loss_fn, [torch.optim.SGD(model.parameters(), lr=lr)])
 
 
 def run_mnist_hogwild(model: nn.Module, batches: list[dict], loss_fn: StampedLoss, lr: float, count: int) -> None:
     model.share_memory()
     context = mp.get_context("spawn")
-    workers = [context.Process(target=mnist_hogwild_train, args=(rank, model, batches[rank::count], loss_fn, lr))
+    workers = [context.Process(target=mnist_process, args=(rank, model, batches[rank::count], loss_fn, lr))
                for rank in range(count)]
     for worker in workers:
         worker.start()
@@ -162,8 +164,8 @@ def run_variant(variant: str, args: argparse.Namespace, batches: list[dict], rou
     profile = f"{args.profile}/{variant}-round{round_ + 1}" if args.profile else None
     loss_fn = StampedLoss(stamps, profile, window)
     start = time.perf_counter()
-    if variant == "plain":
-        run_plain(model, batches, loss_fn, args.lr)
+    if variant == "plain":  # the same loop in this process
+        mnist_hogwild_train(model, batches, loss_fn, [torch.optim.SGD(model.parameters(), lr=args.lr)])
     elif variant.startswith("engine"):
         run_engine(model, batches, loss_fn, args.lr, processes(variant))
     else:
@@ -186,9 +188,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--sparse", action="store_true", help="sparse embedding gradients (only used rows updated)")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="40 updates, 1 round: seconds (CI), measures nothing")
     parser.add_argument("--profile", metavar="DIR", help="write cProfile stats of every training process's steady "
                         "state to DIR/<variant>-round<r>-<pid>.prof and print each variant's top functions")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.updates, args.rounds = 40, 1
     variants = args.variants.split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown or args.updates < 20 or args.rounds < 1:
@@ -229,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             print(f"  {top}/{bottom} ~ {ratio:.3f}   target >= {target}")
     if args.profile:
         print_profiles(args.profile, variants)
-    print("command:", shlex.join([Path(sys.executable).name] + sys.argv))
+    print("command:", command_line())
     return medians
 
 

@@ -6,18 +6,19 @@ For NMT, the decoder's step loop share is shown by also timing the encoder alone
 
 Usage:
     flock /tmp/hogwild-heavy.lock .venv/bin/python -m bench.bench_models --rounds 5 --paper-rounds 2
+    python -m bench.bench_models --quick   (small presets, 1 round, 2,000 NMT words: seconds, measures nothing)
 """
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
-import sys
 import time
 
 import torch
 
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
+
+from bench import command_line
 
 AFFIX = 10
 POS_VOCAB = dict(n_words=10_000, n_chars=100, n_tags=470)  # about Brown's sizes (8,296 words, 86 chars, 469 tags)
@@ -81,7 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=5, help="timed rounds for the small presets")
     p.add_argument("--paper-rounds", type=int, default=2, help="timed rounds for the paper presets (0: skip them)")
     p.add_argument("--vocab", type=int, default=15_000, help="NMT words per side")
+    p.add_argument("--quick", action="store_true", help="--rounds 1 --paper-rounds 0 --vocab 2000: seconds (CI)")
     args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.paper_rounds, args.vocab = 1, 0, 2000
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
                 times[name].append(time_update(model, loss_fn, batch, device))
     print(f"# bench_models: {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, device {device}, "
           f"threads {torch.get_num_threads()}")
-    print("# command: " + shlex.join(["python", *sys.argv]))
+    print("# command: " + command_line())
     base = statistics.median(times[cases[0][0]])
     print(f"{'configuration':34s} {'ms/update':>10s} {'x first':>8s} {'rounds':>6s}")
     for name, *_ in cases:

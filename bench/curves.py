@@ -28,13 +28,11 @@ def best_of(values, metric: str) -> float:
 
 @dataclass
 class Curve:
-    """One run's evaluations: seconds since its start (at the snapshot; with --interleave, the run's active
-    seconds), updates seen, held-out metric."""
+    """One run's evaluations: seconds since its start (at the snapshot), updates seen, held-out metric."""
     variant: str
     metric: str  # what "metric" holds in each point: the task's own (bleu, accuracy) or --metric
     points: list[dict] = field(default_factory=list)
     stop_reason: str = ""
-    started: float = 0.0  # time.perf_counter() when training started: --interleave maps seconds to active time
 
     def first_reaching(self, target: float) -> dict | None:
         return next((p for p in self.points if reaches(p["metric"], target, self.metric)), None)

@@ -1,21 +1,16 @@
-"""bench/bench_convergence.py: the --quick run, as CI runs it, reaches its target through hogwild.train's
-Config.target and through the mnist_hogwild pattern, and reports times, updates and ratios."""
+"""bench/bench_convergence.py: the --quick run, as CI runs it (`python -m bench.bench_convergence --quick`), reaches
+its target through hogwild.train's Config.target and through the mnist_hogwild pattern, and reports times, updates
+and ratios; offline scoring, levels and the auto target on stand-in snapshots."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.mark.slow
-def test_quick_run_reaches_the_target_with_the_engine_and_the_torch_pattern(tmp_path):
+def test_quick_run_reaches_the_target_with_the_engine_and_the_torch_pattern(tmp_path, run_bench):
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--scoring", "online",
-                           "--variants", "single,torch2", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_bench("bench_convergence", "--quick", "--scoring", "online", "--variants", "single,torch2",
+                     "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["task"] == "pos" and result["target"] == 0.3 and set(result["runs"]) == {"single", "torch2"}
@@ -27,13 +22,12 @@ def test_quick_run_reaches_the_target_with_the_engine_and_the_torch_pattern(tmp_
         assert run["minutes"] * 60 == pytest.approx(next(p["seconds"] for p in points if p["metric"] >= 0.3))
         assert run["updates"] >= 25  # evaluations every 25 updates
     assert result["runs"]["single"]["ratio_to_single"] == 1.0
-    assert "| single |" in done.stdout and "| torch2 |" in done.stdout
-    assert "command: " in done.stdout and "--quick" in done.stdout
+    assert "| time ratio to single |" in done.stdout and "| single |" in done.stdout and "| torch2 |" in done.stdout
+    assert "command: python -m bench.bench_convergence --quick --scoring online --variants single,torch2" in done.stdout
 
 
-def test_unknown_variant_is_refused():
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants", "single,async9"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_unknown_variant_is_refused(run_bench):
+    done = run_bench("bench_convergence", "--quick", "--variants", "single,async9", timeout=120)
     assert done.returncode == 2 and "--variants: unknown ['async9']" in done.stderr
 
 
@@ -85,7 +79,7 @@ def test_offline_scoring_scores_the_last_snapshot_when_the_target_is_not_reached
     assert scored == pytest.approx([0.0, 0.4, 0.5]) and curve.first_reaching(0.9) is None
 
 
-def test_minutes_per_variant_and_bad_values_are_refused():
+def test_minutes_per_variant_and_bad_values_are_refused(run_bench):
     import argparse
     bench = _bench()
     parser = argparse.ArgumentParser()
@@ -93,18 +87,16 @@ def test_minutes_per_variant_and_bad_values_are_refused():
     assert bench.parse_minutes(parser, "7", ["sync2"]) == {"sync2": 7.0}
     for text, message in (("single=22", "no time for hogwild2"), ("12,solo=3", "unknown variant 'solo'"),
                           ("ten", "'ten' is not MINUTES"), ("0", "must be positive")):
-        done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants",
-                               "single,hogwild2", "--minutes", text], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120)
+        done = run_bench("bench_convergence", "--quick", "--variants", "single,hogwild2", "--minutes", text,
+                         timeout=120)
         assert done.returncode == 2 and message in done.stderr, (text, done.stderr)
 
 
 @pytest.mark.slow
-def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path):
+def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path, run_bench):
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--scoring", "offline",
-                           "--variants", "hogwild2", "--minutes", "0.25", "--coarse", "3", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_bench("bench_convergence", "--quick", "--scoring", "offline", "--variants", "hogwild2",
+                     "--minutes", "0.25", "--coarse", "3", "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(out.read_text())["runs"]["hogwild2"]
     points = run["evaluations"]
@@ -158,21 +150,19 @@ def test_a_lower_is_better_metric_takes_the_target_rounded_up_and_reaches_it_fro
     assert bench.rounded_target(4.4539, "loss") == 4.46 and bench.rounded_target(4.46, "loss") == 4.46
 
 
-def test_metric_must_belong_to_the_task_and_lower_is_better_needs_offline_scoring():
+def test_metric_must_belong_to_the_task_and_lower_is_better_needs_offline_scoring(run_bench):
     for extra, message in ((["--quick", "--metric", "bleu"], "--metric bleu: --task pos measures accuracy"),
                            (["--task", "nmt", "--metric", "perplexity", "--scoring", "online"],
                             "--metric perplexity needs --scoring offline")):
-        done = subprocess.run([sys.executable, "bench/bench_convergence.py", *extra],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        done = run_bench("bench_convergence", *extra, timeout=120)
         assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
 
 
-def test_auto_target_needs_single_and_offline_scoring():
+def test_auto_target_needs_single_and_offline_scoring(run_bench):
     for extra, message in ((["--variants", "hogwild2"], "add it to --variants"),
                            (["--variants", "single", "--scoring", "online"], "needs --scoring offline"),
                            (["--variants", "single", "--target", "high"], "'high' is not a number or 'auto'")):
-        done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--target", "auto", *extra],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        done = run_bench("bench_convergence", "--quick", "--target", "auto", *extra, timeout=120)
         assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
 
 
@@ -212,18 +202,16 @@ def test_levels_give_minutes_updates_and_ratios_to_single_at_each_level(capsys):
     assert "| 0.94 | 2.00 (200) | 1.50 (570) | 0.750 |" in out and "| 0.95 | 3.00 (300) | n/a (n/a) | n/a |" in out
 
 
-def test_bad_levels_are_refused():
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--levels", "0.9,high"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_bad_levels_are_refused(run_bench):
+    done = run_bench("bench_convergence", "--quick", "--levels", "0.9,high", timeout=120)
     assert done.returncode == 2 and "--levels" in done.stderr and "'0.9,high'" in done.stderr
 
 
 @pytest.mark.slow
-def test_online_run_with_a_level_above_the_target_trains_on_to_that_level(tmp_path):
+def test_online_run_with_a_level_above_the_target_trains_on_to_that_level(tmp_path, run_bench):
     out = tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, "bench/bench_convergence.py", "--quick", "--variants", "single",
-                           "--target", "0.2", "--levels", "0.6", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_bench("bench_convergence", "--quick", "--variants", "single", "--target", "0.2", "--levels", "0.6",
+                     "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out.read_text())
     points = data["runs"]["single"]["evaluations"]

@@ -1,4 +1,7 @@
-"""What the bench scripts' tests share: a bad option must stop the script with argparse's usage error."""
+"""What the bench scripts' tests share: a bad option must stop the script with argparse's usage error.
+
+Usage: `assert_refused(bench_engine.main, ["--variants", "x"], "--variants: unknown", capsys)`
+"""
 from collections.abc import Callable
 
 import pytest
