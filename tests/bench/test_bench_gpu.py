@@ -17,7 +17,7 @@ import hogwild
 from bench import bench_gpu as B
 from bench import corpus_batches as C
 from bench.gpu_timing import steady_window
-from tests.bench.helpers import assert_refused
+from tests.bench.usage_errors import assert_refused
 
 REPO = Path(__file__).resolve().parents[2]
 PHASES = {1: {"pull": 1.0, "compute": 10.0, "push": 2.0, "update": 5.0},
