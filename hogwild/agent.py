@@ -19,6 +19,7 @@ from torch import nn
 
 from .config import Config
 from .counters import SharedCounters
+from .run_control import RunControl
 
 
 @dataclass
@@ -28,7 +29,7 @@ class SharedTrainingState:
     model: nn.Module  # parameters and buffers in shared memory; read/write them in place (copy_, add_)
     optimizer: Any  # hogwild.shared_optim.SharedOptimizer (state_dict / load_state_dict)
     counters: SharedCounters
-    control: torch.Tensor  # (2,) int64; control[0] != 0 means stop
+    control: RunControl  # control.stopping: a stop was requested
     config: Config
     request_stop: Callable[[str], None]  # ask the engine to stop all local workers, giving the reason
     failure: str | None = None  # set before agent.stop() when a local worker (or the agent) failed
@@ -42,7 +43,7 @@ class SharedTrainingState:
         return self.counters.global_updates()
 
     def stopped(self) -> bool:
-        return bool(self.control[0])
+        return self.control.stopping
 
 
 class CommunicationAgent:

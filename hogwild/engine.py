@@ -26,12 +26,13 @@ from .eval_schedule import PeriodicEvaluation
 from .evaluator import EvaluationFailed, Evaluator
 from .feed import BatchFeed, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
-from .parent_loop import ParentLoop, StopRequest, natural_reason, start_workers, total_updates
+from .parent_loop import ParentLoop, natural_reason, start_workers, total_updates
 from .resources import check_resources, tensor_nbytes
+from .run_control import RunControl
 from .rundir import RunCheckpoints, StartPosition, load_resume_state, prepare_run_dir, resume
 from .shared_optim import SharedOptimizer
 from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_signals
-from .worker import START, WorkerSpec, worker_main
+from .worker import WorkerSpec, worker_main
 
 
 @dataclass
@@ -115,7 +116,7 @@ class _Shared:
     model: nn.Module
     optimizer: SharedOptimizer
     counters: SharedCounters
-    control: torch.Tensor  # (2,) int64: [stop flag, start time in ms]
+    control: RunControl  # the stop and start flags
     start: StartPosition
     checkpoints: RunCheckpoints
     budget: StepBudget | None = None  # with max_steps; held here, as its lock must outlive the workers' start-up
@@ -135,7 +136,7 @@ def _share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | 
     model.share_memory()
     optimizer = SharedOptimizer(params, config.optimizer, **config.optimizer_args)
     counters = SharedCounters(config.workers)
-    control = torch.zeros(2, dtype=torch.int64).share_memory_()
+    control = RunControl()
     torch.manual_seed(config.seed)
     start = resume(saved, model, optimizer, counters, config)
     checkpoints = RunCheckpoints(run_dir, model, optimizer, counters, config, n_batches, start,
@@ -189,11 +190,10 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
                feed: BatchFeed | None, evaluate: Callable | None, agent: CommunicationAgent | None) -> _Run:
     """Start the workers, run the parent's loop until training ends, then stop every worker (and the agent)."""
     config, control, checkpoints = shared.config, shared.control, shared.checkpoints
-    stop = StopRequest(control)
-    state = SharedTrainingState(shared.model, shared.optimizer, shared.counters, control, config, stop.request)
-    loop = ParentLoop(config, supervisor, shared.counters, metrics, stop, agent, state, store, checkpoints)
+    state = SharedTrainingState(shared.model, shared.optimizer, shared.counters, control, config, control.request_stop)
+    loop = ParentLoop(config, supervisor, shared.counters, metrics, control, agent, state, store, checkpoints)
     evaluator, periodic, evaluation_error, failure, records = None, None, None, None, []
-    with graceful_signals(lambda name: stop.request(f"signal {name}")):
+    with graceful_signals(lambda name: control.request_stop(f"signal {name}")):
         if agent is not None:
             agent.start(state)
         start_workers(supervisor)
@@ -205,24 +205,24 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
             if saved:
                 evaluator.load_state_dict(saved)
         if feed is not None:
-            feed.start(lambda: bool(control[0]))
+            feed.start(lambda: control.stopping)
         started, deadline = time.time(), None
         try:
             failure = loop.wait_until_ready()
-            if failure is None and stop.reason is None:
+            if failure is None and control.stop_reason is None:
                 started = time.time()  # the clock starts when every worker is ready to train
                 deadline = started + config.time_limit if config.time_limit else None
                 if evaluator is not None:
                     periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
                     periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
-                control[START] = int(started * 1000)
+                control.mark_started(started)
                 try:
                     failure, records = loop.run(periodic, deadline)
                 except EvaluationFailed as error:
                     evaluation_error, failure = error, str(error)
         finally:
             # Workers that never started training have no step to finish: do not wait join_timeout for them.
-            supervisor.stop(control, config.join_timeout if control[START] else min(config.join_timeout, 1.0))
+            supervisor.stop(control, config.join_timeout if control.started else min(config.join_timeout, 1.0))
             if failure is None and evaluation_error is None:  # a worker that raised while finishing its last step
                 failure = supervisor.failure()
             if feed is not None:
@@ -230,7 +230,7 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
             if agent is not None:
                 state.failure = failure
                 agent.stop(state)
-    return _Run(failure, records, started, deadline, stop.reason, evaluator, periodic, evaluation_error)
+    return _Run(failure, records, started, deadline, control.stop_reason, evaluator, periodic, evaluation_error)
 
 
 def _final_evaluation(run: _Run, metrics: MetricsLog, updates: int) -> dict[str, float]:

@@ -15,14 +15,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import torch
-
 from .agent import CommunicationAgent, SharedTrainingState
 from .batch_store import BatchStore
 from .config import Config
 from .counters import READY, SharedCounters
 from .eval_schedule import PeriodicEvaluation
 from .metrics import MetricsLog
+from .run_control import RunControl
 from .rundir import RunCheckpoints
 from .supervisor import PARENT_SIGNALS, Supervisor
 
@@ -32,18 +31,6 @@ STARTUP_GRACE = 30.0  # with a time limit, start-up may take that limit plus thi
 # workers took 12 s to start on a 2-core machine busy with other test runs; 100 workers on 2 cores take minutes)
 STARTUP_QUIET = 2.0  # a start-up shorter than this prints nothing; a longer one prints progress every:
 STARTUP_EVERY = 5.0
-
-
-class StopRequest:
-    """The first reason to stop wins; setting control[0] tells every worker to finish its step and exit."""
-
-    def __init__(self, control: torch.Tensor):
-        self.control, self.reason = control, None
-
-    def request(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-        self.control[0] = 1
 
 
 def start_workers(supervisor: Supervisor) -> None:
@@ -94,10 +81,10 @@ class ParentLoop:
     """Only the parent decides when to log, evaluate, checkpoint and stop (workers only report counters)."""
 
     def __init__(self, config: Config, supervisor: Supervisor, counters: SharedCounters, metrics: MetricsLog,
-                 stop: StopRequest, agent: CommunicationAgent | None, state: SharedTrainingState, store: BatchStore,
+                 control: RunControl, agent: CommunicationAgent | None, state: SharedTrainingState, store: BatchStore,
                  checkpoints: RunCheckpoints) -> None:
         self.config, self.supervisor, self.counters, self.metrics = config, supervisor, counters, metrics
-        self.stop, self.agent, self.state, self.store, self.checkpoints = stop, agent, state, store, checkpoints
+        self.control, self.agent, self.state, self.store, self.checkpoints = control, agent, state, store, checkpoints
 
     def _failure(self) -> str | None:
         failure = self.supervisor.wait(TICK)
@@ -119,7 +106,7 @@ class ParentLoop:
         if self.config.time_limit:  # the training clock starts once all are ready; start-up gets limit + grace
             limit = min(START_TIMEOUT, self.config.time_limit + STARTUP_GRACE)
         next_note, noted = began + STARTUP_QUIET, False
-        while self.stop.reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
+        while self.control.stop_reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
             failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
             if failure is not None:
                 return failure
@@ -136,10 +123,10 @@ class ParentLoop:
                     self.metrics.note(f"time limit: workers still starting after {now - began:.0f} s (the limit of "
                                       f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), "
                                       f"{ready}/{workers} ready: stopping before the first update")
-                    self.stop.request("time_limit")
+                    self.control.request_stop("time_limit")
                     return None
                 return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
-        if noted and self.stop.reason is None:
+        if noted and self.control.stop_reason is None:
             self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
         return None
 
@@ -148,7 +135,7 @@ class ParentLoop:
         """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written).
         Periodic evaluations run beside this loop (eval_schedule.py), which goes on ticking while they do; one that
         fails raises EvaluationFailed (the caller stops the workers and checkpoints)."""
-        config, metrics, stop = self.config, self.metrics, self.stop
+        config, metrics, control = self.config, self.metrics, self.control
         start = self.counters.global_updates()
         next_log = start + config.log_every
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
@@ -158,7 +145,7 @@ class ParentLoop:
             failure = self._failure()
             if failure is not None:
                 return failure, records
-            if self.supervisor.all_exited() or stop.reason is not None:
+            if self.supervisor.all_exited() or control.stop_reason is not None:
                 # a worker may have exited with an error since the check above: its exit code decides, not timing
                 return self.supervisor.failure(), records
             snapshot = self.counters.snapshot()
@@ -167,14 +154,14 @@ class ParentLoop:
                 records.append(metrics.record(snapshot))
                 next_log = updates + config.log_every
             if deadline is not None and time.time() >= deadline:
-                stop.request("time_limit")
+                control.request_stop("time_limit")
             if periodic is not None:
                 done = periodic.poll()
                 if done is not None:
                     metrics.evaluation(*done)
                     if periodic.evaluator.should_stop:
-                        stop.request("target" if periodic.evaluator.reached_target else "early_stopping")
-                if stop.reason is None:
+                        control.request_stop("target" if periodic.evaluator.reached_target else "early_stopping")
+                if control.stop_reason is None:
                     periodic.maybe_start(updates)
             last = self.checkpoints.last
             if last and next_checkpoint is not None and updates >= next_checkpoint:

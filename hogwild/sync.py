@@ -28,8 +28,8 @@ import torch.distributed as dist
 from .feed import epoch_order
 from .replica import make_parameters, move_batch, sparse_tables, torch_device
 from .supervisor import PARENT_SIGNALS, die_with_parent
-from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, bind_device, call_loss, exit_now, seed_batch,
-                     usable_gradients, wait_for_start)
+from .worker import (NonFiniteStreak, WorkerSpec, batch_seed, bind_device, call_loss, exit_now, seed_batch,
+                     usable_gradients)
 
 
 def _flat_gradients(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -105,7 +105,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     epoch, position = divmod(spec.start_seq, n)
     first = position - position % world
     view.ready()
-    deadline = wait_for_start(spec.control, stopped, config.time_limit)
+    deadline = spec.control.wait_for_start(stopped, config.time_limit)
     streak = NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row)
     while config.epochs is None or epoch < config.epochs:
         order = epoch_order(n, config.seed, epoch, config.shuffle)
@@ -169,9 +169,9 @@ def sync_main(spec: WorkerSpec, init_method: str) -> None:
         bind_device(torch_device(spec.device))
         dist.init_process_group(process_group_backend(config.devices), init_method=init_method, rank=spec.worker,
                                 world_size=config.workers, timeout=timedelta(seconds=120))
-        control, parent = spec.control.numpy(), spec.parent_pid
+        control, parent = spec.control, spec.parent_pid
         try:
-            sync_loop(spec, lambda: bool(control[STOP]) or os.getppid() != parent)
+            sync_loop(spec, lambda: control.stopping or os.getppid() != parent)
         finally:
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001

@@ -36,13 +36,10 @@ from .replica import (
     move_batch,
     torch_device,
 )
+from .run_control import RunControl
 from .shared_optim import FUSED_OPTIMIZERS
 from .supervisor import PARENT_SIGNALS, die_with_parent
 from .updates import Update, Updater, scale_gradients
-
-STOP = 0  # control[STOP] != 0: finish the current step and exit
-START = 1  # control[START]: 0 until every worker is ready, then the parent's start time in milliseconds
-
 
 @dataclass
 class WorkerSpec:
@@ -57,7 +54,7 @@ class WorkerSpec:
     schedule: Callable[[int, int], float]  # lr = schedule(global_step, epoch)
     store: BatchStore
     counters: SharedCounters
-    control: torch.Tensor  # (2,) int64 shared: [stop flag, start time in ms]
+    control: RunControl  # the run's stop and start flags
     tickets: Any  # queue of tickets, None in partition mode
     errors: Any  # queue for (worker, traceback text)
     parent_pid: int
@@ -206,14 +203,6 @@ class NonFiniteStreak:
                 f"clip_norm (Config.max_nonfinite_in_a_row={self.limit} sets this limit)")
 
 
-def wait_for_start(control: torch.Tensor, stopped: Callable[[], bool], time_limit: float | None) -> float | None:
-    """Block until the parent says go (every worker is ready); returns the deadline (time.time()) or None."""
-    flags = control.numpy()
-    while not flags[START] and not stopped():
-        time.sleep(0.002)
-    return flags[START] / 1000 + time_limit if time_limit else None
-
-
 def device_options(config: Config, device: str, optimizer: str) -> dict[str, bool]:
     """How a worker on `device` runs: overlap (update in a background thread), fused (CPU optimizer kernel),
     pin (register the shared storages page-locked). The automatic choices are on for GPUs only."""
@@ -256,7 +245,7 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
 def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
                 params: SharedParameters | DeviceReplica, updater: Updater, batches: Any) -> None:
     config, view = spec.config, reader.view
-    deadline = wait_for_start(spec.control, stopped, config.time_limit)
+    deadline = spec.control.wait_for_start(stopped, config.time_limit)
     streak = NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row)
     # Without clipping, finiteness is checked by hooks during backward; clipping computes the norm anyway.
     check = GradientCheck(params.grad_params) if config.skip_nonfinite and config.clip_norm is None else None
@@ -322,12 +311,11 @@ def worker_main(spec: WorkerSpec) -> None:
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(config.threads_per_worker)
         bind_device(torch_device(spec.device))
-        control = spec.control.numpy()
-        view = spec.counters.worker_view(spec.worker)
+        control, view = spec.control, spec.counters.worker_view(spec.worker)
         parent = spec.parent_pid
 
         def stopped() -> bool:
-            return bool(control[STOP]) or os.getppid() != parent
+            return control.stopping or os.getppid() != parent
 
         if spec.tickets is None:
             epoch, position = spec.partition_start
