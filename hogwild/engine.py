@@ -32,7 +32,8 @@ from .run_control import RunControl
 from .rundir import RunCheckpoints, StartPosition, load_resume_state, prepare_run_dir, resume
 from .shared_optim import SharedOptimizer
 from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_signals
-from .worker import WorkerSpec, worker_main
+from .process_prelude import WorkerSpec
+from .worker import worker_main
 
 
 @dataclass

@@ -19,10 +19,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from .counters import WorkerView
+from .gradients import scale_gradients
 
 
 @dataclass
@@ -37,16 +37,6 @@ class Update:
     loss: float
     phases: list[float]  # seconds of pull, compute, push
     clip_scale: float | None = None  # multiply the gradients by this first (clip_norm)
-
-
-def scale_gradients(grads: list[Tensor | None], scale: float) -> None:
-    """grads *= scale in place, dense and sparse (torch.nn.utils.clip_grad_norm_'s scaling)."""
-    dense = [g for g in grads if g is not None and not g.is_sparse]
-    if dense:
-        torch._foreach_mul_(dense, scale)
-    for grad in grads:
-        if grad is not None and grad.is_sparse:
-            grad._values().mul_(scale)
 
 
 class Updater:

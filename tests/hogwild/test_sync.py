@@ -5,7 +5,7 @@ import torch
 import hogwild
 from hogwild.feed import epoch_order
 from hogwild.shared_optim import SharedOptimizer
-from hogwild.worker import batch_seed
+from hogwild.gradients import batch_seed
 from tests.hogwild import engine_helpers as H
 
 
