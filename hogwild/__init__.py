@@ -14,7 +14,7 @@ from .agent import CommunicationAgent, SharedTrainingState
 from .checkpoint import CheckpointMismatch
 from .config import Config
 from .engine import TrainResult, train
-from .evaluator import EvaluationFailed
+from .evaluation import EvaluationFailed
 from .supervisor import WorkerFailed
 
 __all__ = ["Config", "train", "TrainResult", "WorkerFailed", "EvaluationFailed", "CheckpointMismatch",

@@ -22,8 +22,7 @@ from .agent import CommunicationAgent, SharedTrainingState
 from .batch_store import BatchStore
 from .config import Config
 from .counters import EXAMPLES, SKIPPED, UPDATES, SharedCounters, StepBudget
-from .eval_schedule import PeriodicEvaluation
-from .evaluator import EvaluationFailed, Evaluator
+from .evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .feed import BatchFeed, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
 from .parent_loop import ParentLoop, natural_reason, start_workers, total_updates
@@ -69,7 +68,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: a sequence (or
     re-iterable, read once) of CPU batches - tensors, tuples or dicts of tensors. evaluate(model) -> dict of metrics,
     or evaluate(model, final) (final=False: periodic check, True: the run's last evaluation), run in this process
-    on a snapshot, on a thread beside the parent's loop (evaluator.py, eval_schedule.py). Raises WorkerFailed when a
+    on a snapshot, on a thread beside the parent's loop (evaluation.py). Raises WorkerFailed when a
     worker fails and EvaluationFailed when evaluate raises, both after writing last.pt.
     """
     batches = _validate(model, batches, config)

@@ -19,7 +19,7 @@ from .agent import CommunicationAgent, SharedTrainingState
 from .batch_store import BatchStore
 from .config import Config
 from .counters import READY, SharedCounters
-from .eval_schedule import PeriodicEvaluation
+from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
 from .run_control import RunControl
 from .rundir import RunCheckpoints
@@ -133,7 +133,7 @@ class ParentLoop:
     def run(self, periodic: PeriodicEvaluation | None,
             deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
         """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written).
-        Periodic evaluations run beside this loop (eval_schedule.py), which goes on ticking while they do; one that
+        Periodic evaluations run beside this loop (evaluation.py), which goes on ticking while they do; one that
         fails raises EvaluationFailed (the caller stops the workers and checkpoints)."""
         config, metrics, control = self.config, self.metrics, self.control
         start = self.counters.global_updates()
