@@ -2,7 +2,7 @@
 
 Usage: `result = hogwild.train(model, loss_fn, batches, hogwild.Config(workers=2, lr=0.1), evaluate=evaluate)`
 
-The parent's loop lives in parent_loop.py, the run directory and resume in rundir.py, the worker in worker.py.
+The parent's loop lives in parent_loop.py, the run directory, resume and checkpoints in checkpoint.py, the worker in worker.py.
 """
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ from torch import nn
 
 from .agent import CommunicationAgent, SharedTrainingState
 from .batch_store import BatchStore
+from .checkpoint import RunCheckpoints, StartPosition, load_resume_state, prepare_run_dir, resume
 from .config import Config
 from .counters import EXAMPLES, SKIPPED, UPDATES, SharedCounters, StepBudget
 from .evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .feed import BatchFeed, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
 from .parent_loop import ParentLoop, natural_reason, start_workers, total_updates
+from .process_prelude import WorkerSpec
 from .resources import check_resources, tensor_nbytes
 from .run_control import RunControl
-from .rundir import RunCheckpoints, StartPosition, load_resume_state, prepare_run_dir, resume
 from .shared_optim import SharedOptimizer
 from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_signals
-from .process_prelude import WorkerSpec
 from .worker import worker_main
 
 

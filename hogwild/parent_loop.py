@@ -15,14 +15,15 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+
 from .agent import CommunicationAgent, SharedTrainingState
 from .batch_store import BatchStore
+from .checkpoint import RunCheckpoints
 from .config import Config
 from .counters import READY, SharedCounters
 from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
 from .run_control import RunControl
-from .rundir import RunCheckpoints
 from .supervisor import PARENT_SIGNALS, Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
