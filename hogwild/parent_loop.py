@@ -1,7 +1,9 @@
 """The parent's side of a run: start the workers, wait until they are ready, then the loop that alone decides when to
 log, evaluate, checkpoint and stop, while watching for failures (evaluations run on a thread beside it).
 
-Usage (engine.py): `loop = ParentLoop(config, supervisor, counters, metrics, stop, agent, state, store, checkpoints)`;
+Serves step 4 of `hogwild.train` (supervise); `total_updates` and `natural_reason` also serve steps 3 and 5.
+
+Usage (engine.py): `loop = ParentLoop(shared, supervisor, metrics, attached_agent)`;
 `failure = loop.wait_until_ready()`; `failure, records = loop.run(periodic, deadline)`.
 """
 from __future__ import annotations
@@ -16,14 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from .agent import CommunicationAgent, SharedTrainingState
-from .batch_store import BatchStore
-from .checkpoint import RunCheckpoints
+from .agent import AttachedAgent
 from .config import Config
-from .counters import READY, SharedCounters
+from .counters import READY
 from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
-from .run_control import RunControl
+from .shared_run import SharedRun
 from .supervisor import PARENT_SIGNALS, Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
@@ -81,16 +81,16 @@ def natural_reason(config: Config, updates: int, deadline: float | None) -> str:
 class ParentLoop:
     """Only the parent decides when to log, evaluate, checkpoint and stop (workers only report counters)."""
 
-    def __init__(self, config: Config, supervisor: Supervisor, counters: SharedCounters, metrics: MetricsLog,
-                 control: RunControl, agent: CommunicationAgent | None, state: SharedTrainingState, store: BatchStore,
-                 checkpoints: RunCheckpoints) -> None:
-        self.config, self.supervisor, self.counters, self.metrics = config, supervisor, counters, metrics
-        self.control, self.agent, self.state, self.store, self.checkpoints = control, agent, state, store, checkpoints
+    def __init__(self, shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog,
+                 agent: AttachedAgent | None = None) -> None:
+        self.config, self.counters, self.control = shared.config, shared.counters, shared.control
+        self.checkpoints = shared.checkpoints
+        self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
 
     def _failure(self) -> str | None:
         failure = self.supervisor.wait(TICK)
         if failure is None and self.agent is not None:
-            self.agent.poll(self.state)
+            self.agent.poll()
             failure = self.agent.failure()
         return failure
 
@@ -141,7 +141,6 @@ class ParentLoop:
         next_log = start + config.log_every
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
         records = []
-        self.store.remove()  # run() starts once every worker is ready, the batches mapped: nothing to leak on disk
         while True:
             failure = self._failure()
             if failure is not None:

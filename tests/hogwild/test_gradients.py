@@ -4,8 +4,15 @@ import math
 import pytest
 import torch
 
-from hogwild.gradients import (GradientCheck, batch_examples, batch_seed, gradient_norm, gradient_stats, seed_batch,
-                               usable_gradients)
+from hogwild.gradients import (
+    GradientCheck,
+    batch_examples,
+    batch_seed,
+    gradient_norm,
+    gradient_stats,
+    seed_batch,
+    usable_gradients,
+)
 
 
 def test_gradient_norm_reports_non_finite_and_clips_sparse_and_dense():
