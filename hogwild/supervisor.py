@@ -7,7 +7,10 @@
 - Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
 - Before spawning, /dev/shm must be able to hold the parameters and the optimizer state.
 
-Usage: `sup = Supervisor(processes, errors); sup.start(); failure = sup.wait(0.1); sup.stop(control, timeout=10)` (control: a RunControl)
+Serves steps 3 and 4 of `hogwild.train` (spawn, supervise).
+
+Usage: `sup = Supervisor(processes, errors); sup.start(); failure = sup.wait(0.1); sup.stop(control, timeout=10)`
+(control: the run's RunControl)
 """
 from __future__ import annotations
 

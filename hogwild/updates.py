@@ -8,6 +8,8 @@ since an update's staleness is the number of updates that landed between its pul
 worker the result is exactly the serial arithmetic with a one-step delay (update k is computed on parameters that
 lack update k-1), because each pull completes before the previous update starts.
 
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
+
 Usage (worker.py): `updater.submit(Update(...))` after push; `updater.release(event)` after the next pull;
 `updater.wait()` after the next backward; `updater.finish()` at the end.
 """
