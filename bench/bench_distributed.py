@@ -92,7 +92,7 @@ def run_variant(args) -> None:
     first = FirstStepClock()
     if distributed:
         from hogwild.multihost import train_distributed
-        from hogwild.multihost.config import DistConfig
+        from hogwild.multihost.dist_config import DistConfig
         dist = DistConfig(algorithm=args.variant, servers=1, period=args.period, n_push=args.period,
                           n_fetch=args.period, alpha=args.alpha)
         out = train_distributed(model, first, batches, config, dist, evaluate)

@@ -1,5 +1,7 @@
 """hogwild: lock-free Hogwild! training of PyTorch models on several CPU cores or GPUs.
 
+The engine's steps (validate -> share -> spawn -> supervise -> result) are listed in engine.py.
+
 Usage: `result = hogwild.train(model, loss_fn, batches, hogwild.Config(workers=2, lr=0.1, epochs=2))`
 
 The models, the data pipeline and the task jobs are `hogwild.models`, `hogwild.data` and `hogwild.tasks`.
@@ -14,7 +16,7 @@ from .agent import CommunicationAgent, SharedTrainingState
 from .checkpoint import CheckpointMismatch
 from .config import Config
 from .engine import TrainResult, train
-from .evaluator import EvaluationFailed
+from .evaluation import EvaluationFailed
 from .supervisor import WorkerFailed
 
 __all__ = ["Config", "train", "TrainResult", "WorkerFailed", "EvaluationFailed", "CheckpointMismatch",

@@ -6,6 +6,8 @@ is claimed in site-packages. In a checkout run without an install (`python run.p
 finder maps the three names to those folders. It is installed only when the folders are beside the package, and first
 on sys.meta_path so that a second checkout (a git worktree) never resolves to another checkout's editable install.
 
+Serves no step of `hogwild.train`: it only makes the sibling packages importable.
+
 Usage: nothing to call: `import hogwild` installs it when needed.
 """
 from __future__ import annotations

@@ -6,6 +6,8 @@ on every tick of the parent's loop (cheap; heavy exchanges belong in the agent's
 `failure` to learn that the agent (e.g. a remote host) failed, and `stop` once the workers have stopped and
 before the final checkpoint. Nothing here imports MPI; `hogwild/multihost/` implements agents with it.
 
+Serves step 4 of `hogwild.train` (supervise): the engine holds a run's agent as an `AttachedAgent`.
+
 Usage: `hogwild.train(model, loss_fn, batches, config, agent=MyAgent())`
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch import nn
 
 from .config import Config
 from .counters import SharedCounters
+from .run_control import RunControl
 
 
 @dataclass
@@ -28,7 +31,7 @@ class SharedTrainingState:
     model: nn.Module  # parameters and buffers in shared memory; read/write them in place (copy_, add_)
     optimizer: Any  # hogwild.shared_optim.SharedOptimizer (state_dict / load_state_dict)
     counters: SharedCounters
-    control: torch.Tensor  # (2,) int64; control[0] != 0 means stop
+    control: RunControl  # control.stopping: a stop was requested
     config: Config
     request_stop: Callable[[str], None]  # ask the engine to stop all local workers, giving the reason
     failure: str | None = None  # set before agent.stop() when a local worker (or the agent) failed
@@ -42,7 +45,7 @@ class SharedTrainingState:
         return self.counters.global_updates()
 
     def stopped(self) -> bool:
-        return bool(self.control[0])
+        return self.control.stopping
 
 
 class CommunicationAgent:
@@ -60,3 +63,25 @@ class CommunicationAgent:
 
     def stop(self, state: SharedTrainingState) -> None:
         """Called after the local workers stopped, before the final checkpoint and evaluation."""
+
+
+@dataclass
+class AttachedAgent:
+    """The engine's handle on a run's agent: each hook is called with the state the agent was started with."""
+
+    agent: CommunicationAgent
+    state: SharedTrainingState
+
+    def start(self) -> None:
+        self.agent.start(self.state)
+
+    def poll(self) -> None:
+        self.agent.poll(self.state)
+
+    def failure(self) -> str | None:
+        return self.agent.failure()
+
+    def stop(self, failure: str | None) -> None:
+        """Tell the agent how the local run ended (`state.failure`), then stop it."""
+        self.state.failure = failure
+        self.agent.stop(self.state)

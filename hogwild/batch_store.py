@@ -15,6 +15,8 @@ storage along, so give the batches their own tensors (as the data pipeline does)
 Tensors that cannot be viewed this way (sparse, on a GPU, requiring grad, subclasses such as Parameter) are pickled
 as pickle does by default.
 
+Serves step 3 of `hogwild.train` (spawn): the engine writes the store before spawning; each worker maps it.
+
 Usage: `store = BatchStore(batches, directory)` in the parent; `batches = store.load()` in a worker; `store.remove()`.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .schedules import SCHEDULES, LRSchedule, make_schedule
+from .lr_schedule import SCHEDULES, LRSchedule, make_schedule
 from .shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS, SharedOptimizer
 
 MODES = ("hogwild", "sync", "single")

@@ -6,6 +6,9 @@ slot and no lock is needed. The parent (and a communication agent) only read.
 The one exception is StepBudget, the shared count of claimed update slots that makes max_steps exact: workers
 claim slots under a lock.
 
+Serves step 2 of `hogwild.train` (share): created there, written by the workers (step 3), read by the parent
+(steps 4 and 5).
+
 Usage: `counters = SharedCounters(workers=2); view = counters.worker_view(0); view.updates += 1`
 """
 from __future__ import annotations

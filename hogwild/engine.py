@@ -2,7 +2,13 @@
 
 Usage: `result = hogwild.train(model, loss_fn, batches, hogwild.Config(workers=2, lr=0.1), evaluate=evaluate)`
 
-The parent's loop lives in parent_loop.py, the run directory and resume in rundir.py, the worker in worker.py.
+This file holds only the five steps; each module under it says in its docstring which step it serves:
+1. validate  the arguments here; resources.py, checkpoint.py (a resumed last.pt, checked before anything is written)
+2. share     shared_run.py (shared model and optimizer state, counters, run_control.py's flags, the resumed run)
+3. spawn     batch_store.py, feed.py; in each process process_prelude.py, then worker.py (or sync.py), gradients.py,
+             replica.py, updates.py, shared_optim.py, counters.py
+4. supervise parent_loop.py (with supervisor.py, metrics.py, evaluation.py, checkpoint.py and an agent.py agent)
+5. result    the final evaluation and last.pt, then a TrainResult
 """
 from __future__ import annotations
 
@@ -14,24 +20,22 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from .agent import CommunicationAgent, SharedTrainingState
+from .agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .batch_store import BatchStore
+from .checkpoint import load_resume_state, prepare_run_dir
 from .config import Config
-from .counters import EXAMPLES, SKIPPED, UPDATES, SharedCounters, StepBudget
-from .eval_schedule import PeriodicEvaluation
-from .evaluator import EvaluationFailed, Evaluator
+from .counters import EXAMPLES, SKIPPED, UPDATES, StepBudget
+from .evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .feed import BatchFeed, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
-from .parent_loop import ParentLoop, StopRequest, natural_reason, start_workers, total_updates
-from .resources import check_resources, tensor_nbytes
-from .rundir import RunCheckpoints, StartPosition, load_resume_state, prepare_run_dir, resume
-from .shared_optim import SharedOptimizer
-from .supervisor import Supervisor, WorkerFailed, check_shared_memory, graceful_signals
-from .worker import START, WorkerSpec, worker_main
+from .parent_loop import ParentLoop, natural_reason, start_workers, total_updates
+from .process_prelude import WorkerSpec
+from .shared_run import SharedRun, share
+from .supervisor import Supervisor, WorkerFailed, graceful_signals
+from .worker import worker_main
 
 
 @dataclass
@@ -67,13 +71,13 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: a sequence (or
     re-iterable, read once) of CPU batches - tensors, tuples or dicts of tensors. evaluate(model) -> dict of metrics,
     or evaluate(model, final) (final=False: periodic check, True: the run's last evaluation), run in this process
-    on a snapshot, on a thread beside the parent's loop (evaluator.py, eval_schedule.py). Raises WorkerFailed when a
-    worker fails and EvaluationFailed when evaluate raises, both after writing last.pt.
+    on a snapshot, on a thread beside the parent's loop (evaluation.py). Raises WorkerFailed when a worker fails and
+    EvaluationFailed when evaluate raises, both after writing last.pt.
     """
     batches = _validate(model, batches, config)
     saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
     run_dir = prepare_run_dir(config)
-    shared = _share(model, config, saved, run_dir, batches)
+    shared = share(model, config, saved, run_dir, batches)
     scratch = tempfile.mkdtemp(prefix="hogwild-")
     metrics = None
     try:
@@ -107,47 +111,7 @@ def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config) ->
     return batches
 
 
-@dataclass
-class _Shared:
-    """What the parent shares with every worker, and where the data feed starts."""
-
-    config: Config
-    model: nn.Module
-    optimizer: SharedOptimizer
-    counters: SharedCounters
-    control: torch.Tensor  # (2,) int64: [stop flag, start time in ms]
-    start: StartPosition
-    checkpoints: RunCheckpoints
-    budget: StepBudget | None = None  # with max_steps; held here, as its lock must outlive the workers' start-up
-
-
-def _share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | None, batches: Sequence) -> _Shared:
-    """Move the model and the optimizer state to shared memory and load a resumed run into them."""
-    for param in model.parameters():
-        param.grad = None  # a .grad would otherwise be moved to shared memory and summed into by every worker
-    params = list(model.parameters())
-    n_batches = len(batches)
-    optimizer_bytes = SharedOptimizer.state_nbytes(params, config.optimizer, **config.optimizer_args)
-    check_resources(config.devices, config.threads_per_worker, tensor_nbytes(model.state_dict()), optimizer_bytes,
-                    tensor_nbytes(list(batches)))
-    if config.check_shm:
-        check_shared_memory(_model_nbytes(model) + optimizer_bytes)
-    model.share_memory()
-    optimizer = SharedOptimizer(params, config.optimizer, **config.optimizer_args)
-    counters = SharedCounters(config.workers)
-    control = torch.zeros(2, dtype=torch.int64).share_memory_()
-    torch.manual_seed(config.seed)
-    start = resume(saved, model, optimizer, counters, config)
-    checkpoints = RunCheckpoints(run_dir, model, optimizer, counters, config, n_batches, start,
-                                 saved.get("evaluator") if saved else None)
-    return _Shared(config, model, optimizer, counters, control, start, checkpoints)
-
-
-def _model_nbytes(model: nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in model.state_dict().values() if not t.is_shared())
-
-
-def _spawn(ctx, shared: _Shared, model: nn.Module, loss_fn: Callable, store: BatchStore, feed: BatchFeed | None,
+def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: BatchStore, feed: BatchFeed | None,
            scratch: str) -> Supervisor:
     """One process per device (not started yet): Hogwild workers, or synchronous ones in sync mode."""
     config, errors = shared.config, ctx.Queue()
@@ -185,17 +149,19 @@ class _Run:
     evaluation_error: EvaluationFailed | None  # a periodic evaluation failed (failure holds its message)
 
 
-def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, store: BatchStore,
+def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, store: BatchStore,
                feed: BatchFeed | None, evaluate: Callable | None, agent: CommunicationAgent | None) -> _Run:
     """Start the workers, run the parent's loop until training ends, then stop every worker (and the agent)."""
     config, control, checkpoints = shared.config, shared.control, shared.checkpoints
-    stop = StopRequest(control)
-    state = SharedTrainingState(shared.model, shared.optimizer, shared.counters, control, config, stop.request)
-    loop = ParentLoop(config, supervisor, shared.counters, metrics, stop, agent, state, store, checkpoints)
+    attached = None
+    if agent is not None:
+        attached = AttachedAgent(agent, SharedTrainingState(shared.model, shared.optimizer, shared.counters, control,
+                                                            config, control.request_stop))
+    loop = ParentLoop(shared, supervisor, metrics, attached)
     evaluator, periodic, evaluation_error, failure, records = None, None, None, None, []
-    with graceful_signals(lambda name: stop.request(f"signal {name}")):
-        if agent is not None:
-            agent.start(state)
+    with graceful_signals(lambda name: control.request_stop(f"signal {name}")):
+        if attached is not None:
+            attached.start()
         start_workers(supervisor)
         # After spawning: a GPU evaluation snapshot must not initialise CUDA before the workers exist.
         if evaluate is not None:
@@ -205,32 +171,32 @@ def _supervise(shared: _Shared, supervisor: Supervisor, metrics: MetricsLog, sto
             if saved:
                 evaluator.load_state_dict(saved)
         if feed is not None:
-            feed.start(lambda: bool(control[0]))
+            feed.start(lambda: control.stopping)
         started, deadline = time.time(), None
         try:
             failure = loop.wait_until_ready()
-            if failure is None and stop.reason is None:
+            if failure is None and control.stop_reason is None:
                 started = time.time()  # the clock starts when every worker is ready to train
                 deadline = started + config.time_limit if config.time_limit else None
                 if evaluator is not None:
                     periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
                     periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
-                control[START] = int(started * 1000)
+                control.mark_started(started)
+                store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
                 try:
                     failure, records = loop.run(periodic, deadline)
                 except EvaluationFailed as error:
                     evaluation_error, failure = error, str(error)
         finally:
             # Workers that never started training have no step to finish: do not wait join_timeout for them.
-            supervisor.stop(control, config.join_timeout if control[START] else min(config.join_timeout, 1.0))
+            supervisor.stop(control, config.join_timeout if control.started else min(config.join_timeout, 1.0))
             if failure is None and evaluation_error is None:  # a worker that raised while finishing its last step
                 failure = supervisor.failure()
             if feed is not None:
                 feed.close()
-            if agent is not None:
-                state.failure = failure
-                agent.stop(state)
-    return _Run(failure, records, started, deadline, stop.reason, evaluator, periodic, evaluation_error)
+            if attached is not None:
+                attached.stop(failure)
+    return _Run(failure, records, started, deadline, control.stop_reason, evaluator, periodic, evaluation_error)
 
 
 def _final_evaluation(run: _Run, metrics: MetricsLog, updates: int) -> dict[str, float]:
@@ -249,7 +215,7 @@ def _final_evaluation(run: _Run, metrics: MetricsLog, updates: int) -> dict[str,
     return final_metrics
 
 
-def _result(shared: _Shared, run: _Run, metrics: MetricsLog, supervisor: Supervisor) -> TrainResult:
+def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Supervisor) -> TrainResult:
     """The final evaluation and last.pt, then the TrainResult (or WorkerFailed / EvaluationFailed after the
     checkpoint)."""
     config, evaluator, checkpoints = shared.config, run.evaluator, shared.checkpoints

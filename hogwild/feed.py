@@ -8,6 +8,8 @@ step costs a fraction of one small pickle instead of shared-memory handles for e
 trained (`resume_seq`) and a resumed run continues from exactly there with the same order. In 'partition' mode each
 worker walks its own fixed shard (`indices[w::W]`, reshuffled within the shard every epoch) and no queue is used.
 
+Serves step 3 of `hogwild.train` (spawn): the feed is built before spawning, its producer started in step 4.
+
 Usage: `feed = BatchFeed(ctx, n_batches=100, workers=2, epochs=3, seed=0, shuffle=True, depth=16); feed.start(stop)`
 """
 from __future__ import annotations

@@ -3,6 +3,9 @@ logs (a torn last line left by a crash or a full disk is repaired before appendi
 `config.json`, and write errors that name the file (a full disk otherwise reads as a bare errno, or as torch's
 internal "enforce fail" text).
 
+Serves steps 4 and 5 of `hogwild.train` (supervise, result): metrics, config.json and checkpoints are written
+through it.
+
 Usage: `write_text_atomic(path, text)`; `log = RecordLog(path); log.append({"kind": "train"}); log.close()`;
 `update_sections(run_dir / "config.json", config=config.to_dict())`
 """

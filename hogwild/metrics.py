@@ -5,6 +5,8 @@ updates that landed between a worker's read of the parameters and its write) as 
 JSON lines to `<run dir>/metrics.jsonl`, as TensorBoard events when tensorboard is installed, and shown on a tqdm
 progress bar. Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk.
 
+Serves steps 4 and 5 of `hogwild.train` (supervise, result).
+
 Usage: `log = MetricsLog(run_dir, workers=2, total=1000); log.progress(snapshot); log.record(snapshot); log.close()`
 """
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The parent's side of a run: start the workers, wait until they are ready, then the loop that alone decides when to
 log, evaluate, checkpoint and stop, while watching for failures (evaluations run on a thread beside it).
 
-Usage (engine.py): `loop = ParentLoop(config, supervisor, counters, metrics, stop, agent, state, store, checkpoints)`;
+Serves step 4 of `hogwild.train` (supervise); `total_updates` and `natural_reason` also serve steps 3 and 5.
+
+Usage (engine.py): `loop = ParentLoop(shared, supervisor, metrics, attached_agent)`;
 `failure = loop.wait_until_ready()`; `failure, records = loop.run(periodic, deadline)`.
 """
 from __future__ import annotations
@@ -15,15 +17,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import torch
 
-from .agent import CommunicationAgent, SharedTrainingState
-from .batch_store import BatchStore
+from .agent import AttachedAgent
 from .config import Config
-from .counters import READY, SharedCounters
-from .eval_schedule import PeriodicEvaluation
+from .counters import READY
+from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
-from .rundir import RunCheckpoints
+from .shared_run import SharedRun
 from .supervisor import PARENT_SIGNALS, Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
@@ -32,18 +32,6 @@ STARTUP_GRACE = 30.0  # with a time limit, start-up may take that limit plus thi
 # workers took 12 s to start on a 2-core machine busy with other test runs; 100 workers on 2 cores take minutes)
 STARTUP_QUIET = 2.0  # a start-up shorter than this prints nothing; a longer one prints progress every:
 STARTUP_EVERY = 5.0
-
-
-class StopRequest:
-    """The first reason to stop wins; setting control[0] tells every worker to finish its step and exit."""
-
-    def __init__(self, control: torch.Tensor):
-        self.control, self.reason = control, None
-
-    def request(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-        self.control[0] = 1
 
 
 def start_workers(supervisor: Supervisor) -> None:
@@ -93,16 +81,16 @@ def natural_reason(config: Config, updates: int, deadline: float | None) -> str:
 class ParentLoop:
     """Only the parent decides when to log, evaluate, checkpoint and stop (workers only report counters)."""
 
-    def __init__(self, config: Config, supervisor: Supervisor, counters: SharedCounters, metrics: MetricsLog,
-                 stop: StopRequest, agent: CommunicationAgent | None, state: SharedTrainingState, store: BatchStore,
-                 checkpoints: RunCheckpoints) -> None:
-        self.config, self.supervisor, self.counters, self.metrics = config, supervisor, counters, metrics
-        self.stop, self.agent, self.state, self.store, self.checkpoints = stop, agent, state, store, checkpoints
+    def __init__(self, shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog,
+                 agent: AttachedAgent | None = None) -> None:
+        self.config, self.counters, self.control = shared.config, shared.counters, shared.control
+        self.checkpoints = shared.checkpoints
+        self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
 
     def _failure(self) -> str | None:
         failure = self.supervisor.wait(TICK)
         if failure is None and self.agent is not None:
-            self.agent.poll(self.state)
+            self.agent.poll()
             failure = self.agent.failure()
         return failure
 
@@ -119,7 +107,7 @@ class ParentLoop:
         if self.config.time_limit:  # the training clock starts once all are ready; start-up gets limit + grace
             limit = min(START_TIMEOUT, self.config.time_limit + STARTUP_GRACE)
         next_note, noted = began + STARTUP_QUIET, False
-        while self.stop.reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
+        while self.control.stop_reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
             failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
             if failure is not None:
                 return failure
@@ -136,29 +124,28 @@ class ParentLoop:
                     self.metrics.note(f"time limit: workers still starting after {now - began:.0f} s (the limit of "
                                       f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), "
                                       f"{ready}/{workers} ready: stopping before the first update")
-                    self.stop.request("time_limit")
+                    self.control.request_stop("time_limit")
                     return None
                 return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
-        if noted and self.stop.reason is None:
+        if noted and self.control.stop_reason is None:
             self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
         return None
 
     def run(self, periodic: PeriodicEvaluation | None,
             deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
         """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written).
-        Periodic evaluations run beside this loop (eval_schedule.py), which goes on ticking while they do; one that
+        Periodic evaluations run beside this loop (evaluation.py), which goes on ticking while they do; one that
         fails raises EvaluationFailed (the caller stops the workers and checkpoints)."""
-        config, metrics, stop = self.config, self.metrics, self.stop
+        config, metrics, control = self.config, self.metrics, self.control
         start = self.counters.global_updates()
         next_log = start + config.log_every
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
         records = []
-        self.store.remove()  # run() starts once every worker is ready, the batches mapped: nothing to leak on disk
         while True:
             failure = self._failure()
             if failure is not None:
                 return failure, records
-            if self.supervisor.all_exited() or stop.reason is not None:
+            if self.supervisor.all_exited() or control.stop_reason is not None:
                 # a worker may have exited with an error since the check above: its exit code decides, not timing
                 return self.supervisor.failure(), records
             snapshot = self.counters.snapshot()
@@ -167,14 +154,14 @@ class ParentLoop:
                 records.append(metrics.record(snapshot))
                 next_log = updates + config.log_every
             if deadline is not None and time.time() >= deadline:
-                stop.request("time_limit")
+                control.request_stop("time_limit")
             if periodic is not None:
                 done = periodic.poll()
                 if done is not None:
                     metrics.evaluation(*done)
                     if periodic.evaluator.should_stop:
-                        stop.request("target" if periodic.evaluator.reached_target else "early_stopping")
-                if stop.reason is None:
+                        control.request_stop("target" if periodic.evaluator.reached_target else "early_stopping")
+                if control.stop_reason is None:
                     periodic.maybe_start(updates)
             last = self.checkpoints.last
             if last and next_checkpoint is not None and updates >= next_checkpoint:

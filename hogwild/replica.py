@@ -8,6 +8,8 @@ the shared optimizer. Each dense gradient's copy starts the moment backward has 
 grad hook; on a GPU on a side stream), so the copies overlap the rest of backward. With two buffer sets, update k
 can read one set while backward k+1 fills the other.
 
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
+
 Usage: `params = make_parameters(model, "cpu-replica"); net = params.pull(batch); ...backward...;
 grads = params.push(); ...update with grads...; params.clear()`
 """

@@ -8,6 +8,8 @@ worker another GPU_WORKER_BYTES of host memory for its CUDA context (an assumpti
 machines) - and the parent holds the shared model, the
 optimizer state and the batches (twice: the list and the file the workers map).
 
+Serves step 2 of `hogwild.train` (share): checked before anything is moved to shared memory.
+
 Usage: `check_resources(devices, threads, model_bytes, optimizer_bytes, batch_bytes)` (warns, or raises
 ResourceError naming the `workers` setting)
 """

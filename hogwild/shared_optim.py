@@ -1,5 +1,8 @@
 """Optimizers whose whole state lives in shared memory and is updated lock-free by every worker.
 
+Serves step 2 of `hogwild.train` (share: the state is allocated in shared memory) and step 3 (every worker
+steps it).
+
 Usage: `opt = SharedOptimizer(list(model.parameters()), "adam", betas=(0.9, 0.98))`; in each worker
 `opt.attach(list(model.parameters()))`, then after `loss.backward()` call `opt.step(lr)` with the lr of the run's
 schedule (`hogwild.Config.schedule()(step, epoch)`); the optimizer keeps no lr of its own.

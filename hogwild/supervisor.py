@@ -7,7 +7,10 @@
 - Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
 - Before spawning, /dev/shm must be able to hold the parameters and the optimizer state.
 
+Serves steps 3 and 4 of `hogwild.train` (spawn, supervise).
+
 Usage: `sup = Supervisor(processes, errors); sup.start(); failure = sup.wait(0.1); sup.stop(control, timeout=10)`
+(control: the run's RunControl)
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
+
+from .run_control import RunControl
 
 _PR_SET_PDEATHSIG = 1
 PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # handled by the parent only; workers ignore them
@@ -125,9 +130,9 @@ class Supervisor:
             except (queue.Empty, OSError, EOFError, ValueError):
                 return
 
-    def stop(self, control: Any, timeout: float) -> None:
+    def stop(self, control: RunControl, timeout: float) -> None:
         """Set the stop flag, let workers finish their step, then terminate and kill any that hang."""
-        control[0] = 1
+        control.request_stop()
         deadline = time.monotonic() + timeout
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))

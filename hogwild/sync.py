@@ -11,14 +11,14 @@ in Hogwild mode. Averaging them densely made every step all-reduce and apply the
 the POS tagger (28,775 x 128 words) against 41.5 by rows and 129 steps/s of one worker (docs/benchmarks.md).
 Stopping is decided collectively (every step all workers vote) so no worker waits forever.
 
+Serves step 3 of `hogwild.train` (spawn): the process the engine spawns per device in mode='sync'. It shares a
+step's arithmetic (gradients.py) and its process prelude (process_prelude.py) with the Hogwild worker.
+
 Usage (engine.py): `ctx.Process(target=sync_main, args=(spec, "file:///tmp/x/rendezvous")).start()`
 """
 from __future__ import annotations
 
-import os
-import signal
 import time
-import traceback
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -26,10 +26,9 @@ import torch
 import torch.distributed as dist
 
 from .feed import epoch_order
-from .replica import make_parameters, move_batch, sparse_tables, torch_device
-from .supervisor import PARENT_SIGNALS, die_with_parent
-from .worker import (STOP, NonFiniteStreak, WorkerSpec, batch_seed, bind_device, call_loss, exit_now, seed_batch,
-                     usable_gradients, wait_for_start)
+from .gradients import NonFiniteStreak, batch_seed, call_loss, seed_batch, usable_gradients
+from .process_prelude import WorkerSpec, run_worker_process
+from .replica import make_parameters, move_batch, sparse_tables
 
 
 def _flat_gradients(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -105,7 +104,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     epoch, position = divmod(spec.start_seq, n)
     first = position - position % world
     view.ready()
-    deadline = wait_for_start(spec.control, stopped, config.time_limit)
+    deadline = spec.control.wait_for_start(stopped, config.time_limit)
     streak = NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row)
     while config.epochs is None or epoch < config.epochs:
         order = epoch_order(n, config.seed, epoch, config.shuffle)
@@ -159,24 +158,16 @@ def process_group_backend(devices: list[str]) -> str:
 
 
 def sync_main(spec: WorkerSpec, init_method: str) -> None:
-    """Process entry point for one rank; failures are reported like a Hogwild worker's."""
+    """Process entry point for one rank (process_prelude.py runs the prelude and reports a failure, as for a Hogwild
+    worker)."""
+    run_worker_process(spec, lambda stopped: _join_and_train(spec, init_method, stopped))
+
+
+def _join_and_train(spec: WorkerSpec, init_method: str, stopped: Callable[[], bool]) -> None:
     config = spec.config
+    dist.init_process_group(process_group_backend(config.devices), init_method=init_method, rank=spec.worker,
+                            world_size=config.workers, timeout=timedelta(seconds=120))
     try:
-        for name in PARENT_SIGNALS:
-            signal.signal(name, signal.SIG_IGN)
-        die_with_parent(spec.parent_pid)
-        torch.set_num_threads(config.threads_per_worker)
-        bind_device(torch_device(spec.device))
-        dist.init_process_group(process_group_backend(config.devices), init_method=init_method, rank=spec.worker,
-                                world_size=config.workers, timeout=timedelta(seconds=120))
-        control, parent = spec.control.numpy(), spec.parent_pid
-        try:
-            sync_loop(spec, lambda: bool(control[STOP]) or os.getppid() != parent)
-        finally:
-            dist.destroy_process_group()
-    except BaseException:  # noqa: BLE001
-        spec.errors.put((spec.worker, traceback.format_exc()))
-        spec.errors.close()
-        spec.errors.join_thread()  # the traceback has reached the pipe
-        exit_now(1)
-    exit_now(0)
+        sync_loop(spec, stopped)
+    finally:
+        dist.destroy_process_group()

@@ -8,6 +8,8 @@ since an update's staleness is the number of updates that landed between its pul
 worker the result is exactly the serial arithmetic with a one-step delay (update k is computed on parameters that
 lack update k-1), because each pull completes before the previous update starts.
 
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
+
 Usage (worker.py): `updater.submit(Update(...))` after push; `updater.release(event)` after the next pull;
 `updater.wait()` after the next backward; `updater.finish()` at the end.
 """
@@ -19,10 +21,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from .counters import WorkerView
+from .gradients import scale_gradients
 
 
 @dataclass
@@ -37,16 +39,6 @@ class Update:
     loss: float
     phases: list[float]  # seconds of pull, compute, push
     clip_scale: float | None = None  # multiply the gradients by this first (clip_norm)
-
-
-def scale_gradients(grads: list[Tensor | None], scale: float) -> None:
-    """grads *= scale in place, dense and sparse (torch.nn.utils.clip_grad_norm_'s scaling)."""
-    dense = [g for g in grads if g is not None and not g.is_sparse]
-    if dense:
-        torch._foreach_mul_(dense, scale)
-    for grad in grads:
-        if grad is not None and grad.is_sparse:
-            grad._values().mul_(scale)
 
 
 class Updater:

@@ -29,7 +29,7 @@ import torch
 
 from hogwild.data.corpora import corpora_dir
 from hogwild.models import evaluate_nmt, heldout_loss, nmt_loss
-from hogwild.schedules import make_schedule
+from hogwild.lr_schedule import make_schedule
 from hogwild.tasks import nmt as nmt_task
 from hogwild.tasks import pos as pos_task
 from hogwild.tasks.learning_rate import default_lr, schedule_fields

@@ -15,7 +15,7 @@ from typing import Callable
 
 from hogwild.config import MODES
 from hogwild.data.readers import FORMATS, TAGS
-from hogwild.multihost.config import ALGORITHMS, DistConfig
+from hogwild.multihost.dist_config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
 from hogwild.tasks.devices import CPU_WORKERS
 from hogwild.tasks.options import PRESETS, TASKS, RunOptions

@@ -19,7 +19,7 @@ from typing import Any
 
 from hogwild.config import MODES, Config
 from hogwild.data.readers import FORMATS, TAGS
-from hogwild.multihost.config import ALGORITHMS, DistConfig
+from hogwild.multihost.dist_config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS
 from hogwild.tasks.devices import CPU_WORKERS
 from hogwild.tasks.learning_rate import default_lr, default_lr_decay, schedule_fields

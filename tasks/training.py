@@ -74,7 +74,7 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
     rank_is_first, dist = True, None
     if options.distributed:
         from hogwild.multihost import import_mpi
-        from hogwild.multihost.config import ranks_with
+        from hogwild.multihost.dist_config import ranks_with
         dist = options.dist_config()
         world = import_mpi().COMM_WORLD
         rank_is_first = world.Get_rank() == ranks_with(dist.roles(world.Get_size()), "worker")[0]

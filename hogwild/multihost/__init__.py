@@ -6,12 +6,15 @@ Usage (under `mpiexec -n H python script.py`):
     result = train_distributed(model, loss_fn, batches, hogwild.Config(workers=2, max_steps=200),
                                DistConfig(algorithm="easgd", period=4))
 
-Modules: config (DistConfig, roles), math (flat parameters, the algorithms' arithmetic), protocol (message tags and
-kinds), transport (the only importer of mpi4py, lazily), agents (the training hosts' exchange thread), server
-(parameter servers and the tester), checkpoint (distributed run directories), host (the entry point). Importing this
-package never imports mpi4py: single-host use never needs MPI.
+Modules: dist_config (DistConfig, roles), math (flat parameters, the algorithms' arithmetic), protocol (message tags
+and kinds), transport (the only importer of mpi4py, lazily), agents (the training hosts' exchange thread), server
+(parameter servers and the tester), distributed_checkpoint (distributed run directories), host (the entry point).
+Importing this package never imports mpi4py: single-host use never needs MPI.
+
+The package sits above the engine: each training host runs `hogwild.train` with an agent from .agents plugged into
+its step 4 (supervise); servers and the tester run beside it.
 """
-from .config import ALGORITHMS, DistConfig
+from .dist_config import ALGORITHMS, DistConfig
 from .host import DistributedResult, train_distributed
 from .transport import MPI_HINT, import_mpi
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from .config import DistConfig, ranks_with
+from .dist_config import DistConfig, ranks_with
 from .math import DownpourTracker, FlatParams, elastic_difference, pair_average_delta, partition_bounds, ring_pairing
 from .protocol import BYE, ELASTIC, FETCH, MIX, POLL_SECONDS, PUSH, TAG_MIX, TAG_MIX_REPLY, TAG_REPLY, TAG_SERVER, \
     TAG_STOP, TAG_TESTER, TAG_TESTER_REPLY, message

@@ -21,8 +21,8 @@ from torch import nn
 
 from ..agent import CommunicationAgent
 from .agents import make_agent
-from .checkpoint import DistributedCheckpoint
-from .config import DistConfig, ranks_with
+from .dist_config import DistConfig, ranks_with
+from .distributed_checkpoint import DistributedCheckpoint
 from .math import FlatParams
 from .server import ParameterServer, Tester
 from .transport import MPITransport, import_mpi, say

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from .config import DistConfig, ranks_with
+from .dist_config import DistConfig, ranks_with
 from .math import FlatParams, elastic_difference, partition_bounds
 from .protocol import BYE, ELASTIC, FETCH, POLL_SECONDS, PUSH, TAG_REPLY, TAG_SERVER, TAG_STOP, TAG_TESTER, \
     TAG_TESTER_REPLY, message

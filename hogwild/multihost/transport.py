@@ -14,7 +14,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
-from .config import DistConfig
+from .dist_config import DistConfig
 
 MPI_HINT = "multi-host training needs mpi4py and an MPI library: run  pip install '.[mpi]'  (mpi4py + MPICH wheels)"
 _ALIVE, _GONE = 1, 0

@@ -1,12 +1,13 @@
 """Serial tests of the multi-host arithmetic and configuration (no MPI needed): hogwild.multihost.math,
-hogwild.multihost.config, and the clear error of hogwild.multihost without mpi4py."""
+hogwild.multihost.dist_config, hogwild.multihost.distributed_checkpoint, and the clear error of hogwild.multihost
+without mpi4py."""
 import sys
 
 import numpy as np
 import pytest
 import torch
 
-from hogwild.multihost.config import DistConfig, ranks_with
+from hogwild.multihost.dist_config import DistConfig, ranks_with
 from hogwild.multihost.math import (DownpourTracker, FlatParams, elastic_difference, pair_average_delta,
                                     partition_bounds, ring_pairing)
 
@@ -108,7 +109,7 @@ def test_single_host_modules_never_import_mpi4py():
 
 
 def test_distributed_checkpoint_partitions_round_trip_and_refuse_another_layout(tmp_path):
-    from hogwild.multihost.checkpoint import DistributedCheckpoint
+    from hogwild.multihost.distributed_checkpoint import DistributedCheckpoint
     store = DistributedCheckpoint(str(tmp_path), "easgd", numel=10, servers=3)
     assert not store.has_partition(1)
     store.save_partition(1, np.arange(3, dtype=np.float32), updates=7)

@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import hogwild
+from hogwild.gradients import batch_seed, seed_batch
+from hogwild.process_prelude import bind_device
 from hogwild.replica import PageLocked
-from hogwild.worker import batch_seed, bind_device, seed_batch
 from tests.hogwild import engine_helpers as H
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (no GPU on this machine)")

@@ -4,8 +4,8 @@ import torch
 
 import hogwild
 from hogwild.feed import epoch_order
+from hogwild.gradients import batch_seed
 from hogwild.shared_optim import SharedOptimizer
-from hogwild.worker import batch_seed
 from tests.hogwild import engine_helpers as H
 
 

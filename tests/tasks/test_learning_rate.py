@@ -3,7 +3,7 @@ schedule x recipe; run.py's options and scripts/train_serial.py both take it."""
 import pytest
 
 from hogwild import Config
-from hogwild.schedules import make_schedule
+from hogwild.lr_schedule import make_schedule
 from hogwild.tasks.learning_rate import (DECAY_UPDATES, default_decay_updates, default_lr, default_lr_decay,
                                          schedule_fields)
 from hogwild.tasks.options import RunOptions

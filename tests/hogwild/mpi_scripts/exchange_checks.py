@@ -13,7 +13,7 @@ import torch
 from hogwild.multihost.host import sync_model
 from hogwild.multihost.transport import MPITransport, import_mpi
 from hogwild.multihost.agents import make_agent
-from hogwild.multihost.config import DistConfig, ranks_with
+from hogwild.multihost.dist_config import DistConfig, ranks_with
 from hogwild.multihost.math import FlatParams, partition_bounds, ring_pairing
 from hogwild.multihost.server import ParameterServer, Tester
 

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import hogwild  # noqa: E402
-from hogwild.multihost.config import DistConfig  # noqa: E402
+from hogwild.multihost.dist_config import DistConfig  # noqa: E402
 from tiny_task import full_loss, loss_fn, make_task  # noqa: E402
 
 

@@ -1,9 +1,9 @@
-"""hogwild.schedules: exact learning rates per (step, epoch) and rejection of bad values."""
+"""hogwild.lr_schedule: exact learning rates per (step, epoch) and rejection of bad values."""
 import pickle
 
 import pytest
 
-from hogwild.schedules import SCHEDULES, LRSchedule, make_schedule
+from hogwild.lr_schedule import SCHEDULES, LRSchedule, make_schedule
 
 
 def test_constant_ignores_step_and_epoch():

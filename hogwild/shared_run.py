@@ -1,0 +1,61 @@
+"""Step 2 of `hogwild.train`, share: move the model and the optimizer state to shared memory, create the shared
+counters and the run control, and load a resumed run into them (after checking /dev/shm and the machine can hold
+it). The `SharedRun` it returns is what the parent and every worker share.
+
+Usage (engine.py): `shared = share(model, config, saved, run_dir, batches)`
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .checkpoint import RunCheckpoints, StartPosition, resume
+from .config import Config
+from .counters import SharedCounters, StepBudget
+from .resources import check_resources, tensor_nbytes
+from .run_control import RunControl
+from .shared_optim import SharedOptimizer
+from .supervisor import check_shared_memory
+
+
+@dataclass
+class SharedRun:
+    """What the parent shares with every worker, and where the data feed starts."""
+
+    config: Config
+    model: nn.Module
+    optimizer: SharedOptimizer
+    counters: SharedCounters
+    control: RunControl  # the stop and start flags
+    start: StartPosition
+    checkpoints: RunCheckpoints
+    budget: StepBudget | None = None  # with max_steps; held here, as its lock must outlive the workers' start-up
+
+
+def share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | None, batches: Sequence) -> SharedRun:
+    """Move the model and the optimizer state to shared memory and load a resumed run into them."""
+    for param in model.parameters():
+        param.grad = None  # a .grad would otherwise be moved to shared memory and summed into by every worker
+    params = list(model.parameters())
+    n_batches = len(batches)
+    optimizer_bytes = SharedOptimizer.state_nbytes(params, config.optimizer, **config.optimizer_args)
+    check_resources(config.devices, config.threads_per_worker, tensor_nbytes(model.state_dict()), optimizer_bytes,
+                    tensor_nbytes(list(batches)))
+    if config.check_shm:
+        check_shared_memory(_model_nbytes(model) + optimizer_bytes)
+    model.share_memory()
+    optimizer = SharedOptimizer(params, config.optimizer, **config.optimizer_args)
+    counters = SharedCounters(config.workers)
+    control = RunControl()
+    torch.manual_seed(config.seed)
+    start = resume(saved, model, optimizer, counters, config)
+    checkpoints = RunCheckpoints(run_dir, model, optimizer, counters, config, n_batches, start,
+                                 saved.get("evaluator") if saved else None)
+    return SharedRun(config, model, optimizer, counters, control, start, checkpoints)
+
+
+def _model_nbytes(model: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values() if not t.is_shared())
