@@ -65,8 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.tasks.devices import worker_devices  # noqa: E402
-from hogwild.tasks.job import TaskJob  # noqa: E402
-from hogwild.tasks.jobs import build_job  # noqa: E402
+from hogwild.tasks.job_builders import build_job  # noqa: E402
+from hogwild.tasks.task_job import TaskJob  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
 
 import hogwild  # noqa: E402

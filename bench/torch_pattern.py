@@ -11,8 +11,8 @@ import time
 
 import torch
 import torch.multiprocessing as mp
-from hogwild.tasks.job import TaskJob
-from hogwild.tasks.jobs import build_job
+from hogwild.tasks.job_builders import build_job
+from hogwild.tasks.task_job import TaskJob
 from hogwild.tasks.options import RunOptions
 
 from bench import interleave

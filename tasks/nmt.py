@@ -27,7 +27,7 @@ from hogwild.data.vocab import Vocabulary
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, full_and_periodic, nmt_heldout
-from hogwild.tasks.job import TaskJob
+from hogwild.tasks.task_job import TaskJob
 
 TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
 

@@ -19,7 +19,7 @@ from hogwild.data.readers import read_tagged
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
 from hogwild.tasks.heldout import full_and_periodic, pos_heldout
-from hogwild.tasks.job import TaskJob
+from hogwild.tasks.task_job import TaskJob
 
 
 def _read(path: str, options) -> list:

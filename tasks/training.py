@@ -26,12 +26,12 @@ from hogwild.files import write_atomic
 from hogwild.resources import check_resources, tensor_nbytes
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
-from hogwild.tasks.job import MODEL_FILE, TaskJob
-from hogwild.tasks.jobs import build_job
+from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.rundir import RunDirError, check_out, write_command, write_config
 from hogwild.tasks.runlock import RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
+from hogwild.tasks.task_job import MODEL_FILE, TaskJob
 
 
 def _say(message: str) -> None:
