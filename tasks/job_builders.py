@@ -11,7 +11,7 @@ from hogwild.tasks.nmt import nmt_job
 from hogwild.tasks.pos import pos_job
 from hogwild.tasks.task_job import TaskJob
 
-JOB_BUILDERS = {"pos": pos_job, "nmt": nmt_job}  # keys: tasks.options.TASKS
+JOB_BUILDERS = {"pos": pos_job, "nmt": nmt_job}  # keys: tasks.defaults.TASKS
 
 
 def build_job(options) -> TaskJob:

@@ -109,7 +109,7 @@ def test_a_non_editable_install_imports_and_trains_outside_the_checkout(tmp_path
     installed = {line.split(",")[0] for line in record.read_text().splitlines()}
     for package in PACKAGES:
         assert f"{package}/__init__.py" in installed, package
-    assert {"hogwild/data/corpora.py", "hogwild/tasks/learning_rate.py", "hogwild/tasks/job_builders.py",
+    assert {"hogwild/data/corpora.py", "hogwild/tasks/defaults.py", "hogwild/tasks/job_builders.py",
             "hogwild/models/pos_tagger.py", "hogwild/multihost/transport.py"} <= installed
     assert not [name for name in installed if name.split("/")[0] in ("models", "data", "tasks", "scripts", "bench",
                                                                      "tests")]

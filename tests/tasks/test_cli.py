@@ -1,10 +1,13 @@
 """tasks.cli / run.py: every flag in --help with its default, bad flag values and bad input files end with one
 clear line and a non-zero exit (no traceback), and --gpus on a machine without enough GPUs."""
+import dataclasses
 import re
 
 import pytest
 
-from hogwild.tasks.cli import main, tag_parser, train_parser, translate_parser
+from hogwild.tasks import defaults
+from hogwild.tasks.cli import main, run_options, tag_parser, train_parser, translate_parser
+from hogwild.tasks.options import RunOptions
 
 from tests.tasks.helpers import run_py
 
@@ -23,6 +26,16 @@ def test_help_lists_every_issue_flag_with_its_default():
     entry = text.split("  --workers N", 1)[1].split("\n  --", 1)[0]
     assert " ".join(entry.split()) == "CPU worker processes (without --gpus) (default: 2)"
     assert "--checkpoint RUN_DIR" in text  # the epilog names the subcommands
+    flat = " ".join(text.split())
+    assert f"learning rate (default: {defaults.LR_TEXT})" in flat  # generated from the recipe table
+    assert "(default: the recipe optimizer's: pos 0.1 (paper 0.03), nmt 0.001 (paper 0.1);" in flat
+    assert "--no-progress no progress bar (default: off)" in flat
+
+
+def test_every_run_option_is_a_flag_with_its_declared_default():
+    parsed = vars(train_parser().parse_args([]))
+    assert RunOptions(**parsed) == RunOptions()
+    assert set(parsed) == {f.name for f in dataclasses.fields(RunOptions)} - {"extra"}
 
 
 def test_flags_parse_into_options():
@@ -39,7 +52,9 @@ def test_flags_parse_into_options():
 
 @pytest.mark.parametrize("argv, message", [
     (["--workers", "0"], "--workers: must be >= 1, got 0"),
-    (["--lr", "-1"], "--lr: must be a positive number, got -1.0"),
+    (["--lr", "-1"], "--lr: must be > 0, got -1.0"),  # hogwild.Config's check, reported by the flag
+    (["--fused-step", "--optimizer", "rmsprop"], "--fused-step: torch has a fused CPU kernel only for sgd"),
+    (["--min-lr", "0.5"], "--min-lr: must not exceed lr (0.1), got 0.5"),
     (["--task", "ner"], "argument --task: invalid choice: 'ner'"),
     (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
     (["--train", "/no/such/corpus"], "--train: /no/such/corpus does not exist"),
@@ -82,3 +97,4 @@ def test_inference_on_a_missing_run_directory_is_a_clear_error(tmp_path, capsys)
                                               f"directory"
     assert main(["plot", str(tmp_path), "--out", str(tmp_path / "p.png")]) == 1
     assert "no metrics.jsonl" in capsys.readouterr().err
+
