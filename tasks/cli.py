@@ -14,6 +14,7 @@ import warnings
 from typing import Callable
 
 from hogwild.tasks.options import Option, OptionError, RunOptions, declared, flag, option_types
+from hogwild.tasks.options_file import OptionsFileError, read_options_file
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):
@@ -42,6 +43,9 @@ def train_parser() -> argparse.ArgumentParser:
     p = _parser("run.py", "Train a POS tagger or an NMT model with lock-free Hogwild! workers (CPU cores or GPUs). "
                           "With no arguments: the built-in synthetic POS task on 2 CPU workers.", EPILOG,
                 argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="start from the options in FILE: a run directory (replays its config.json) or a YAML, TOML "
+                        "or JSON file of options; the flags given here override it (default: none)")
     groups: dict[str, argparse._ArgumentGroup] = {}
     for name, option in declared().items():
         if option.group not in groups:
@@ -130,9 +134,19 @@ def _train(options: RunOptions) -> int:
 
 
 def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
-    """The options of a training command line. Bad values end with `run.py: error: ...` and exit status 2."""
+    """The options of a training command line: --config FILE's options, overridden by the flags given. Bad values
+    (in the file or on the command line) end with `run.py: error: ...` and exit status 2."""
+    args = parser.parse_args(argv)
+    if args.config is not None:
+        try:
+            parser.set_defaults(**read_options_file(args.config))  # the file's values, under the flags given
+        except OptionsFileError as error:
+            parser.error(f"--config {error}")
+        args = parser.parse_args(argv)
+    values = vars(args)
+    del values["config"]
     try:
-        return RunOptions(**vars(parser.parse_args(argv)))  # flag values are checked before anything is loaded
+        return RunOptions(**values)  # flag values are checked before anything is loaded
     except OptionError as error:
         parser.error(str(error))
 

@@ -1,6 +1,7 @@
 """tasks.cli / run.py: every flag in --help with its default, bad flag values and bad input files end with one
 clear line and a non-zero exit (no traceback), and --gpus on a machine without enough GPUs."""
 import dataclasses
+import json
 import re
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from hogwild.tasks import defaults
 from hogwild.tasks.cli import main, run_options, tag_parser, train_parser, translate_parser
 from hogwild.tasks.options import RunOptions
+from hogwild.tasks.rundir import write_config
 
 from tests.tasks.helpers import run_py
 
@@ -34,6 +36,7 @@ def test_help_lists_every_issue_flag_with_its_default():
 
 def test_every_run_option_is_a_flag_with_its_declared_default():
     parsed = vars(train_parser().parse_args([]))
+    assert parsed.pop("config") is None
     assert RunOptions(**parsed) == RunOptions()
     assert set(parsed) == {f.name for f in dataclasses.fields(RunOptions)} - {"extra"}
 
@@ -98,3 +101,64 @@ def test_inference_on_a_missing_run_directory_is_a_clear_error(tmp_path, capsys)
     assert main(["plot", str(tmp_path), "--out", str(tmp_path / "p.png")]) == 1
     assert "no metrics.jsonl" in capsys.readouterr().err
 
+
+def _a_run_directory(tmp_path, **values) -> tuple:
+    options = RunOptions(**values).resolved()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_config(run_dir, run=options.to_dict(), model={}, devices=["cpu"])
+    return options, run_dir
+
+
+def test_config_replays_a_run_directory_and_flags_override_it(tmp_path):
+    options, run_dir = _a_run_directory(tmp_path, task="nmt", workers=3, steps=40, lr=0.002, seed=7,
+                                        out=str(tmp_path / "run"), extra={"label": "x"})
+    replayed = run_options(train_parser(), ["--config", str(run_dir)])
+    assert replayed == dataclasses.replace(options, out=None)  # the replay goes to a new run directory
+    assert replayed.resolved() == replayed  # every default was recorded
+    config_json = run_options(train_parser(), ["--config", str(run_dir / "config.json"), "--out", "o", "--steps", "9"])
+    assert config_json == dataclasses.replace(options, out="o", steps=9)  # the flags given win
+
+
+@pytest.mark.parametrize("name, text", [
+    ("options.yaml", "task: nmt\ntime-limit: 30\ntrain: tests/fixtures/data/tiny\nlr: 1\n"),
+    ("options.toml", 'task = "nmt"\ntime_limit = 30\ntrain = ["tests/fixtures/data/tiny"]\nlr = 1\n'),
+    ("options.json", '{"task": "nmt", "time_limit": 30, "train": ["tests/fixtures/data/tiny"], "lr": 1}'),
+])
+def test_config_reads_options_files(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    options = run_options(train_parser(), ["--config", str(tmp_path / name), "--workers", "1"])
+    assert (options.task, options.time_limit, options.train, options.lr, options.workers) == (
+        "nmt", 30, ["tests/fixtures/data/tiny"], 1, 1)
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("bad.yaml", "lr: 0.1\nlrr: 0.2\n", "--config {path}: unknown option 'lrr'"),
+    ("bad.json", '{"run": {"task": "pos", "colour": "red"}}', "--config {path}: unknown option 'colour'"),
+    ("bad.toml", "steps = 'ten'\n", "--config {path}: --steps: must be an integer, got 'ten'"),
+    ("bad.yaml", "task: [pos\n", "--config {path}: not valid YAML: "),
+    ("bad.json", "[1, 2]", "--config {path}: expected a mapping of option names to values, got list"),
+    ("missing.yaml", None, "--config {path}: cannot read it (No such file or directory)"),
+])
+def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys, name, text, message):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", str(path)])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("run.py: error: " + message.format(path=path))
+
+
+def test_config_replays_a_real_run(tmp_path):
+    first = tmp_path / "first"
+    done = run_py("--synthetic-size", "60", "--steps", "4", "--workers", "1", "--no-progress", "--lr", "0.05",
+                  "--out", str(first), timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    second = tmp_path / "second"
+    done = run_py("--config", str(first), "--out", str(second), timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = [json.loads((folder / "config.json").read_text()) for folder in (first, second)]
+    assert runs[1]["run"] == {**runs[0]["run"], "out": str(second)}
+    assert {**runs[1]["config"], "checkpoint_dir": None} == {**runs[0]["config"], "checkpoint_dir": None}
