@@ -152,8 +152,8 @@ def test_a_run_that_fails_stops_the_race_with_its_message():
     done = _bench("--train", "/nonexistent/brown", "--interleave", "1", "--variants", "single,hogwild2",
                   "--minutes", "0.1", timeout=120)
     assert done.returncode == 1
-    assert "bench_convergence --interleave: single: the run failed: ValueError: --train: /nonexistent/brown " \
-           "does not exist" in done.stderr
+    assert "bench_convergence --interleave: single: the run failed: hogwild.tasks.options.OptionError: --train: " \
+           "/nonexistent/brown does not exist" in done.stderr
     assert "Traceback" not in done.stderr
 
 
