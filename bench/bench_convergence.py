@@ -56,8 +56,8 @@ import torch
 import torch.multiprocessing as mp
 from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.devices import worker_devices
-from hogwild.tasks.job import TaskJob
-from hogwild.tasks.jobs import build_job
+from hogwild.tasks.job_builders import build_job
+from hogwild.tasks.task_job import TaskJob
 from hogwild.tasks.options import RunOptions
 
 import hogwild

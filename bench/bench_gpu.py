@@ -63,9 +63,8 @@ from gpu_timing import StampedLoss, StepSpans, UtilisationSampler, sampler_for, 
 from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
 from hogwild.replica import move_batch, sparse_tables, torch_device  # noqa: E402
-from hogwild.tasks.options import _TASK_DEFAULTS as RUN_DEFAULTS  # noqa: E402  (run.py's batch size per task)
+from hogwild.tasks.defaults import RECIPES, TASK_DEFAULTS  # noqa: E402  (run.py's batch size per task)
 from hogwild.tasks.options import RunOptions  # noqa: E402
-from hogwild.tasks.recipes import RECIPES  # noqa: E402
 from hogwild.worker import device_options  # noqa: E402
 
 PAPER_HOURS = {1: 26.89, 2: 16.56, 3: 9.24, 4: 6.96}  # Table 1: hours per 90k updates on 1..4 GPUs
@@ -316,7 +315,7 @@ def run_options(task: str, args: argparse.Namespace) -> RunOptions:
     """run.py's options for the task and preset (its recipe), with the bench's overrides."""
     quick_nmt = args.quick and task == "nmt"
     values = dict(task=task, preset=args.preset, recipe=args.recipe, optimizer=args.optimizer, lr=args.lr,
-                  batch_size=args.batch_size or (QUICK_NMT_BATCH if quick_nmt else RUN_DEFAULTS[task]["batch_size"]),
+                  batch_size=args.batch_size or (QUICK_NMT_BATCH if quick_nmt else TASK_DEFAULTS[task]["batch_size"]),
                   vocab_size=args.vocab_size, seed=args.seed, progress=False)
     if args.threads_per_worker:
         values["threads_per_worker"] = args.threads_per_worker

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from hogwild.tasks.job import TaskJob
+    from hogwild.tasks.task_job import TaskJob
 
 TARGETS = (("hogwild2", "single", 0.55), ("hogwild2", "sync2", 0.8))  # the issue's: time ratio must be <= this
 LOWER_IS_BETTER = ("perplexity", "loss")

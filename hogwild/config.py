@@ -21,8 +21,16 @@ AMP_DTYPES = (None, "bf16")  # Config.amp: autocast dtypes of the forward
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
 
 
+class ConfigError(ValueError):
+    """A Config value is refused: `field` names the field and `reason` says why (run.py names its flag instead)."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"Config.{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
 def _fail(name: str, message: str) -> None:
-    raise ValueError(f"Config.{name}: {message}")
+    raise ConfigError(name, message)
 
 
 def _positive(name: str, value: float | int | None, *, allow_zero: bool = False) -> None:
@@ -41,7 +49,7 @@ def _integer(name: str, value: int | None) -> None:
 
 @dataclass
 class Config:
-    """How to train. Every field has a default; invalid values raise ValueError naming the field."""
+    """How to train. Every field has a default; invalid values raise ConfigError (a ValueError) naming the field."""
 
     # --- workers ---
     devices: list[str] | None = None  # one entry per worker: 'cpu', 'cpu-replica', 'cuda:0', ...; None -> workers x 'cpu'
@@ -154,10 +162,13 @@ class Config:
         _integer("decay_updates", self.decay_updates)
         _positive("decay_updates", self.decay_updates)
         if self.decay_updates is not None and self.lr_schedule != "linear_decay":
-            _fail("decay_updates", f"only applies to lr_schedule='linear_decay', not {self.lr_schedule!r}")
+            _fail("decay_updates", f"sets the unit of a linear decay (lr_schedule='linear_decay'), not of "
+                                   f"{self.lr_schedule!r}")
         _integer("warmup_steps", self.warmup_steps)
         _positive("warmup_steps", self.warmup_steps, allow_zero=True)
         _positive("min_lr", self.min_lr, allow_zero=True)
+        if self.min_lr > self.lr:
+            _fail("min_lr", f"must not exceed lr ({self.lr}), got {self.min_lr}")
         _positive("clip_norm", self.clip_norm)
         for name in ("max_steps", "epochs", "eval_every", "checkpoint_every", "log_every", "patience", "queue_depth"):
             _integer(name, getattr(self, name))

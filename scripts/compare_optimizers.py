@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hogwild.shared_optim import OPTIMIZERS
 from hogwild.data.corpora import corpora_dir
-from hogwild.tasks.learning_rate import default_lr
+from hogwild.tasks.defaults import default_lr
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
 
@@ -36,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--optimizers", nargs="+", choices=OPTIMIZERS, default=["sgd", "adagrad", "rmsprop", "adam"],
                    help="optimizers to compare")
     p.add_argument("--lr", nargs="*", default=[], metavar="OPT=LR",
-                   help="learning-rate overrides, e.g. sgd=0.05 (default: tasks.learning_rate.default_lr)")
+                   help="learning-rate overrides, e.g. sgd=0.05 (default: tasks.defaults.default_lr)")
     p.add_argument("--workers", type=int, default=2, help="N: Hogwild CPU workers of the parallel runs")
     p.add_argument("--gpus", type=int, default=0, help="N GPUs instead of CPU workers")
     p.add_argument("--no-sync", action="store_true", help="skip synchronous SGD")

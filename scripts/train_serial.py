@@ -10,7 +10,7 @@ The run folder gets config.json (all arguments), command.txt, metrics.jsonl (one
 results.json (final figures) and, for NMT, the test translations (test.greedy.hyp, test.beam5.hyp). Corpora come
 from --corpora (default: hogwild.data.corpora.corpora_dir(), i.e. $HOGWILD_CORPORA, else ../shared/corpora beside the
 checkout). The data and the model come from run.py's job builders (tasks.pos, tasks.nmt) and the learning-rate
-schedule from its rule (tasks.learning_rate). --loop engine (default) trains through hogwild.train with one worker
+schedule from its rule (tasks.defaults). --loop engine (default) trains through hogwild.train with one worker
 (mode 'single'); --loop plain uses the loop in this file.
 """
 from __future__ import annotations
@@ -32,8 +32,7 @@ from hogwild.models import evaluate_nmt, heldout_loss, nmt_loss
 from hogwild.lr_schedule import make_schedule
 from hogwild.tasks import nmt as nmt_task
 from hogwild.tasks import pos as pos_task
-from hogwild.tasks.learning_rate import default_lr, schedule_fields
-from hogwild.tasks.recipes import RECIPES, resolve_recipe
+from hogwild.tasks.defaults import RECIPES, default_lr, resolve_recipe, schedule_fields
 from hogwild.tasks.options import RunOptions
 
 SERIAL_ADAM_LR = 2e-3  # the serial reference runs' Adam rate (docs/results.md); other optimizers: the task's rule
@@ -47,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--synthetic", action="store_true", help="train on the data package's synthetic task instead")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model size preset")
     p.add_argument("--recipe", choices=RECIPES, default=None,
-                   help="lr rule and POS vocabulary (tasks.recipes); default: paper with --preset paper, else default")
+                   help="lr rule and POS vocabulary (tasks.defaults); default: paper with --preset paper, else default")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
                    help="optimizer (torch.optim in the plain loop, hogwild's SharedOptimizer in the engine)")
     p.add_argument("--lr", type=float, default=None,
@@ -55,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "/ nmt 0.1)")
     p.add_argument("--lr-decay", type=float, default=None,
                    help="linear lr decrease per 40,000 updates (paper recipe: per epoch), floored at 1%% of --lr "
-                        "(default: the task's rule, tasks.learning_rate: pos with sgd 0.0225, paper 0.0135, else 0)")
+                        "(default: the task's rule, tasks.defaults: pos with sgd 0.0225, paper 0.0135, else 0)")
     p.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: off; NMT paper 1.0)")
     p.add_argument("--dropout", type=float, default=0.0, help="model dropout")
     p.add_argument("--batch-size", type=int, default=None,
@@ -172,7 +171,7 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
     params = [p for p in job.model.parameters() if p.requires_grad]
     optimizer = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
                  else torch.optim.SGD(params, lr=args.lr))
-    fields = args.schedule  # tasks.learning_rate's rule, as the engine path gets it
+    fields = args.schedule  # tasks.defaults's rule, as the engine path gets it
     schedule = make_schedule(fields["lr_schedule"], args.lr, decay_per_epoch=fields["decay_per_epoch"],
                              warmup_steps=fields["warmup_steps"], min_lr=fields["min_lr"],
                              decay_updates=fields["decay_updates"] or 0)

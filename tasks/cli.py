@@ -13,13 +13,8 @@ import sys
 import warnings
 from typing import Callable
 
-from hogwild.config import MODES
-from hogwild.data.readers import FORMATS, TAGS
-from hogwild.multihost.dist_config import ALGORITHMS, DistConfig
-from hogwild.shared_optim import OPTIMIZERS
-from hogwild.tasks.devices import CPU_WORKERS
-from hogwild.tasks.options import PRESETS, TASKS, RunOptions
-from hogwild.tasks.recipes import RECIPES, default_optimizer, resolve_recipe
+from hogwild.tasks.options import Option, OptionError, RunOptions, declared, flag, option_types
+from hogwild.tasks.options_file import OptionsFileError, read_options_file
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):
@@ -38,117 +33,39 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
-def _parser(prog: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=_Formatter)
+def _parser(prog: str, description: str, epilog: str | None = None,
+            formatter_class: type = _Formatter) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=formatter_class)
 
 
 def train_parser() -> argparse.ArgumentParser:
+    """The training flags, generated from the declarations of `RunOptions` (each help ends with its default)."""
     p = _parser("run.py", "Train a POS tagger or an NMT model with lock-free Hogwild! workers (CPU cores or GPUs). "
-                          "With no arguments: the built-in synthetic POS task on 2 CPU workers.", EPILOG)
-    add = p.add_argument
-    g = p.add_argument_group("task and workers")
-    g.add_argument("--task", choices=TASKS, default="pos", help="pos: char-BiLSTM tagger; nmt: attention GRU")
-    g.add_argument("--gpus", type=int, default=0, metavar="N", help="one worker per GPU (cuda:0..N-1); 0: CPU")
-    g.add_argument("--workers", type=int, default=2, metavar="N", help="CPU worker processes (without --gpus)")
-    g.add_argument("--workers-per-gpu", type=int, default=1, metavar="K",
-                   help="with --gpus: K Hogwild (or sync) workers share each GPU")
-    g.add_argument("--mode", choices=MODES, default="hogwild",
-                   help="hogwild: lock-free async; sync: averaged gradients each step; single: one worker")
-    g.add_argument("--preset", choices=PRESETS, default="small", help="model sizes (paper: the papers' sizes)")
-    g.add_argument("--recipe", choices=RECIPES, default=None,
-                   help="optimizer, lr rule, POS vocabulary (tasks/recipes.py); None: paper with --preset paper, "
-                        "else default")
-    g.add_argument("--threads-per-worker", type=int, default=1, metavar="N", help="torch threads per worker")
-    g.add_argument("--amp", choices=("bf16",), default=None, help="bf16: forward under autocast (GPU workers); "
-                   "parameters and optimizer state stay fp32")
-    g.add_argument("--cpu-workers", choices=tuple(CPU_WORKERS), default=None,
-                   help="CPU workers train in place on the shared parameters, or on a private replica refreshed "
-                        "before every step (one consistent version per step); default: replica for nmt Hogwild "
-                        "runs (Adam moves every weight at every update), in place otherwise")
-    g.add_argument("--fused-step", action="store_true",
-                   help="CPU workers step with torch's fused optimizer kernel too (GPU workers do by default): Adam "
-                        "on the POS tagger makes ~1.2x the updates/s (docs/benchmarks.md); the last bits of rounding "
-                        "may differ")
-    g.add_argument("--data-assignment", choices=("queue", "partition"), default="queue",
-                   help="queue: workers share one batch queue; partition: a fixed shard per worker")
-    g = p.add_argument_group("data (no --train: the built-in synthetic task)")
-    g.add_argument("--train", nargs="+", metavar="PATH", default=None,
-                   help="pos: tagged files or folders; nmt: a file prefix (PREFIX.SRC_LANG, PREFIX.TGT_LANG)")
-    g.add_argument("--dev", metavar="PATH", default=None, help="held-out set; None: a seeded 10%% split of --train")
-    g.add_argument("--test", metavar="PATH", default=None, help="scored with the best checkpoint at the end")
-    g.add_argument("--format", choices=FORMATS, default="auto", help="pos: corpus format")
-    g.add_argument("--word-column", type=int, default=None, metavar="N", help="pos conll: 1-based word column")
-    g.add_argument("--tag-column", type=int, default=None, metavar="N", help="pos conll: 1-based tag column")
-    g.add_argument("--tag", choices=TAGS, default=None, help="pos: which tag; None: the format's main tag")
-    g.add_argument("--separator", default="/", metavar="SEP",
-                   help="pos slash format: word and tag split at the last SEP (e.g. _ for word_TAG corpora)")
-    g.add_argument("--src-lang", default="fr", help="nmt: source language suffix")
-    g.add_argument("--tgt-lang", default="en", help="nmt: target language suffix")
-    g.add_argument("--encoding", default="utf-8", help="text encoding of the corpora")
-    g.add_argument("--train-limit", type=int, default=None, metavar="N", help="nmt: first N training pairs only")
-    g.add_argument("--dev-limit", type=int, default=None, metavar="N",
-                   help="evaluate on the first N held-out sentences only")
-    g.add_argument("--eval-sentences", type=int, default=None, metavar="N",
-                   help="periodic evaluations score a seeded sample of N held-out sentences, the end of the run all "
-                        "of them; unset: 500 for nmt, all for pos")
-    g.add_argument("--max-len", type=int, default=50, metavar="N", help="nmt: drop longer training pairs")
-    g.add_argument("--vocab-size", type=int, default=15000, metavar="N", help="nmt: words kept per side")
-    g.add_argument("--word-min-freq", type=int, default=None, metavar="N",
-                   help="pos: words seen fewer times are unk; None: 2 (paper recipe 10, synthetic task 10)")
-    g.add_argument("--synthetic-size", type=int, default=None, metavar="N",
-                   help="sentences (pos, default 2000) or pairs (nmt, default 5000) of the synthetic task")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="shared, lock-free optimizer; None: the recipe's (pos sgd, nmt adam; paper recipe: sgd; "
-                        "msgd with --distributed eamsgd, which needs momentum)")
-    g.add_argument("--lr", type=float, default=None,
-                   help="learning rate; None: sgd pos 0.1 (paper 0.03) / nmt 0.1, adam 0.001 (tasks/learning_rate.py)")
-    g.add_argument("--lr-decay", type=float, default=None,
-                   help="linear lr decrease per --decay-updates updates (paper recipe: per epoch); None: pos+sgd "
-                        "0.0225 (paper 0.0135), else 0")
-    g.add_argument("--decay-updates", type=int, default=None, metavar="N",
-                   help="count --lr-decay per N updates; None: 40000 (paper recipe: per epoch)")
-    g.add_argument("--warmup-steps", type=int, default=0, help="> 0: warm up from lr to lr x workers")
-    g.add_argument("--min-lr", type=float, default=0.0, help="floor of the learning rate")
-    g.add_argument("--momentum", type=float, default=None, help="msgd/nesterov momentum; None: 0.9")
-    g.add_argument("--clip-norm", type=float, default=None,
-                   help="gradient norm clipping; None: nmt 1.0 (the paper), pos off")
-    g.add_argument("--batch-size", type=int, default=None,
-                   help="sentences per update; None: pos 1, nmt 64, synthetic nmt 32")
-    g.add_argument("--dropout", type=float, default=0.0, help="model dropout")
-    g = p.add_argument_group("stopping, evaluation, run directory")
-    g.add_argument("--epochs", type=int, default=None,
-                   help="passes over the data; None: 2 (synthetic) or 1 when no other limit is given")
-    g.add_argument("--steps", type=int, default=None, help="stop after this many shared updates")
-    g.add_argument("--time-limit", type=float, default=None, metavar="SECONDS", help="stop after this long")
-    g.add_argument("--eval-every", type=int, default=None, metavar="UPDATES",
-                   help="evaluate every this many updates; None: 250 on the synthetic task, else every 60 s")
-    g.add_argument("--eval-every-seconds", type=float, default=None, metavar="SECONDS", help="evaluate this often")
-    g.add_argument("--eval-budget", type=float, default=0.1, metavar="SHARE",
-                   help="periodic evaluations take at most this share of the wall time (0: no cap)")
-    g.add_argument("--patience", type=int, default=None, help="stop after this many evaluations without a new best")
-    g.add_argument("--beam", type=int, default=5, help="nmt: beam size of the final held-out translations")
-    g.add_argument("--checkpoint-every", type=int, default=None, metavar="UPDATES", help="write last.pt this often")
-    g.add_argument("--log-every", type=int, default=None, metavar="UPDATES",
-                   help="training-loss record every this many updates; None: pos 50, nmt 10")
-    g.add_argument("--out", default=None, metavar="DIR", help="run directory; None: runs/TASK-DATE-TIME")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its last.pt")
-    g.add_argument("--seed", type=int, default=0, help="data split, batch order and initialisation")
-    g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    g = p.add_argument_group("multi-host (run under mpiexec; see docs/multihost.md)")
-    g.add_argument("--distributed", choices=ALGORITHMS, default=None, metavar="ALGO",
-                   help=f"exchange parameters between hosts with {', '.join(ALGORITHMS)}")
-    g.add_argument("--servers", type=int, default=DistConfig.servers,
-                   help="parameter-server ranks (downpour/easgd/eamsgd)")
-    g.add_argument("--period", type=int, default=DistConfig.period, help="local updates between exchanges")
-    g.add_argument("--n-push", type=int, default=DistConfig.n_push, help="downpour: push every n local updates")
-    g.add_argument("--n-fetch", type=int, default=DistConfig.n_fetch, help="downpour: fetch every n local updates")
-    g.add_argument("--alpha", type=float, default=DistConfig.alpha, help="easgd/eamsgd: elastic coefficient")
-    g.add_argument("--tester", action="store_true", help="an extra last rank evaluates the central model")
-    g.add_argument("--no-shard-data", dest="shard_data", action="store_false",
-                   help="every host iterates over all batches (else host i trains on batches[i::hosts])")
-    del add
+                          "With no arguments: the built-in synthetic POS task on 2 CPU workers.", EPILOG,
+                argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="start from the options in FILE: a run directory (replays its config.json) or a YAML, TOML "
+                        "or JSON file of options; the flags given here override it (default: none)")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name, option in declared().items():
+        if option.group not in groups:
+            groups[option.group] = p.add_argument_group(option.group)
+        _add_flag(groups[option.group], name, option)
     return p
+
+
+def _add_flag(group: argparse._ArgumentGroup, name: str, option: Option) -> None:
+    """One option's flag: its type, allowed values and help, which ends with the default that applies."""
+    kind, _ = option_types()[name]
+    default = RunOptions.__dataclass_fields__[name].default
+    shown = option.default_text or ("off" if kind is bool else default)
+    text = f"{option.help} (default: {shown})".replace("%", "%%")
+    if kind is bool:  # a switch: --fused-step turns a False default on, --no-progress a True default off
+        group.add_argument(option.negative_flag or flag(name), dest=name, default=default, help=text,
+                           action="store_false" if option.negative_flag else "store_true")
+    else:
+        group.add_argument(flag(name), dest=name, default=default, choices=option.choices, metavar=option.metavar,
+                           help=text, **({"nargs": "+"} if kind is list else {"type": kind}))
 
 
 def tag_parser() -> argparse.ArgumentParser:
@@ -210,10 +127,28 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train(options: RunOptions) -> int:
     from hogwild.tasks.training import run_training
-    summary = run_training(RunOptions(**vars(args)), argv=_argv)
+    summary = run_training(options, argv=_argv)
     return 130 if str(summary.get("stop_reason", "")).startswith("signal") else 0
+
+
+def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
+    """The options of a training command line: --config FILE's options, overridden by the flags given. Bad values
+    (in the file or on the command line) end with `run.py: error: ...` and exit status 2."""
+    args = parser.parse_args(argv)
+    if args.config is not None:
+        try:
+            parser.set_defaults(**read_options_file(args.config))  # the file's values, under the flags given
+        except OptionsFileError as error:
+            parser.error(f"--config {error}")
+        args = parser.parse_args(argv)
+    values = vars(args)
+    del values["config"]
+    try:
+        return RunOptions(**values)  # flag values are checked before anything is loaded
+    except OptionError as error:
+        parser.error(str(error))
 
 
 _argv: list[str] | None = None
@@ -235,12 +170,11 @@ def _warning_line(prog: str) -> Callable:
         option = getattr(message, "option", None)
         if option is None:
             return shown(message, category, filename, lineno, file, line)
-        print(f"{prog}: warning: --{option.replace('_', '-')}: {message}", file=sys.stderr)
+        print(f"{prog}: warning: {flag(option)}: {message}", file=sys.stderr)
     return show
 
 
-def _check_encoding(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    encoding = getattr(args, "encoding", None)
+def _check_encoding(parser: argparse.ArgumentParser, encoding: str | None) -> None:
     if encoding is None:
         return
     try:
@@ -261,18 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         _positive_ints(parser, args, ("beam", "batch_size"))
     else:
         parser, command = train_parser(), _train
-        args = parser.parse_args(argv)
-        if args.optimizer is None:  # every MPI rank parses the same flags: all pick the same optimizer at once
-            args.optimizer = default_optimizer(args.task, resolve_recipe(args.recipe, args.preset), args.distributed)
-        try:
-            RunOptions(**vars(args))  # flag values are checked before anything is loaded
-        except ValueError as error:
-            parser.error(str(error))
-    _check_encoding(parser, args)
+        args = run_options(parser, argv)
+    _check_encoding(parser, getattr(args, "encoding", None))
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line(parser.prog)
             return command(args)
+    except OptionError as error:  # a value hogwild.Config refuses, named by its flag (before anything is loaded)
+        parser.error(str(error))
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
@@ -280,6 +210,6 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("HOGWILD_TRACEBACK"):
             raise
         option = getattr(error, "option", None)  # data.errors.CorpusError: the reading option at fault
-        flag = f"--{option.replace('_', '-')}: " if option else ""
-        print(f"{parser.prog}: error: {flag}{error}", file=sys.stderr)
+        prefix = f"{flag(option)}: " if option else ""
+        print(f"{parser.prog}: error: {prefix}{error}", file=sys.stderr)
         return 1

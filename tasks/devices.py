@@ -8,8 +8,8 @@ Usage: `devices = worker_devices(gpus=0, workers=2)` -> `['cpu', 'cpu']`;
 
 CPU workers train either in place on the shared parameters ('cpu': the classic Hogwild worker, no copy) or on a
 private replica that pulls the shared parameters before every step ('cpu-replica'), so that a step's forward and
-backward see one version of them while the other workers' updates land. `RunOptions.resolved()` picks the task's
-default (NMT: replica, POS: in place; the measurements are there).
+backward see one version of them while the other workers' updates land. `tasks.defaults.default_cpu_workers`
+picks a run's default (NMT Hogwild: replica, otherwise in place).
 """
 from __future__ import annotations
 

@@ -26,8 +26,9 @@ from hogwild.data.text import MosesText, tokenize_lines
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
+from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, full_and_periodic, nmt_heldout
-from hogwild.tasks.job import TaskJob
+from hogwild.tasks.task_job import TaskJob
 
 TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
 
@@ -90,7 +91,7 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
                                                      "tgt_lang": options.tgt_lang}) + "\n", encoding="utf-8")
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("nmt", model, nmt_loss, list(dataset.train.epoch(0)), evaluate, "bleu", spec, save, finish,
+    return TaskJob("nmt", model, nmt_loss, list(dataset.train.epoch(0)), evaluate, METRICS["nmt"], spec, save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
                         dev_truncated=full.truncated))
 

@@ -1,287 +1,357 @@
-"""What one `run.py` training run is asked to do: a typed, validated dataclass, and its translation into the engine's
-`hogwild.Config` and the MPI module's `DistConfig`.
+"""What one `run.py` training run is asked to do: `RunOptions`, where every option is declared once - name, type,
+default, help, group, allowed values, the check of its value and the `hogwild.Config` field it sets. The command
+line (`tasks.cli`) is generated from these declarations, and `engine_config` turns the options into the engine's
+`hogwild.Config` (the object the workers receive), naming the flag when Config refuses a value.
 
-Usage: `options = RunOptions(task="pos", workers=2, time_limit=60); config = options.engine_config(devices)`
+Usage: `options = RunOptions(task="pos", workers=2, time_limit=60).resolved()`;
+`config = options.engine_config(devices, "accuracy")`
 
-Every value has a default; `None` defaults are filled per task, recipe and optimizer by `resolved()` (e.g. NMT: batch
-64, gradient clipping 1.0). The recipe (`tasks.recipes`: 'default', or 'paper', which --preset paper implies) picks
-the optimizer (default: POS SGD, NMT Adam; paper: SGD) and the POS word vocabulary (words seen twice; paper: 10
-times); the learning rate, its decay and the schedule come from `tasks.learning_rate` (POS with SGD: lr 0.1 decaying
-by 0.0225 per 40,000 updates; paper: lr 0.03 and the linear decay of 0.0135 per epoch).
+Options left at None are filled by `resolved()` from `tasks.defaults` (recipes, per-task values, the learning-rate
+rule, the CPU-worker choice), once per run. Adding an option is one declaration here, e.g.
+`vocab_size: int = DATA(15000, "nmt: words kept per side", metavar="N", check=_at_least(1))`; a value that is
+given on the command line or in a --config file arrives in the field of that name.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import Any, Callable
 
-from hogwild.config import MODES, Config
+from hogwild.config import MODES, Config, ConfigError
 from hogwild.data.readers import FORMATS, TAGS
 from hogwild.multihost.dist_config import ALGORITHMS, DistConfig
-from hogwild.shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS
+from hogwild.shared_optim import OPTIMIZERS
+from hogwild.tasks import defaults
+from hogwild.tasks.defaults import RECIPES, TASKS, default_optimizer, resolve_recipe, schedule_fields
 from hogwild.tasks.devices import CPU_WORKERS
-from hogwild.tasks.learning_rate import default_lr, default_lr_decay, schedule_fields
-from hogwild.tasks.recipes import default_optimizer, default_word_min_freq, resolve_recipe
 
-TASKS = ("pos", "nmt")
 PRESETS = ("small", "paper")
 
-# Per-task defaults used when a flag is left at None (paper values where the paper gives one).
-_TASK_DEFAULTS = {
-    "pos": {"batch_size": 1, "clip_norm": None, "eval_sentences": None},
-    "nmt": {"batch_size": 64, "clip_norm": 1.0, "eval_sentences": 500},
-}
-_SYNTHETIC_BATCH = {"pos": 1, "nmt": 32}
+
+class OptionError(ValueError):
+    """A run option's value is refused; the message starts with its flag (`--lr: ...`). run.py exits 2 with it."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"{flag(name)}: {message}")
+        self.name = name
 
 
-def _fail(flag: str, message: str) -> None:
-    raise ValueError(f"--{flag}: {message}")
+def flag(name: str) -> str:
+    """The command-line flag of an option: `time_limit` -> `--time-limit`."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Option:
+    """The declaration of one run option, beside its name, type and default (the dataclass field)."""
+
+    help: str
+    group: str
+    choices: tuple | None = None
+    metavar: str | None = None
+    default_text: str | None = None  # what the default means in --help, when the value alone does not say
+    check: Callable[[Any], str | None] | None = None  # a message when the value is refused (not called on None)
+    engine: str | None = None  # the hogwild.Config field this option sets (Config's errors there name the flag)
+    dist: str | None = None  # the multi-host DistConfig field this option sets
+    negative_flag: str | None = None  # a True default is turned off by this flag (e.g. --no-progress)
+
+
+def _group(title: str) -> Callable[..., Any]:
+    def declare(default: Any, help: str, **declaration: Any) -> Any:
+        return field(default=default, metadata={"option": Option(help, title, **declaration)})
+    return declare
+
+
+TASK = _group("task and workers")
+DATA = _group("data (no --train: the built-in synthetic task)")
+OPTIMISATION = _group("optimisation")
+STOPPING = _group("stopping, evaluation, run directory")
+MULTI_HOST = _group("multi-host (run under mpiexec; see docs/multihost.md)")
+
+
+def _at_least(minimum: int) -> Callable[[Any], str | None]:
+    return lambda value: None if value >= minimum else f"must be >= {minimum}, got {value}"
+
+
+def _below_one(value: float) -> str | None:
+    return None if 0.0 <= value < 1.0 else f"must be in [0, 1), got {value}"
+
+
+def _inside_unit(value: float) -> str | None:
+    return None if 0.0 < value < 1.0 else f"must be in (0, 1), got {value}"
+
+
+def _separator(value: str) -> str | None:
+    return None if value and not any(c.isspace() for c in value) else \
+        f"must be a non-empty string without spaces, got {value!r}"
 
 
 @dataclass
 class RunOptions:
     """One training run. Field names match the command-line flags (`--time-limit` -> time_limit)."""
 
-    task: str = "pos"  # 'pos' (char-BiLSTM tagger) or 'nmt' (attention GRU translator)
-    gpus: int = 0  # one worker per GPU (cuda:0 .. cuda:N-1); 0 -> CPU workers
-    workers: int = 2  # CPU worker processes (ignored with --gpus)
-    workers_per_gpu: int = 1  # with --gpus: workers sharing each GPU
-    mode: str = "hogwild"  # 'hogwild' | 'sync' | 'single'
-    preset: str = "small"  # model size: 'small' (CPU) or 'paper'
-    recipe: str | None = None  # 'default' | 'paper' (tasks.recipes); None: 'paper' with --preset paper, else 'default'
-    # --- data (no --train: the built-in synthetic task) ---
-    train: list[str] | None = None  # POS: tagged files/folders; NMT: file prefixes (PREFIX.src, PREFIX.tgt)
-    dev: str | None = None  # held-out set (None: a seeded split of train)
-    test: str | None = None  # scored once at the end with the best checkpoint
-    format: str = "auto"
-    word_column: int | None = None  # 1-based CoNLL columns
-    tag_column: int | None = None
-    tag: str | None = None  # 'upos' | 'xpos' | 'xpos+feats' (None: the format's main tag)
-    separator: str = "/"  # slash-tagged text: word and tag split at the last separator (word_TAG corpora: "_")
-    src_lang: str = "fr"
-    tgt_lang: str = "en"
-    encoding: str = "utf-8"
-    train_limit: int | None = None  # NMT: read only the first N training pairs
-    dev_limit: int | None = None  # evaluate on the first N held-out sentences only (faster evaluations)
-    eval_sentences: int | None = None  # periodic checks score a seeded sample of this many of them, the final
-    #                                    evaluation all (None: NMT 500 - greedy decoding is slow -, POS all)
-    max_len: int = 50  # NMT: drop training pairs longer than this (paper: 50)
-    vocab_size: int = 15000  # NMT: words per side (paper: 15,000)
-    synthetic_size: int | None = None  # sentences/pairs of the synthetic task (default 2000 / 5000)
-    word_min_freq: int | None = None  # POS: words seen fewer times are unk (recipe: default 2, paper 10)
+    # --- task and workers ---
+    task: str = TASK("pos", "pos: char-BiLSTM tagger; nmt: attention GRU", choices=TASKS)
+    gpus: int = TASK(0, "one worker per GPU (cuda:0..N-1); 0: CPU", metavar="N", check=_at_least(0), engine="devices")
+    workers: int = TASK(2, "CPU worker processes (without --gpus)", metavar="N", check=_at_least(1),
+                        engine="devices")
+    workers_per_gpu: int = TASK(1, "with --gpus: K Hogwild (or sync) workers share each GPU", metavar="K",
+                                check=_at_least(1), engine="devices")
+    mode: str = TASK("hogwild", "hogwild: lock-free async; sync: averaged gradients each step; single: one worker",
+                     choices=MODES, engine="mode")
+    preset: str = TASK("small", "model sizes (paper: the papers' sizes)", choices=PRESETS)
+    recipe: str | None = TASK(None, "optimizer, lr rule, POS vocabulary (tasks/defaults.py)", choices=RECIPES,
+                              default_text=defaults.RECIPE_TEXT)
+    threads_per_worker: int = TASK(1, "torch threads per worker", metavar="N", engine="threads_per_worker")
+    amp: str | None = TASK(None, "bf16: forward under autocast (GPU workers); parameters and optimizer state stay "
+                                 "fp32", choices=("bf16",), default_text="off", engine="amp")
+    cpu_workers: str | None = TASK(None, "CPU workers train in place on the shared parameters, or on a private "
+                                         "replica refreshed before every step (one consistent version per step)",
+                                   choices=tuple(CPU_WORKERS), default_text=defaults.CPU_WORKERS_TEXT,
+                                   engine="devices")
+    fused_step: bool = TASK(False, "CPU workers step with torch's fused optimizer kernel too (GPU workers do by "
+                                   "default; docs/benchmarks.md); the last bits of rounding may differ",
+                            engine="fused_step")
+    data_assignment: str = TASK("queue", "queue: workers share one batch queue; partition: a fixed shard per worker",
+                                choices=("queue", "partition"), engine="data_assignment")
+    # --- data ---
+    train: list[str] | None = DATA(None, "pos: tagged files or folders; nmt: a file prefix (PREFIX.SRC_LANG, "
+                                         "PREFIX.TGT_LANG)", metavar="PATH", default_text="the synthetic task")
+    dev: str | None = DATA(None, "held-out set", metavar="PATH", default_text="a seeded 10% split of --train")
+    test: str | None = DATA(None, "scored with the best checkpoint at the end", metavar="PATH", default_text="none")
+    format: str = DATA("auto", "pos: corpus format", choices=FORMATS)
+    word_column: int | None = DATA(None, "pos conll: 1-based word column", metavar="N", check=_at_least(1),
+                                   default_text="the format's")
+    tag_column: int | None = DATA(None, "pos conll: 1-based tag column", metavar="N", check=_at_least(1),
+                                  default_text="the format's")
+    tag: str | None = DATA(None, "pos: which tag", choices=TAGS, default_text="the format's main tag")
+    separator: str = DATA("/", "pos slash format: word and tag split at the last SEP (e.g. _ for word_TAG corpora)",
+                          metavar="SEP", check=_separator)
+    src_lang: str = DATA("fr", "nmt: source language suffix")
+    tgt_lang: str = DATA("en", "nmt: target language suffix")
+    encoding: str = DATA("utf-8", "text encoding of the corpora")
+    train_limit: int | None = DATA(None, "nmt: first N training pairs only", metavar="N", check=_at_least(1),
+                                   default_text="all")
+    dev_limit: int | None = DATA(None, "evaluate on the first N held-out sentences only", metavar="N",
+                                 check=_at_least(1), default_text="all")
+    eval_sentences: int | None = DATA(None, "periodic evaluations score a seeded sample of N held-out sentences, the "
+                                            "end of the run all of them", metavar="N", check=_at_least(1),
+                                      default_text=defaults.EVAL_SENTENCES_TEXT)
+    max_len: int = DATA(50, "nmt: drop longer training pairs", metavar="N", check=_at_least(1))
+    vocab_size: int = DATA(15000, "nmt: words kept per side", metavar="N", check=_at_least(1))
+    word_min_freq: int | None = DATA(None, "pos: words seen fewer times are unk", metavar="N", check=_at_least(1),
+                                     default_text=defaults.WORD_MIN_FREQ_TEXT)
+    synthetic_size: int | None = DATA(None, "sentences (pos) or pairs (nmt) of the synthetic task", metavar="N",
+                                      check=_at_least(1), default_text=defaults.SYNTHETIC_SIZE_TEXT)
     # --- optimisation ---
-    optimizer: str | None = None  # None: the recipe's (default: pos sgd, nmt adam; paper: sgd)
-    lr: float | None = None
-    lr_decay: float | None = None  # linear decay per epoch or per decay_updates (POS + SGD: the recipe's)
-    decay_updates: int | None = None  # the decay's unit in updates (None: the recipe's, default 40,000; paper: epoch)
-    warmup_steps: int = 0  # > 0: the warmup_scaled schedule (lr -> lr * workers)
-    min_lr: float = 0.0
-    momentum: float | None = None  # msgd / nesterov momentum (default 0.9)
-    clip_norm: float | None = None  # NMT default 1.0 (paper)
-    batch_size: int | None = None  # POS 1 sentence, NMT 64 pairs (synthetic NMT 32)
-    dropout: float = 0.0
+    optimizer: str | None = OPTIMISATION(None, "shared, lock-free optimizer", choices=OPTIMIZERS,
+                                         default_text=defaults.OPTIMIZER_TEXT, engine="optimizer")
+    lr: float | None = OPTIMISATION(None, "learning rate", default_text=defaults.LR_TEXT, engine="lr")
+    lr_decay: float | None = OPTIMISATION(None, "linear lr decrease per --decay-updates updates (paper recipe: per "
+                                                "epoch)", default_text=defaults.LR_DECAY_TEXT,
+                                          engine="decay_per_epoch")
+    decay_updates: int | None = OPTIMISATION(None, "count --lr-decay per N updates", metavar="N",
+                                             default_text=defaults.DECAY_UPDATES_TEXT, engine="decay_updates")
+    warmup_steps: int = OPTIMISATION(0, "> 0: warm up from lr to lr x workers", engine="warmup_steps")
+    min_lr: float = OPTIMISATION(0.0, "floor of the learning rate", engine="min_lr")
+    momentum: float | None = OPTIMISATION(None, "msgd/nesterov momentum", check=_below_one,
+                                          default_text="the optimizer's (hogwild/shared_optim.py)",
+                                          engine="optimizer_args")
+    clip_norm: float | None = OPTIMISATION(None, "gradient norm clipping", default_text=defaults.CLIP_NORM_TEXT,
+                                           engine="clip_norm")
+    batch_size: int | None = OPTIMISATION(None, "sentences per update", check=_at_least(1),
+                                          default_text=defaults.BATCH_SIZE_TEXT)
+    dropout: float = OPTIMISATION(0.0, "model dropout", check=_below_one)
     # --- when to stop and evaluate ---
-    epochs: int | None = None
-    steps: int | None = None
-    time_limit: float | None = None
-    eval_every: int | None = None  # updates between evaluations
-    eval_every_seconds: float | None = None
-    eval_budget: float = 0.1  # periodic evaluations: at most this share of the wall time (0: no cap; Config's default)
-    patience: int | None = None
-    beam: int = 5  # NMT: beam size of the final held-out translations (evaluations during training are greedy)
-    # --- engine ---
-    data_assignment: str = "queue"
-    threads_per_worker: int = 1
-    amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
-    fused_step: bool = False  # torch's fused CPU optimizer kernel on CPU workers too (GPU workers always use it)
-    cpu_workers: str | None = None  # 'in-place' | 'replica' (tasks.devices); None: default_cpu_workers()
-    checkpoint_every: int | None = None
-    log_every: int | None = None
-    seed: int = 0
-    out: str | None = None  # run directory (default runs/<task>-<date>-<time>)
-    resume: bool = False
-    progress: bool = True
-    # --- multi-host (MPI) ---
-    distributed: str | None = None  # None: one host; else the algorithm (run under mpiexec)
-    servers: int = DistConfig.servers  # the MPI module's defaults (multihost_config never imports mpi4py)
-    period: int = DistConfig.period
-    n_push: int = DistConfig.n_push
-    n_fetch: int = DistConfig.n_fetch
-    alpha: float = DistConfig.alpha
-    tester: bool = DistConfig.tester
-    shard_data: bool = DistConfig.shard_data
+    epochs: int | None = STOPPING(None, "passes over the data", default_text=defaults.EPOCHS_TEXT, engine="epochs")
+    steps: int | None = STOPPING(None, "stop after this many shared updates", default_text="no limit",
+                                 engine="max_steps")
+    time_limit: float | None = STOPPING(None, "stop after this long", metavar="SECONDS", default_text="no limit",
+                                        engine="time_limit")
+    eval_every: int | None = STOPPING(None, "evaluate every this many updates", metavar="UPDATES",
+                                      default_text=defaults.EVAL_EVERY_TEXT, engine="eval_every")
+    eval_every_seconds: float | None = STOPPING(None, "evaluate this often", metavar="SECONDS",
+                                                default_text="see --eval-every", engine="eval_every_seconds")
+    eval_budget: float = STOPPING(0.1, "periodic evaluations take at most this share of the wall time (0: no cap)",
+                                  metavar="SHARE", engine="eval_budget")
+    patience: int | None = STOPPING(None, "stop after this many evaluations without a new best", default_text="off",
+                                    engine="patience")
+    beam: int = STOPPING(5, "nmt: beam size of the final held-out translations (evaluations during training are "
+                            "greedy)", check=_at_least(1))
+    checkpoint_every: int | None = STOPPING(None, "write last.pt this often", metavar="UPDATES",
+                                            default_text="at the end", engine="checkpoint_every")
+    log_every: int | None = STOPPING(None, "training-loss record every this many updates", metavar="UPDATES",
+                                     default_text=defaults.LOG_EVERY_TEXT, engine="log_every")
+    out: str | None = STOPPING(None, "run directory", metavar="DIR", default_text="runs/TASK-DATE-TIME",
+                               engine="checkpoint_dir")
+    resume: bool = STOPPING(False, "continue the run in --out from its last.pt", engine="resume")
+    seed: int = STOPPING(0, "data split, batch order and initialisation", engine="seed")
+    progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")
+    # --- multi-host (MPI): the DistConfig of hogwild.multihost, whose defaults these are ---
+    distributed: str | None = MULTI_HOST(None, "exchange parameters between hosts with this algorithm",
+                                         choices=ALGORITHMS, metavar="ALGO", default_text="one host",
+                                         dist="algorithm")
+    servers: int = MULTI_HOST(DistConfig.servers, "parameter-server ranks (downpour/easgd/eamsgd)",
+                              check=_at_least(1), dist="servers")
+    period: int = MULTI_HOST(DistConfig.period, "local updates between exchanges", check=_at_least(1), dist="period")
+    n_push: int = MULTI_HOST(DistConfig.n_push, "downpour: push every n local updates", check=_at_least(1),
+                             dist="n_push")
+    n_fetch: int = MULTI_HOST(DistConfig.n_fetch, "downpour: fetch every n local updates", check=_at_least(1),
+                              dist="n_fetch")
+    alpha: float = MULTI_HOST(DistConfig.alpha, "easgd/eamsgd: elastic coefficient", check=_inside_unit,
+                              dist="alpha")
+    tester: bool = MULTI_HOST(DistConfig.tester, "an extra last rank evaluates the central model", dist="tester")
+    shard_data: bool = MULTI_HOST(DistConfig.shard_data, "every host iterates over all batches (else host i trains "
+                                                         "on batches[i::hosts])", negative_flag="--no-shard-data",
+                                  dist="shard_data")
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (reproduction scripts label runs)
 
     def __post_init__(self) -> None:
-        for name, choices in (("task", TASKS), ("mode", MODES), ("preset", PRESETS), ("format", FORMATS)):
-            if getattr(self, name) not in choices:
-                _fail(name, f"must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
-        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
-            _fail("optimizer", f"must be one of {', '.join(OPTIMIZERS)}; got {self.optimizer!r}")
-        recipe = resolve_recipe(self.recipe, self.preset)  # an unknown recipe fails here, naming --recipe
-        optimizer = self.optimizer or default_optimizer(self.task, recipe, self.distributed)
-        if self.tag is not None and self.tag not in TAGS:
-            _fail("tag", f"must be one of {', '.join(TAGS)}; got {self.tag!r}")
-        if self.distributed is not None and self.distributed not in ALGORITHMS:
-            _fail("distributed", f"must be one of {', '.join(ALGORITHMS)}; got {self.distributed!r}")
-        for name in ("gpus",):
-            if getattr(self, name) < 0:
-                _fail(name, f"must be >= 0, got {getattr(self, name)}")
-        for name in ("workers", "workers_per_gpu", "max_len", "vocab_size", "beam", "threads_per_worker", "servers",
-                     "period", "n_push", "n_fetch"):
-            if getattr(self, name) < 1:
-                _fail(name.replace("_", "-"), f"must be >= 1, got {getattr(self, name)}")
-        for name in ("word_column", "tag_column", "train_limit", "dev_limit", "eval_sentences", "synthetic_size",
-                     "batch_size", "epochs", "steps", "eval_every", "patience", "checkpoint_every", "log_every",
-                     "word_min_freq", "decay_updates"):
+        """The checks of the values only run.py uses (the engine's are Config's, in `engine_config`)."""
+        for name, (kind, optional) in option_types().items():
             value = getattr(self, name)
-            if value is not None and value < 1:
-                _fail(name.replace("_", "-"), f"must be >= 1, got {value}")
-        for name in ("lr", "time_limit", "eval_every_seconds", "clip_norm"):
-            value = getattr(self, name)
-            if value is not None and (not math.isfinite(value) or value <= 0):
-                _fail(name.replace("_", "-"), f"must be a positive number, got {value}")
-        for name in ("lr_decay", "min_lr", "warmup_steps"):
-            value = getattr(self, name)
-            if value is not None and (not math.isfinite(value) or value < 0):
-                _fail(name.replace("_", "-"), f"must be >= 0, got {value}")
-        if not (math.isfinite(self.eval_budget) and 0 <= self.eval_budget <= 1):
-            _fail("eval-budget", f"is a share of the wall time, in [0, 1]; got {self.eval_budget}")
-        if self.momentum is not None and not 0.0 <= self.momentum < 1.0:
-            _fail("momentum", f"must be in [0, 1), got {self.momentum}")
-        if not 0.0 <= self.dropout < 1.0:
-            _fail("dropout", f"must be in [0, 1), got {self.dropout}")
-        if not 0.0 < self.alpha < 1.0:
-            _fail("alpha", f"must be in (0, 1), got {self.alpha}")
-        schedule = schedule_fields(self.task, optimizer, self.lr or default_lr(self.task, optimizer, recipe),
-                                   self.lr_decay, self.warmup_steps, self.min_lr, recipe,
-                                   self.decay_updates)  # conflicting schedule flags fail here, naming the flag
-        if self.decay_updates is not None and schedule["lr_schedule"] != "linear_decay":
-            _fail("decay-updates", f"sets the unit of a linear decay, but this run's schedule is "
-                                   f"{schedule['lr_schedule']!r} (give --lr-decay > 0)")
+            if not (value is None and optional):
+                _check_type(name, kind, value)
+                _check_declared(name, value)
+        optimizer = self.optimizer or default_optimizer(self.task, resolve_recipe(self.recipe, self.preset),
+                                                        self.distributed)
         if self.task == "nmt" and self.word_min_freq is not None:
-            _fail("word-min-freq", "applies to --task pos only (NMT keeps the --vocab-size most frequent words)")
+            raise OptionError("word_min_freq", "applies to --task pos only (NMT keeps the --vocab-size most frequent "
+                                               "words)")
         if self.src_lang == self.tgt_lang:
-            _fail("tgt-lang", f"must differ from --src-lang (both are {self.src_lang!r})")
+            raise OptionError("tgt_lang", f"must differ from --src-lang (both are {self.src_lang!r})")
         if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
-            _fail("task", "--word-column, --tag-column and --tag apply to --task pos only")
-        if not self.separator or any(c.isspace() for c in self.separator):
-            _fail("separator", f"must be a non-empty string without spaces, got {self.separator!r}")
+            raise OptionError("task", "--word-column, --tag-column and --tag apply to --task pos only")
         if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
-            _fail("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
-                               f"{optimizer!r}; use --distributed easgd for plain SGD")
-        if self.cpu_workers is not None and self.cpu_workers not in CPU_WORKERS:
-            _fail("cpu-workers", f"must be one of {', '.join(CPU_WORKERS)}; got {self.cpu_workers!r}")
-        if self.fused_step and optimizer not in FUSED_OPTIMIZERS:
-            _fail("fused-step", f"torch has a fused CPU kernel only for {', '.join(FUSED_OPTIMIZERS)}, not "
-                                f"{optimizer!r}")
+            raise OptionError("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
+                                           f"{optimizer!r}; use --distributed easgd for plain SGD")
         if self.resume and not self.out:
-            _fail("resume", "needs --out DIR (the run directory to continue)")
-        if self.mode == "sync" and self.data_assignment != "queue":
-            _fail("data-assignment", "--mode sync deals batches in lockstep; use --data-assignment queue")
-        if self.train:
-            for path in self.train:
-                _check_exists("train", path, self.task)
-        for name in ("dev", "test"):
-            if getattr(self, name):
-                _check_exists(name, getattr(self, name), self.task)
+            raise OptionError("resume", "needs --out DIR (the run directory to continue)")
+        corpora = [("train", path) for path in self.train or []]
+        for name, path in corpora + [(name, getattr(self, name)) for name in ("dev", "test") if getattr(self, name)]:
+            _check_exists(name, path, self.task)
 
     @property
     def synthetic(self) -> bool:
         return not self.train
 
     def resolved(self) -> "RunOptions":
-        """A copy with every task-dependent default filled in (what config.json records)."""
-        values = dataclasses.asdict(self)
-        recipe = values["recipe"] = resolve_recipe(self.recipe, self.preset)
-        optimizer = values["optimizer"] = self.optimizer or default_optimizer(self.task, recipe, self.distributed)
-        if values["word_min_freq"] is None and self.task == "pos":
-            values["word_min_freq"] = default_word_min_freq(recipe, self.synthetic)
-        if values["batch_size"] is None:
-            values["batch_size"] = _SYNTHETIC_BATCH[self.task] if self.synthetic else _TASK_DEFAULTS[self.task][
-                "batch_size"]
-        if values["clip_norm"] is None:
-            values["clip_norm"] = _TASK_DEFAULTS[self.task]["clip_norm"]
-        if values["eval_sentences"] is None:
-            values["eval_sentences"] = _TASK_DEFAULTS[self.task]["eval_sentences"]
-        if values["lr"] is None:
-            values["lr"] = default_lr(self.task, optimizer, recipe)
-        if values["lr_decay"] is None:
-            values["lr_decay"] = default_lr_decay(self.task, optimizer, self.warmup_steps, recipe)
-        values["decay_updates"] = schedule_fields(self.task, optimizer, values["lr"], values["lr_decay"],
-                                                  self.warmup_steps, self.min_lr, recipe,
-                                                  self.decay_updates)["decay_updates"]
-        if values["cpu_workers"] is None:
-            values["cpu_workers"] = default_cpu_workers(self.task, self.mode, self.workers)
-        if values["steps"] is None and values["epochs"] is None and values["time_limit"] is None:
-            values["epochs"] = 2 if self.synthetic else 1  # the default job: about a minute on 2 CPU workers
-        if values["log_every"] is None:
-            values["log_every"] = 50 if self.task == "pos" else 10
-        if values["eval_every"] is None and values["eval_every_seconds"] is None:
-            if self.synthetic:
-                values["eval_every"] = 250  # 8 evaluations per epoch of the default job, however fast the machine
-            else:
-                values["eval_every_seconds"] = 60.0
-        return RunOptions(**values)
+        """A copy with every default filled in from `tasks.defaults` (what config.json records)."""
+        return dataclasses.replace(self, **defaults.fill_defaults(self))
 
     def optimizer_args(self) -> dict[str, Any]:
         if self.optimizer in ("msgd", "nesterov") and self.momentum is not None:
             return {"momentum": self.momentum}
         return {}
 
-    def engine_config(self, devices: list[str], best_metric: str) -> Config:
-        """The hogwild.Config of this run (call on a `resolved()` copy).
+    def engine_config(self, devices: list[str], best_metric: str | None = None, eval_at_start: bool = False) -> Config:
+        """The hogwild.Config of this run (call on a `resolved()` copy): the options declared with `engine=` pass as
+        they are, the rest as derived below; a value Config refuses raises OptionError naming the flag. best_metric
+        None: the task's (`tasks.defaults.METRICS`).
 
         sparse_pull: a POS device worker ('cuda:N', 'cpu-replica') pulls only the embedding rows its sentence holds,
         not the whole word table, before every step ('cpu' workers train in place and pull nothing). The tagger
         embeds only its batch's ids, so the arithmetic is the same (tests/tasks/test_pos.py). NMT's embeddings are
         dense, and sync mode averages whole tables (Config refuses it there)."""
-        return Config(
-            devices=devices, mode=self.mode, threads_per_worker=self.threads_per_worker, optimizer=self.optimizer,
-            lr=self.lr, optimizer_args=self.optimizer_args(),
+        derived = dict(
+            devices=devices, optimizer_args=self.optimizer_args(),
             **schedule_fields(self.task, self.optimizer, self.lr, self.lr_decay, self.warmup_steps, self.min_lr,
                               self.recipe, self.decay_updates),
-            clip_norm=self.clip_norm, max_steps=self.steps, epochs=self.epochs, time_limit=self.time_limit,
-            eval_every=self.eval_every, eval_every_seconds=self.eval_every_seconds, eval_budget=self.eval_budget or None,
-            best_metric=best_metric,
-            best_mode="max", patience=self.patience, checkpoint_dir=self.out, resume=self.resume,
-            checkpoint_every=self.checkpoint_every, log_every=self.log_every, progress=self.progress,
-            seed=self.seed, data_assignment=self.data_assignment, amp=self.amp,
+            eval_budget=self.eval_budget or None,  # 0: no cap
             fused_step=True if self.fused_step else None,  # None: the engine's choice (on for GPU workers)
-            sparse_pull=self.task == "pos" and self.mode != "sync")
+            sparse_pull=self.task == "pos" and self.mode != "sync",
+            best_metric=best_metric or defaults.METRICS[self.task], best_mode="max", eval_at_start=eval_at_start)
+        given = {option.engine: getattr(self, name) for name, option in declared().items()
+                 if option.engine and option.engine not in derived}
+        try:
+            return Config(**given, **derived)
+        except ConfigError as error:
+            name = {**engine_fields(), "devices": "workers", "workers": "workers"}.get(error.field)
+            if name is None:
+                raise
+            raise OptionError(name, error.reason) from None
 
-    def dist_config(self):
-        """The MPI module's DistConfig for these options."""
-        return DistConfig(algorithm=self.distributed, servers=self.servers, period=self.period, n_push=self.n_push,
-                          n_fetch=self.n_fetch, alpha=self.alpha, tester=self.tester, shard_data=self.shard_data)
+    def dist_config(self) -> DistConfig:
+        """The MPI module's DistConfig for these options (those declared with `dist=`)."""
+        return DistConfig(**{option.dist: getattr(self, name) for name, option in declared().items() if option.dist})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def default_cpu_workers(task: str, mode: str, workers: int) -> str:
-    """How CPU workers train unless --cpu-workers says: NMT Hogwild workers on replicas, the rest in place.
-
-    NMT (Europarl, Adam, 2 workers, 2026-11-25, docs/benchmarks.md): in place, the other worker's Adam update (every
-    weight moves) lands in the middle of a ~1 s step, and held-out loss per update trailed 1 worker by 0.02-0.13
-    nats over two seeds to 1,200 updates; on replicas it was level with or ahead of 1 worker, at the same updates/s
-    (the copy is ~1% of a step). POS (SGD, one sentence, ~7 ms a step): in place is level with 1 worker per update and makes as
-    many updates/s as 2 unrelated runs, while replicas made 19% fewer (each step copies the 0.85M dense weights in
-    and their gradients out; 31% before they pulled only the sentence's embedding rows). Sync and single workers see
-    no update mid-step."""
-    return "replica" if task == "nmt" and mode == "hogwild" and workers > 1 else "in-place"
+@cache
+def declared() -> dict[str, Option]:
+    """Every run option's declaration, in the order of the dataclass (and of --help)."""
+    return {f.name: f.metadata["option"] for f in dataclasses.fields(RunOptions) if "option" in f.metadata}
 
 
-def _check_exists(flag: str, path: str, task: str) -> None:
+@cache
+def option_types() -> dict[str, tuple[type, bool]]:
+    """name -> (type, None allowed) of every field, from the annotations: int, float, str, bool, list or dict."""
+    hints = typing.get_type_hints(RunOptions)
+    types = {}
+    for name, hint in hints.items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = type(None) in typing.get_args(hint)
+        kind = typing.get_origin(args[0]) or args[0] if optional else typing.get_origin(hint) or hint
+        types[name] = (kind, optional)
+    return types
+
+
+@cache
+def engine_fields() -> dict[str, str]:
+    """hogwild.Config field -> the option that sets it (the first one declared)."""
+    names: dict[str, str] = {}
+    for name, option in declared().items():
+        if option.engine:
+            names.setdefault(option.engine, name)
+    return names
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list of paths",
+               dict: "a mapping"}
+
+
+def _check_type(name: str, kind: type, value: Any) -> None:
+    if kind is float:
+        fits = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind is int:
+        fits = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is list:
+        fits = isinstance(value, list) and all(isinstance(item, str) for item in value)
+    else:
+        fits = isinstance(value, kind)
+    if not fits:
+        raise OptionError(name, f"must be {_TYPE_NAMES[kind]}, got {value!r}")
+
+
+def _check_declared(name: str, value: Any) -> None:
+    option = declared().get(name)
+    if option is not None and option.choices is not None and value not in option.choices:
+        raise OptionError(name, f"must be one of {', '.join(option.choices)}; got {value!r}")
+    message = option.check(value) if option is not None and option.check else None
+    if message:
+        raise OptionError(name, message)
+
+
+def check_value(name: str, value: Any) -> None:
+    """The type check of one option's value (for values read from a --config file)."""
+    kind, optional = option_types()[name]
+    if not (value is None and optional):
+        _check_type(name, kind, value)
+
+
+def _check_exists(name: str, path: str, task: str) -> None:
     """POS corpora are files or folders; NMT corpora are prefixes (PREFIX.fr / PREFIX.fr.xz exist)."""
     if task == "pos" or os.path.exists(path):
         if not os.path.exists(path):
-            _fail(flag, f"{path} does not exist")
+            raise OptionError(name, f"{path} does not exist")
         return
     folder = os.path.dirname(path) or "."
     base = os.path.basename(path)
-    if not os.path.isdir(folder) or not any(name.startswith(base + ".") for name in os.listdir(folder)):
-        _fail(flag, f"no file {path}.<lang>[.xz|.gz|.bz2] found (NMT corpora are given as prefixes, e.g. "
-                    f"europarl-fr-en/train for train.fr + train.en)")
+    if not os.path.isdir(folder) or not any(entry.startswith(base + ".") for entry in os.listdir(folder)):
+        raise OptionError(name, f"no file {path}.<lang>[.xz|.gz|.bz2] found (NMT corpora are given as prefixes, "
+                                f"e.g. europarl-fr-en/train for train.fr + train.en)")

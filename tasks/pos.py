@@ -18,8 +18,9 @@ from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_datas
 from hogwild.data.readers import read_tagged
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
+from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import full_and_periodic, pos_heldout
-from hogwild.tasks.job import TaskJob
+from hogwild.tasks.task_job import TaskJob
 
 
 def _read(path: str, options) -> list:
@@ -80,7 +81,7 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
         return results
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("pos", model, pos_loss, list(dataset.train.epoch(0)), evaluate, "accuracy", spec, dataset.save,
+    return TaskJob("pos", model, pos_loss, list(dataset.train.epoch(0)), evaluate, METRICS["pos"], spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hogwild.files import RecordLog, update_sections
-from hogwild.tasks.job import MODEL_FILE
+from hogwild.tasks.task_job import MODEL_FILE
 
 
 class RunDirError(ValueError):

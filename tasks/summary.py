@@ -54,7 +54,7 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "worker_updates": result.worker_updates,
         "examples": result.examples,
         "segments": ((previous or {}).get("segments", 1) + 1) if start_updates else 1,
-        "recipe": options.recipe,  # what it picked, below (tasks/recipes.py)
+        "recipe": options.recipe,  # what it picked, below (tasks/defaults.py)
         "optimizer": options.optimizer,
         "lr": options.lr,
         "lr_decay": options.lr_decay,

@@ -9,7 +9,6 @@ Usage: `summary = run_training(RunOptions(task="pos", workers=2, time_limit=60, 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import sys
 import tempfile
@@ -26,12 +25,12 @@ from hogwild.files import write_atomic
 from hogwild.resources import check_resources, tensor_nbytes
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
-from hogwild.tasks.job import MODEL_FILE, TaskJob
-from hogwild.tasks.jobs import build_job
+from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.rundir import RunDirError, check_out, segment_start, write_command, write_config
 from hogwild.tasks.runlock import RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
+from hogwild.tasks.task_job import MODEL_FILE, TaskJob
 
 
 def _say(message: str) -> None:
@@ -121,14 +120,11 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
            say: Callable[[str], None]) -> dict[str, Any]:
     run_dir, rank_is_first = owner.run_dir, owner.writer
     engine_dir = run_dir / "host0" if options.distributed else run_dir
-    job, start_updates = _checked_job(options, devices, owner, engine_dir, say)
+    job, config, start_updates = _checked_job(options, devices, owner, engine_dir, say)
     previous = read_summary(run_dir) if start_updates else None
     if rank_is_first:
         write_command(run_dir, argv)
         write_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
-    # A fresh run also scores its starting parameters: the engine does that on its evaluation thread, inside the
-    # time limit and the evaluation budget (Config.eval_at_start), not here before the clock starts.
-    config = dataclasses.replace(options.engine_config(devices, job.metric), eval_at_start=not start_updates)
     started = [time.time()]
     evaluate = _watched(job, started, say)
     say(f"training with {len(devices)} worker(s) on {', '.join(sorted(set(devices)))} ({options.mode}, "
@@ -168,11 +164,16 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
 
 
 def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, engine_dir: Path,
-                 say: Callable[[str], None]) -> tuple[TaskJob, int]:
-    """Load the data and build the job, check a --resume against it and the machine against it, then (only then)
-    create or take the run directory and install the job's files. Returns (job, update resumed from or 0)."""
+                 say: Callable[[str], None]) -> tuple[TaskJob, hogwild.Config, int]:
+    """Build the engine's Config, load the data and build the job, check a --resume against it and the machine
+    against it, then (only then) create or take the run directory and install the job's files. Returns (job, config,
+    update resumed from or 0)."""
     resume_path = engine_dir / "last.pt"
     resume_state = read_checkpoint(str(resume_path)) if options.resume and resume_path.exists() else None
+    start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
+    # A value the engine refuses names its flag here, before the data loads. A fresh run also scores its starting
+    # parameters: the engine does that on its evaluation thread, inside the time limit and the evaluation budget.
+    config = options.engine_config(devices, eval_at_start=not start_updates)
     loading = time.time()
     job = build_job(options)
     n_params = sum(p.numel() for p in job.model.parameters())
@@ -185,7 +186,6 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
             check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
             _check_same_files(Path(staging), owner.run_dir)
         _check_machine(job, devices, options)
-        start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
         del resume_state  # the engine reads it again (its tensors are not needed here)
         if options.resume:
             say(f"resuming {resume_path} at update {start_updates}" if start_updates else
@@ -194,7 +194,7 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
             owner.claim()
             if not start_updates:
                 _install_files(Path(staging), owner.run_dir)
-    return job, start_updates
+    return job, config, start_updates
 
 
 def _check_machine(job: TaskJob, devices: list[str], options: RunOptions) -> None:

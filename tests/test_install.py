@@ -31,7 +31,7 @@ INSIDE_THE_VENV = textwrap.dedent("""
     assert not hasattr(builtins, "HOGWILD_PROBE"), "a .pth of the shared site-packages was processed"
     import hogwild
     import hogwild.data, hogwild.models, hogwild.multihost, hogwild.tasks
-    from hogwild.tasks.jobs import build_job  # the tasks package imports cleanly when installed
+    from hogwild.tasks.job_builders import build_job  # the tasks package imports cleanly when installed
     for module in (hogwild, hogwild.models, hogwild.data, hogwild.tasks, hogwild.multihost):
         assert Path(module.__file__).resolve().is_relative_to(site), (module.__name__, module.__file__)
     for name in ("models", "data", "tasks", "scripts", "bench"):  # no generic top-level names
@@ -109,7 +109,7 @@ def test_a_non_editable_install_imports_and_trains_outside_the_checkout(tmp_path
     installed = {line.split(",")[0] for line in record.read_text().splitlines()}
     for package in PACKAGES:
         assert f"{package}/__init__.py" in installed, package
-    assert {"hogwild/data/corpora.py", "hogwild/tasks/learning_rate.py", "hogwild/tasks/jobs.py",
+    assert {"hogwild/data/corpora.py", "hogwild/tasks/defaults.py", "hogwild/tasks/job_builders.py",
             "hogwild/models/pos_tagger.py", "hogwild/multihost/transport.py"} <= installed
     assert not [name for name in installed if name.split("/")[0] in ("models", "data", "tasks", "scripts", "bench",
                                                                      "tests")]

@@ -1,6 +1,6 @@
 """scripts/train_serial.py, run as its docstring shows (`python -m scripts.train_serial` from the repository root), on
 the synthetic tasks (seconds): run folder contents, update limits, both loops (plain and the hogwild engine in single
-mode), and the learning-rate rule it shares with run.py (tasks.learning_rate)."""
+mode), and the learning-rate rule it shares with run.py (tasks.defaults)."""
 import json
 import subprocess
 import sys

@@ -1,10 +1,15 @@
 """tasks.cli / run.py: every flag in --help with its default, bad flag values and bad input files end with one
 clear line and a non-zero exit (no traceback), and --gpus on a machine without enough GPUs."""
+import dataclasses
+import json
 import re
 
 import pytest
 
-from hogwild.tasks.cli import main, tag_parser, train_parser, translate_parser
+from hogwild.tasks import defaults
+from hogwild.tasks.cli import main, run_options, tag_parser, train_parser, translate_parser
+from hogwild.tasks.options import RunOptions
+from hogwild.tasks.rundir import write_config
 
 from tests.tasks.helpers import run_py
 
@@ -23,6 +28,17 @@ def test_help_lists_every_issue_flag_with_its_default():
     entry = text.split("  --workers N", 1)[1].split("\n  --", 1)[0]
     assert " ".join(entry.split()) == "CPU worker processes (without --gpus) (default: 2)"
     assert "--checkpoint RUN_DIR" in text  # the epilog names the subcommands
+    flat = " ".join(text.split())
+    assert f"learning rate (default: {defaults.LR_TEXT})" in flat  # generated from the recipe table
+    assert "(default: the recipe optimizer's: pos 0.1 (paper 0.03), nmt 0.001 (paper 0.1);" in flat
+    assert "--no-progress no progress bar (default: off)" in flat
+
+
+def test_every_run_option_is_a_flag_with_its_declared_default():
+    parsed = vars(train_parser().parse_args([]))
+    assert parsed.pop("config") is None
+    assert RunOptions(**parsed) == RunOptions()
+    assert set(parsed) == {f.name for f in dataclasses.fields(RunOptions)} - {"extra"}
 
 
 def test_flags_parse_into_options():
@@ -39,7 +55,9 @@ def test_flags_parse_into_options():
 
 @pytest.mark.parametrize("argv, message", [
     (["--workers", "0"], "--workers: must be >= 1, got 0"),
-    (["--lr", "-1"], "--lr: must be a positive number, got -1.0"),
+    (["--lr", "-1"], "--lr: must be > 0, got -1.0"),  # hogwild.Config's check, reported by the flag
+    (["--fused-step", "--optimizer", "rmsprop"], "--fused-step: torch has a fused CPU kernel only for sgd"),
+    (["--min-lr", "0.5"], "--min-lr: must not exceed lr (0.1), got 0.5"),
     (["--task", "ner"], "argument --task: invalid choice: 'ner'"),
     (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
     (["--train", "/no/such/corpus"], "--train: /no/such/corpus does not exist"),
@@ -82,3 +100,65 @@ def test_inference_on_a_missing_run_directory_is_a_clear_error(tmp_path, capsys)
                                               f"directory"
     assert main(["plot", str(tmp_path), "--out", str(tmp_path / "p.png")]) == 1
     assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def _a_run_directory(tmp_path, **values) -> tuple:
+    options = RunOptions(**values).resolved()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_config(run_dir, run=options.to_dict(), model={}, devices=["cpu"])
+    return options, run_dir
+
+
+def test_config_replays_a_run_directory_and_flags_override_it(tmp_path):
+    options, run_dir = _a_run_directory(tmp_path, task="nmt", workers=3, steps=40, lr=0.002, seed=7,
+                                        out=str(tmp_path / "run"), extra={"label": "x"})
+    replayed = run_options(train_parser(), ["--config", str(run_dir)])
+    assert replayed == dataclasses.replace(options, out=None)  # the replay goes to a new run directory
+    assert replayed.resolved() == replayed  # every default was recorded
+    config_json = run_options(train_parser(), ["--config", str(run_dir / "config.json"), "--out", "o", "--steps", "9"])
+    assert config_json == dataclasses.replace(options, out="o", steps=9)  # the flags given win
+
+
+@pytest.mark.parametrize("name, text", [
+    ("options.yaml", "task: nmt\ntime-limit: 30\ntrain: tests/fixtures/data/tiny\nlr: 1\n"),
+    ("options.toml", 'task = "nmt"\ntime_limit = 30\ntrain = ["tests/fixtures/data/tiny"]\nlr = 1\n'),
+    ("options.json", '{"task": "nmt", "time_limit": 30, "train": ["tests/fixtures/data/tiny"], "lr": 1}'),
+])
+def test_config_reads_options_files(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    options = run_options(train_parser(), ["--config", str(tmp_path / name), "--workers", "1"])
+    assert (options.task, options.time_limit, options.train, options.lr, options.workers) == (
+        "nmt", 30, ["tests/fixtures/data/tiny"], 1, 1)
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("bad.yaml", "lr: 0.1\nlrr: 0.2\n", "--config {path}: unknown option 'lrr'"),
+    ("bad.json", '{"run": {"task": "pos", "colour": "red"}}', "--config {path}: unknown option 'colour'"),
+    ("bad.toml", "steps = 'ten'\n", "--config {path}: --steps: must be an integer, got 'ten'"),
+    ("bad.yaml", "task: [pos\n", "--config {path}: not valid YAML: "),
+    ("bad.json", "[1, 2]", "--config {path}: expected a mapping of option names to values, got list"),
+    ("missing.yaml", None, "--config {path}: cannot read it (No such file or directory)"),
+])
+def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys, name, text, message):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", str(path)])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("run.py: error: " + message.format(path=path))
+
+
+def test_config_replays_a_real_run(tmp_path):
+    first = tmp_path / "first"
+    done = run_py("--synthetic-size", "60", "--steps", "4", "--workers", "1", "--no-progress", "--lr", "0.05",
+                  "--out", str(first), timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    second = tmp_path / "second"
+    done = run_py("--config", str(first), "--out", str(second), timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = [json.loads((folder / "config.json").read_text()) for folder in (first, second)]
+    assert runs[1]["run"] == {**runs[0]["run"], "out": str(second)}
+    assert {**runs[1]["config"], "checkpoint_dir": None} == {**runs[0]["config"], "checkpoint_dir": None}

@@ -9,7 +9,7 @@ from hogwild.data.text import tokenize_lines
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import AttentionNMT, NMTConfig, corpus_bleu, evaluate_pos, heldout_loss, nmt_loss, translate
 from hogwild.tasks.heldout import DECODE_MAX_LEN, cap_lengths, nmt_heldout, pos_heldout, sample_rows
-from hogwild.tasks.jobs import build_job
+from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
 
 

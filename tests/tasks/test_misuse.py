@@ -89,7 +89,7 @@ def test_bad_input_fails_cleanly_and_touches_nothing(world, name, argv, status, 
 
 def test_eamsgd_gets_the_momentum_optimizer_by_default(monkeypatch):
     seen = {}
-    monkeypatch.setattr(cli, "_train", lambda args: seen.setdefault("optimizer", args.optimizer) and 0)
+    monkeypatch.setattr(cli, "_train", lambda options: seen.setdefault("optimizer", options.resolved().optimizer) and 0)
     assert cli.main(["--distributed", "eamsgd"]) == 0 and seen["optimizer"] == "msgd"
     seen.clear()
     assert cli.main(["--distributed", "easgd"]) == 0 and seen["optimizer"] == "sgd"

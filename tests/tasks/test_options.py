@@ -1,8 +1,11 @@
-"""tasks.options: validation of every kind of bad value, task defaults, and the mapping onto hogwild.Config."""
+"""tasks.options: validation of every kind of bad value where it enters (RunOptions for run.py's own values,
+hogwild.Config for the engine's, reported by the flag), task defaults, and the mapping onto hogwild.Config."""
+import dataclasses
+
 import pytest
 
-from hogwild.tasks.learning_rate import default_lr
-from hogwild.tasks.options import RunOptions
+from hogwild.tasks.defaults import default_lr
+from hogwild.tasks.options import OptionError, RunOptions, declared, engine_fields
 
 
 def test_resolved_fills_the_papers_defaults_per_task():
@@ -34,7 +37,8 @@ def test_engine_config_carries_every_training_choice():
     assert config.lr_schedule == "constant"
     sgd = RunOptions(task="pos", recipe="paper").resolved().engine_config(["cpu"], "accuracy")
     assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.min_lr) == ("linear_decay", 0.0135, pytest.approx(0.0003))
-    sgd = RunOptions(task="pos").resolved().engine_config(["cpu"], "accuracy")
+    sgd = RunOptions(task="pos").resolved().engine_config(["cpu"], eval_at_start=True)
+    assert sgd.eval_at_start and sgd.best_metric == "accuracy"  # the task's metric
     assert (sgd.lr_schedule, sgd.decay_per_epoch, sgd.decay_updates, sgd.min_lr) == (
         "linear_decay", 0.0225, 40_000, pytest.approx(0.001))
     assert sgd.eval_budget == 0.1  # periodic evaluations within 10% of the wall time unless told otherwise
@@ -51,12 +55,10 @@ def test_engine_config_carries_every_training_choice():
     ({"task": "ner"}, "--task: must be one of pos, nmt"),
     ({"workers": 0}, "--workers: must be >= 1, got 0"),
     ({"gpus": -1}, "--gpus: must be >= 0"),
-    ({"lr": 0.0}, "--lr: must be a positive number"),
-    ({"lr": float("nan")}, "--lr: must be a positive number"),
-    ({"time_limit": -3.0}, "--time-limit: must be a positive number"),
-    ({"steps": 0}, "--steps: must be >= 1"),
-    ({"eval_budget": 1.5}, "--eval-budget: is a share of the wall time, in [0, 1]; got 1.5"),
-    ({"eval_budget": -0.1}, "--eval-budget: is a share"),
+    ({"epochs": 2.5}, "--epochs: must be an integer, got 2.5"),
+    ({"lr": "0.1"}, "--lr: must be a number, got '0.1'"),
+    ({"train": "corpus.txt"}, "--train: must be a list of paths, got 'corpus.txt'"),
+    ({"resume": 1}, "--resume: must be true or false, got 1"),
     ({"dropout": 1.0}, "--dropout: must be in [0, 1)"),
     ({"momentum": 1.5}, "--momentum: must be in [0, 1)"),
     ({"optimizer": "lbfgs"}, "--optimizer: must be one of sgd"),
@@ -64,15 +66,56 @@ def test_engine_config_carries_every_training_choice():
     ({"src_lang": "en"}, "--tgt-lang: must differ from --src-lang"),
     ({"task": "nmt", "tag": "upos"}, "--task: --word-column, --tag-column and --tag apply to --task pos only"),
     ({"distributed": "gossip"}, "--distributed: must be one of allreduce"),
-    ({"optimizer": "rmsprop", "fused_step": True}, "--fused-step: torch has a fused CPU kernel only for sgd"),
-    ({"mode": "sync", "data_assignment": "partition"}, "--data-assignment: --mode sync deals batches in lockstep"),
+    ({"alpha": 1.0}, "--alpha: must be in (0, 1), got 1.0"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(changes, message):
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(OptionError) as error:
         RunOptions(**changes)
     assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"lr": 0.0}, "--lr: must be > 0, got 0.0"),
+    ({"lr": float("nan")}, "--lr: must be a finite number, got nan"),
+    ({"time_limit": -3.0}, "--time-limit: must be > 0, got -3.0"),
+    ({"steps": 0}, "--steps: must be > 0, got 0"),
+    ({"clip_norm": -1.0}, "--clip-norm: must be > 0, got -1.0"),
+    ({"threads_per_worker": 0}, "--threads-per-worker: must be > 0, got 0"),
+    ({"eval_budget": 1.5}, "--eval-budget: is a share of the wall time, in [0, 1]; got 1.5"),
+    ({"eval_budget": -0.1}, "--eval-budget: must be >= 0, got -0.1"),
+    ({"optimizer": "msgd", "momentum": -0.5}, "--momentum: must be in [0, 1)"),  # RunOptions' own check first
+    ({"optimizer": "rmsprop", "fused_step": True}, "--fused-step: torch has a fused CPU kernel only for sgd"),
+    ({"mode": "sync", "data_assignment": "partition"}, "--data-assignment: mode='sync' deals batches in lockstep"),
+])
+def test_the_engines_refusals_name_the_flag(changes, message):
+    """hogwild.Config checks the values it takes, once; its error reaches the user naming the flag."""
+    try:
+        options = RunOptions(**changes).resolved()
+    except OptionError as error:
+        assert str(error).startswith(message)
+        return
+    with pytest.raises(OptionError) as error:
+        options.engine_config(["cpu", "cpu"], "accuracy")
+    assert str(error.value).startswith(message)
+
+
+def test_every_engine_field_passes_through_one_declaration():
+    """A flag reaches hogwild.Config (which the workers receive) straight from its declaration, or derived in
+    engine_config: every option declared with engine= lands in its Config field."""
+    options = RunOptions(task="pos", optimizer="msgd", momentum=0.5, steps=7, epochs=3, time_limit=9.0,
+                         eval_every=4, eval_every_seconds=2.0, patience=2, checkpoint_every=5, log_every=6,
+                         out="/tmp/x", resume=True, seed=3, progress=False, threads_per_worker=2, clip_norm=0.25,
+                         amp="bf16", mode="single", data_assignment="partition").resolved()
+    config = options.engine_config(["cpu"], "accuracy")
+    direct = {name: option.engine for name, option in declared().items()
+              if option.engine and option.engine not in ("devices", "optimizer_args", "decay_per_epoch", "min_lr",
+                                                         "decay_updates", "warmup_steps", "eval_budget",
+                                                         "fused_step")}
+    assert direct and all(getattr(config, engine) == getattr(options, name) for name, engine in direct.items())
+    assert (config.max_steps, config.checkpoint_dir, config.optimizer_args) == (7, "/tmp/x", {"momentum": 0.5})
+    assert engine_fields()["max_steps"] == "steps" and engine_fields()["checkpoint_dir"] == "out"
 
 
 def test_nmt_prefix_is_accepted_when_its_language_files_exist(tmp_path):
@@ -87,3 +130,11 @@ def test_eval_sentences_defaults_per_task_and_is_checked():
     assert RunOptions(task="nmt", eval_sentences=50).resolved().eval_sentences == 50
     with pytest.raises(ValueError, match="^--eval-sentences: must be >= 1"):
         RunOptions(eval_sentences=0)
+
+
+def test_resolved_is_a_copy_that_keeps_what_was_given():
+    given = RunOptions(task="nmt", lr=0.5, batch_size=3, extra={"label": "x"})
+    resolved = given.resolved()
+    assert given.optimizer is None and given.batch_size == 3  # the original is left as it was
+    assert (resolved.optimizer, resolved.lr, resolved.batch_size, resolved.extra) == ("adam", 0.5, 3, {"label": "x"})
+    assert dataclasses.replace(resolved, optimizer=None).resolved().optimizer == "adam"

@@ -69,7 +69,7 @@ def test_nmt_run_directory_translations_and_learning(nmt_run):
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert (summary["task"], summary["best"]["metric"], summary["heldout"]["dev"]["beam"]) == ("nmt", "bleu", 2)
-    # NMT Hogwild workers train on replicas by default (tasks.options.default_cpu_workers), and the run records it
+    # NMT Hogwild workers train on replicas by default (tasks.defaults.default_cpu_workers), and the run records it
     assert summary["devices"] == ["cpu-replica", "cpu-replica"]
     assert json.loads((out / "config.json").read_text())["run"]["cpu_workers"] == "replica"
     assert len((out / "dev.hyp").read_text().splitlines()) == 16

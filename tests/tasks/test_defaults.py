@@ -1,12 +1,31 @@
-"""tasks.learning_rate: the one rule for a run's learning rate, schedule and floor, pinned per task x optimizer x
-schedule x recipe; run.py's options and scripts/train_serial.py both take it."""
+"""tasks.defaults: which recipe a run follows, the one rule for a run's learning rate, schedule and floor (pinned per
+task x optimizer x schedule x recipe; run.py's options and scripts/train_serial.py both take it), the per-task values,
+the --help texts generated from the tables, and (slow) that the default recipe trains a small real treebank past a
+clear accuracy bar where the paper's settings do not (issue #11: 76% on a 2,200-sentence treebank)."""
+import json
+
 import pytest
 
 from hogwild import Config
 from hogwild.lr_schedule import make_schedule
-from hogwild.tasks.learning_rate import (DECAY_UPDATES, default_decay_updates, default_lr, default_lr_decay,
-                                         schedule_fields)
-from hogwild.tasks.options import RunOptions
+from hogwild.tasks import defaults
+from hogwild.tasks.defaults import (DECAY_UPDATES, RECIPES, default_decay_updates, default_lr, default_lr_decay,
+                                    default_optimizer, default_word_min_freq, resolve_recipe, schedule_fields)
+from hogwild.tasks.options import OptionError, RunOptions
+from tests.tasks.helpers import run_py
+
+
+def test_recipe_follows_the_preset_unless_given():
+    assert RECIPES == ("default", "paper")
+    assert [resolve_recipe(None, "small"), resolve_recipe(None, "paper")] == ["default", "paper"]
+    assert [resolve_recipe("paper", "small"), resolve_recipe("default", "paper")] == ["paper", "default"]
+    with pytest.raises(ValueError, match="^--recipe: must be one of default, paper; got 'quick'"):
+        resolve_recipe("quick", "small")
+    assert [default_optimizer(task, recipe) for recipe in RECIPES for task in ("pos", "nmt")] == [
+        "sgd", "adam", "sgd", "sgd"]
+    assert default_optimizer("pos", "default", "eamsgd") == "msgd"  # EAMSGD needs momentum
+    assert [default_word_min_freq("default"), default_word_min_freq("paper"), default_word_min_freq("default", True)
+            ] == [2, 10, 10]
 
 
 def test_paper_rates_per_task_and_optimizer():
@@ -37,8 +56,6 @@ def test_default_recipe_rates_and_decay_counted_in_updates():
     assert [paper(step, epoch) for step, epoch in ((0, 0), (1_728, 1), (3_456, 2), (17_000, 9))] == \
         pytest.approx([0.03, 0.0165, 0.003, 0.0003], abs=1e-15)  # ud-german-lit: at the floor after 3 epochs
     assert schedule_fields("pos", "sgd", 0.1, decay_updates=1000)["decay_updates"] == 1000
-    with pytest.raises(ValueError, match=r"^--decay-updates: must be an integer >= 1, got 0"):
-        schedule_fields("pos", "sgd", 0.1, decay_updates=0)
 
 
 @pytest.mark.parametrize("task, optimizer, lr, lr_decay, warmup, expected", [
@@ -68,21 +85,23 @@ def test_schedule_fields_per_task_optimizer_and_schedule(task, optimizer, lr, lr
                   warmup_steps=config.warmup_steps, min_lr=config.min_lr)
 
 
-def test_min_lr_raises_the_floor_but_never_above_the_rate():
+def engine(**values) -> Config:
+    return RunOptions(**values).resolved().engine_config(["cpu"])
+
+
+def test_min_lr_raises_the_floor_and_config_refuses_it_above_the_rate_naming_the_flag():
     assert schedule_fields("pos", "sgd", 0.03, min_lr=0.001)["min_lr"] == 0.001  # above lr * 1%: kept
     assert schedule_fields("pos", "sgd", 0.03, min_lr=0.0001)["min_lr"] == pytest.approx(0.0003)  # below: lr * 1%
     assert schedule_fields("nmt", "sgd", 0.1, min_lr=0.05)["min_lr"] == 0.05  # constant: --min-lr as given
-    with pytest.raises(ValueError, match=r"^--min-lr: must be in \[0, --lr\] = \[0, 0.03\], got 0.05"):
-        schedule_fields("pos", "sgd", 0.03, min_lr=0.05)
+    with pytest.raises(OptionError, match=r"^--min-lr: must not exceed lr \(0.03\), got 0.05$"):
+        engine(task="pos", recipe="paper", min_lr=0.05)
 
 
-def test_decay_and_warmup_together_are_refused_where_the_flags_enter():
+def test_decay_and_warmup_together_are_refused_naming_the_flag():
     with pytest.raises(ValueError, match="^--lr-decay: 0.01 cannot be combined with --warmup-steps 10"):
         schedule_fields("nmt", "sgd", 0.1, lr_decay=0.01, warmup_steps=10)
     with pytest.raises(ValueError, match="^--lr-decay: 0.01 cannot be combined with --warmup-steps 10"):
-        RunOptions(task="pos", lr_decay=0.01, warmup_steps=10)
-    with pytest.raises(ValueError, match=r"^--min-lr: must be in \[0, --lr\]"):
-        RunOptions(task="pos", lr=0.01, min_lr=0.02)
+        engine(task="pos", lr_decay=0.01, warmup_steps=10)
     with pytest.raises(ValueError, match=r"^--lr-decay: must be >= 0, got -0.5"):
         schedule_fields("pos", "sgd", 0.03, lr_decay=-0.5)
 
@@ -90,12 +109,12 @@ def test_decay_and_warmup_together_are_refused_where_the_flags_enter():
 def test_run_options_take_the_rule():
     pos = RunOptions(task="pos", recipe="paper").resolved()
     assert (pos.lr, pos.lr_decay, pos.decay_updates) == (0.03, 0.0135, None)
-    config = pos.engine_config(["cpu"], "accuracy")
+    config = pos.engine_config(["cpu"])
     assert (config.lr_schedule, config.decay_per_epoch, config.min_lr) == ("linear_decay", 0.0135, pytest.approx(3e-4))
     assert config.decay_updates is None  # the paper's decay counts epochs
     warm = RunOptions(task="pos", warmup_steps=20).resolved()  # POS + SGD + warm-up: the paper's decay steps aside
-    assert warm.lr_decay == 0.0
-    config = warm.engine_config(["cpu", "cpu"], "accuracy")
+    assert (warm.lr_decay, warm.decay_updates) == (0.0, None)
+    config = warm.engine_config(["cpu", "cpu"])
     assert (config.lr_schedule, config.decay_per_epoch, config.warmup_steps) == ("warmup_scaled", 0.0, 20)
 
 
@@ -113,15 +132,23 @@ def test_recipes_resolve_per_task_and_preset():
         train = brown if task == "pos" else ["tests/fixtures/data/tiny"]
         o = RunOptions(task=task, preset=preset, recipe=recipe, train=train).resolved()
         assert (o.recipe, o.optimizer, o.lr, o.lr_decay, o.decay_updates, o.word_min_freq, o.clip_norm) == expected
-        config = o.engine_config(["cpu"], "accuracy")
+        config = o.engine_config(["cpu"])
         assert (config.optimizer, config.lr, config.decay_updates) == (expected[1], expected[2], expected[4])
+        assert config.best_metric == {"pos": "accuracy", "nmt": "bleu"}[task]
     synthetic = RunOptions(task="pos").resolved()  # the synthetic task keeps its own vocabulary threshold
-    assert (synthetic.recipe, synthetic.word_min_freq) == ("default", 10)
+    assert (synthetic.recipe, synthetic.word_min_freq, synthetic.synthetic_size) == ("default", 10, 2000)
     flags = RunOptions(task="pos", train=brown, optimizer="adam", word_min_freq=3, recipe="paper").resolved()
     assert (flags.optimizer, flags.lr, flags.lr_decay, flags.word_min_freq) == ("adam", 1e-3, 0.0, 3)  # flags win
     unit = RunOptions(task="pos", decay_updates=5_000).resolved()
-    assert unit.engine_config(["cpu"], "accuracy").decay_updates == 5_000
+    assert unit.engine_config(["cpu"]).decay_updates == 5_000
     assert RunOptions(task="pos", recipe="paper", decay_updates=5_000).resolved().decay_updates == 5_000
+
+
+def test_resolving_twice_changes_nothing():
+    for values in ({"task": "pos"}, {"task": "nmt", "workers": 3}, {"task": "pos", "recipe": "paper", "steps": 9},
+                   {"task": "nmt", "train": ["tests/fixtures/data/tiny"], "warmup_steps": 5}):
+        once = RunOptions(**values).resolved()
+        assert once.resolved() == once
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -129,11 +156,45 @@ def test_recipes_resolve_per_task_and_preset():
     ({"optimizer": "lbfgs"}, "^--optimizer: must be one of"),
     ({"word_min_freq": 0}, "^--word-min-freq: must be >= 1, got 0"),
     ({"task": "nmt", "word_min_freq": 2}, "^--word-min-freq: applies to --task pos only"),
-    ({"decay_updates": 0}, "^--decay-updates: must be >= 1, got 0"),
-    ({"task": "nmt", "decay_updates": 100}, "^--decay-updates: sets the unit of a linear decay, but this run's "
-                                            "schedule is 'constant'"),
-    ({"lr_decay": 0.0, "decay_updates": 100}, "^--decay-updates: sets the unit"),
 ])
 def test_bad_recipe_flags_name_the_flag(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(OptionError, match=message):
         RunOptions(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"decay_updates": 0}, r"^--decay-updates: must be > 0, got 0"),
+    ({"task": "nmt", "decay_updates": 100}, r"^--decay-updates: sets the unit of a linear decay .*not of 'constant'"),
+    ({"lr_decay": 0.0, "decay_updates": 100}, "^--decay-updates: sets the unit of a linear decay"),
+    ({"warmup_steps": 10, "lr_decay": 0.0, "decay_updates": 100}, "^--decay-updates: sets the unit"),
+])
+def test_the_engine_refuses_a_decay_unit_without_a_decay_naming_the_flag(kwargs, message):
+    with pytest.raises(OptionError, match=message):
+        engine(**kwargs)
+
+
+def test_help_texts_come_from_the_tables(monkeypatch):
+    assert defaults.LR_TEXT.startswith("the recipe optimizer's: pos 0.1 (paper 0.03), nmt 0.001 (paper 0.1); ")
+    assert "; adam 0.001; adamax 0.002" in defaults.LR_TEXT
+    assert defaults.OPTIMIZER_TEXT.startswith("the recipe's: pos sgd, nmt adam (paper sgd); ")
+    assert defaults.BATCH_SIZE_TEXT == "pos 1, nmt 64; synthetic task pos 1, nmt 32"
+    assert defaults.CLIP_NORM_TEXT == "pos off, nmt 1"
+    monkeypatch.setitem(defaults._ADAPTIVE_LR, "adam", 0.004)
+    assert defaults._per_task(lambda task, recipe: default_lr(task, "adam", recipe)) == "0.004"
+
+
+@pytest.mark.slow
+def test_default_recipe_trains_a_small_treebank_past_85_percent(corpus, tmp_path):
+    # ud-german-lit (1,728 training sentences, UPOS), 3,000 updates on 2 workers (~2 epochs). Measured serially at
+    # 3,000 updates: default recipe 90.1% dev accuracy, the paper's 59.5% (65.8% after 17,000 updates).
+    out = tmp_path / "run"
+    done = run_py("--task", "pos", "--train", str(corpus("ud-german-lit")), "--tag", "upos", "--workers", "2",
+                  "--steps", "3000", "--eval-every", "1500", "--no-progress", "--out", str(out), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["recipe"], summary["optimizer"], summary["lr"], summary["word_min_freq"]) == (
+        "default", "sgd", 0.1, 2)
+    assert summary["decay_updates"] == 40_000 and summary["data"]["words"] == 2549
+    assert summary["best"]["value"] > 0.85, summary["best"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["run"]["recipe"] == "default" and config["config"]["decay_updates"] == 40_000
