@@ -11,11 +11,11 @@ The batch contract (what ``models.pos_loss`` / ``models.nmt_loss`` read; every t
 
 POS batch:  ``words`` (B, T) word ids, pad 0; ``prefixes`` and ``suffixes`` (B, T, L) char ids with L = 10
             (``features.AFFIX_LENGTH``): the prefix RIGHT-padded, the suffix LEFT-padded with 0 (``data/features.py``);
-            ``tags`` (B, T) tag ids, -100 (``vocab.IGNORE_INDEX``) at padding, never pad; ``lengths`` (B,) tokens per
+            ``tags`` (B, T) tag ids, -100 (``IGNORE_INDEX``) at padding, never pad; ``lengths`` (B,) tokens per
             sentence (>= 1). Sentences keep their order in the batch; T = max(lengths).
 NMT batch:  ``src`` (B, S) source ids + eos, pad 0; ``src_mask`` (B, S) bool, True on real tokens; ``tgt`` (B, T)
             bos + target ids + eos, pad 0; ``tgt_mask`` (B, T) bool. The loss predicts tgt[:, 1:] from tgt[:, :-1].
-Ids: every vocabulary has pad 0, unk 1, bos 2, eos 3 (``data/vocab.py``); tag vocabularies pad 0 and unk 1 only.
+Ids: every vocabulary has pad 0, unk 1, bos 2, eos 3 (``models/special_ids.py``); tag vocabularies pad 0 and unk 1 only.
 """
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from hogwild.models.special_ids import BOS, EOS, IGNORE_INDEX, PAD
+
 from .features import AFFIX_LENGTH, affix_arrays
-from .vocab import BOS, EOS, IGNORE_INDEX, PAD, Vocabulary
+from .vocab import Vocabulary
 
 
 def _offsets(lengths: Sequence[int]) -> np.ndarray:

@@ -22,12 +22,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from hogwild.models.special_ids import IGNORE_INDEX
+
 from .batching import PosBatcher, TaggedData
 from .cache import ArrayCache
 from .features import AFFIX_LENGTH, affix_arrays
 from .readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
 from .synthetic import synthetic_tagged
-from .vocab import IGNORE_INDEX, TAG_SPECIALS, Vocabulary
+from .vocab import TAG_SPECIALS, Vocabulary
 
 # Measured on ud-german-lit (1,728 training sentences after the seeded 10% split; UPOS): words kept / share of dev
 # tokens that are unk at min_freq 1: 6,887 / 13.2%, 2: 2,549 / 18.4%, 10: 397 / 33.5%; on Brown (51,606 sentences):
