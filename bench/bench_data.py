@@ -20,7 +20,7 @@ from hogwild.data.cache import ArrayCache
 from hogwild.data.corpora import corpora_dir
 from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
 from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset
-from hogwild.data.text import default_processes
+from hogwild.data.moses import default_processes
 
 
 def batcher_speed(batcher, max_batches: int, count) -> tuple[float, int, float]:

@@ -39,7 +39,7 @@ import hogwild  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.tasks.devices import worker_devices  # noqa: E402
 from hogwild.tasks.options import RunOptions  # noqa: E402
-from hogwild.tasks.pos import load_data, pos_job  # noqa: E402
+from hogwild.tasks.pos_task import load_data, pos_job  # noqa: E402
 
 
 class Variant(NamedTuple):

@@ -26,8 +26,8 @@ from .cache import ArrayCache
 from .parallel import ParallelCorpus, parallel_files, read_parallel
 from .subwords import MODEL_TYPES, SubwordModel
 from .synthetic import synthetic_parallel
-from .text import MosesText, default_processes, tokenize_lines
-from .textio import read_lines
+from .moses import MosesText, default_processes, tokenize_lines
+from .compressed import read_lines
 from .vocab import Vocabulary
 
 

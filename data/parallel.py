@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import CorpusError
-from .textio import find_compressed, read_lines
+from .compressed import find_compressed, read_lines
 
-# tokenize(lines, lang) -> token lists; e.g. functools.partial(data.text.tokenize_lines, processes=2)
+# tokenize(lines, lang) -> token lists; e.g. functools.partial(data.moses.tokenize_lines, processes=2)
 Tokenize = Callable[[Sequence[str], str], list[list[str]]]
 
 

@@ -26,7 +26,7 @@ from typing import Iterator
 import conllu
 
 from .errors import CorpusError
-from .textio import numbered_lines, strip_compression
+from .compressed import numbered_lines, strip_compression
 
 TaggedSentence = list[tuple[str, str]]
 FORMATS = ("auto", "conllu", "conll", "slash")

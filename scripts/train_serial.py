@@ -9,7 +9,7 @@ Usage (from the repository root):
 The run folder gets config.json (all arguments), command.txt, metrics.jsonl (one JSON object per log/eval line),
 results.json (final figures) and, for NMT, the test translations (test.greedy.hyp, test.beam5.hyp). Corpora come
 from --corpora (default: hogwild.data.corpora.corpora_dir(), i.e. $HOGWILD_CORPORA, else ../shared/corpora beside the
-checkout). The data and the model come from run.py's job builders (tasks.pos, tasks.nmt) and the learning-rate
+checkout). The data and the model come from run.py's job builders (tasks.pos_task, tasks.nmt_task) and the learning-rate
 schedule from its rule (tasks.learning_rate). --loop engine (default) trains through hogwild.train with one worker
 (mode 'single'); --loop plain uses the loop in this file.
 """
@@ -30,8 +30,8 @@ import torch
 from hogwild.data.corpora import corpora_dir
 from hogwild.models import evaluate_nmt, heldout_loss, nmt_loss
 from hogwild.schedules import make_schedule
-from hogwild.tasks import nmt as nmt_task
-from hogwild.tasks import pos as pos_task
+from hogwild.tasks import nmt_task
+from hogwild.tasks import pos_task
 from hogwild.tasks.learning_rate import default_lr, schedule_fields
 from hogwild.tasks.recipes import RECIPES, resolve_recipe
 from hogwild.tasks.options import RunOptions
@@ -133,7 +133,7 @@ def nmt_job(args: argparse.Namespace) -> Job:
     """run.py's NMT data and model; held-out loss during training (cheap), greedy and beam BLEU on the test set."""
     from hogwild.data.batching import NmtBatcher, ParallelData
     from hogwild.data.parallel import read_parallel
-    from hogwild.data.text import tokenize_lines
+    from hogwild.data.moses import tokenize_lines
 
     dataset = nmt_task.load_data(args.options)
     job = nmt_task.nmt_job(args.options, dataset)  # its BLEU evaluation is not used: dev loss here (cheaper)

@@ -1,15 +1,15 @@
 """Which job builder serves which task: `build_job(options)` for run.py's training runs (tasks.training).
 
-The builders live beside their task (tasks.pos, tasks.nmt) and import only tasks.job; this module sits above them, so
-the imports run one way: jobs -> pos/nmt -> job.
+The builders live beside their task (tasks.pos_task, tasks.nmt_task) and import only tasks.job; this module sits above them, so
+the imports run one way: jobs -> pos_task/nmt_task -> job.
 
 Usage: `job = build_job(RunOptions(task="nmt").resolved())`
 """
 from __future__ import annotations
 
 from hogwild.tasks.job import TaskJob
-from hogwild.tasks.nmt import nmt_job
-from hogwild.tasks.pos import pos_job
+from hogwild.tasks.nmt_task import nmt_job
+from hogwild.tasks.pos_task import pos_job
 
 JOB_BUILDERS = {"pos": pos_job, "nmt": nmt_job}  # keys: tasks.options.TASKS
 

@@ -1,4 +1,4 @@
-"""tasks.pos: corpus options reach the readers (columns, several --train paths), and text is encoded into the POS
+"""tasks.pos_task: corpus options reach the readers (columns, several --train paths), and text is encoded into the POS
 batch of data/batching.py."""
 import dataclasses
 
@@ -7,7 +7,7 @@ import torch
 import hogwild
 from hogwild.data.vocab import Vocabulary
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.pos import encode_sentences, load_data, pos_job
+from hogwild.tasks.pos_task import encode_sentences, load_data, pos_job
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "data"
 

@@ -22,7 +22,7 @@ import torch
 from hogwild.data.batching import NmtBatcher, ParallelData
 from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, TextDecoder, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.data.parallel import read_parallel
-from hogwild.data.text import MosesText, tokenize_lines
+from hogwild.data.moses import MosesText, tokenize_lines
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
