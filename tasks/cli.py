@@ -15,6 +15,7 @@ from typing import Callable
 
 from hogwild.config import MODES
 from hogwild.data.readers import FORMATS, TAGS
+from hogwild.data.subwords import MODEL_TYPES as SUBWORDS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
 from hogwild.tasks.devices import CPU_WORKERS
@@ -93,6 +94,11 @@ def train_parser() -> argparse.ArgumentParser:
                         "of them; unset: 500 for nmt, all for pos")
     g.add_argument("--max-len", type=int, default=50, metavar="N", help="nmt: drop longer training pairs")
     g.add_argument("--vocab-size", type=int, default=15000, metavar="N", help="nmt: words kept per side")
+    g.add_argument("--subwords", choices=SUBWORDS, default=None,
+                   help="nmt: sentencepiece subwords trained on the training side (saved in the run directory) "
+                        "instead of Moses words; BLEU is scored on the decoded text")
+    g.add_argument("--subword-vocab-size", type=int, default=8000, metavar="N",
+                   help="nmt with --subwords: pieces per side (a soft limit: small corpora get fewer)")
     g.add_argument("--word-min-freq", type=int, default=None, metavar="N",
                    help="pos: words seen fewer times are unk; None: 2 (paper recipe 10, synthetic task 10)")
     g.add_argument("--synthetic-size", type=int, default=None, metavar="N",

@@ -19,6 +19,7 @@ from typing import Any
 
 from hogwild.config import MODES, Config
 from hogwild.data.readers import FORMATS, TAGS
+from hogwild.data.subwords import MODEL_TYPES as SUBWORDS
 from hogwild.multihost.config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS
 from hogwild.tasks.devices import CPU_WORKERS
@@ -69,6 +70,8 @@ class RunOptions:
     #                                    evaluation all (None: NMT 500 - greedy decoding is slow -, POS all)
     max_len: int = 50  # NMT: drop training pairs longer than this (paper: 50)
     vocab_size: int = 15000  # NMT: words per side (paper: 15,000)
+    subwords: str | None = None  # NMT: None (Moses words) | 'bpe' | 'unigram' (sentencepiece, trained on train)
+    subword_vocab_size: int = 8000  # NMT with --subwords: pieces per side (a soft limit on small corpora)
     synthetic_size: int | None = None  # sentences/pairs of the synthetic task (default 2000 / 5000)
     word_min_freq: int | None = None  # POS: words seen fewer times are unk (recipe: default 2, paper 10)
     # --- optimisation ---
@@ -161,6 +164,14 @@ class RunOptions:
         if self.decay_updates is not None and schedule["lr_schedule"] != "linear_decay":
             _fail("decay-updates", f"sets the unit of a linear decay, but this run's schedule is "
                                    f"{schedule['lr_schedule']!r} (give --lr-decay > 0)")
+        if self.subwords is not None and self.subwords not in SUBWORDS:
+            _fail("subwords", f"must be one of {', '.join(SUBWORDS)}; got {self.subwords!r}")
+        if self.subwords is not None and self.task != "nmt":
+            _fail("subwords", "applies to --task nmt only")
+        if self.subwords is not None and self.synthetic:
+            _fail("subwords", "needs --train text (the synthetic task has no text to cut into pieces)")
+        if self.subword_vocab_size < 8:
+            _fail("subword-vocab-size", f"must be >= 8, got {self.subword_vocab_size}")
         if self.task == "nmt" and self.word_min_freq is not None:
             _fail("word-min-freq", "applies to --task pos only (NMT keeps the --vocab-size most frequent words)")
         if self.src_lang == self.tgt_lang:
