@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .errors import CorpusError
 from .compressed import find_compressed, read_lines
+from .errors import CorpusError
 
 # tokenize(lines, lang) -> token lists; e.g. functools.partial(data.moses.tokenize_lines, processes=2)
 Tokenize = Callable[[Sequence[str], str], list[list[str]]]

@@ -25,8 +25,8 @@ from typing import Iterator
 
 import conllu
 
-from .errors import CorpusError
 from .compressed import numbered_lines, strip_compression
+from .errors import CorpusError
 
 TaggedSentence = list[tuple[str, str]]
 FORMATS = ("auto", "conllu", "conll", "slash")

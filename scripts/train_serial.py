@@ -131,22 +131,15 @@ def pos_job(args: argparse.Namespace) -> Job:
 
 def nmt_job(args: argparse.Namespace) -> Job:
     """run.py's NMT data and model; held-out loss during training (cheap), greedy and beam BLEU on the test set."""
-    from hogwild.data.batching import NmtBatcher, ParallelData
-    from hogwild.data.parallel import read_parallel
-    from hogwild.data.moses import tokenize_lines
-
     dataset = nmt_task.load_data(args.options)
     job = nmt_task.nmt_job(args.options, dataset)  # its BLEU evaluation is not used: dev loss here (cheaper)
     if args.synthetic:  # no test set: the synthetic dev set plays its part
         test_batches, test_references = dataset.dev, dataset.dev_references
         test_counts = {"kept": len(dataset.dev_references)}
     else:
-        # The test set: every non-empty pair, whatever its length, encoded with the training vocabularies.
-        test = read_parallel(args.corpora / "europarl-fr-en" / "test", "fr", "en", None,
-                             lambda lines, lang: tokenize_lines(lines, lang), limit=args.test_limit)
-        test_batches = NmtBatcher(ParallelData.tensorize(list(zip(test.src, test.tgt)), dataset.src_vocab,
-                                                         dataset.tgt_vocab), batch_size=64, shuffle=False)
-        test_references, test_counts = test.tgt_lines, test.counts()
+        # The test set: every non-empty pair, whatever its length, encoded exactly like the training data.
+        test = dataset.eval_set(args.corpora / "europarl-fr-en" / "test", limit=args.test_limit, batch_size=64)
+        test_batches, test_references, test_counts = test.batcher, test.references, test.counts
 
     def dev(model: torch.nn.Module, batches: int | None = args.dev_batches) -> dict[str, float]:
         metrics = heldout_loss(model, itertools.islice(dataset.dev.epoch(0), batches), nmt_loss)
