@@ -1,7 +1,7 @@
 """A training job made ready for the engine: model, loss, batches, evaluation, and the files a run directory needs.
 
-`tasks.pos_task.pos_job(options)` and `tasks.nmt_task.nmt_job(options)` build one (`tasks.jobs.build_job` picks by task);
-`tasks.training.run_training` hands its parts to `hogwild.train`, whose docstring states the contract:
+`tasks.pos_task.pos_job(options)` and `tasks.nmt_task.nmt_job(options)` build one (`tasks.jobs.build_job` picks
+by task); `tasks.training.run_training` hands its parts to `hogwild.train`, whose docstring states the contract:
 `loss_fn(model, batch) -> loss or (loss, tokens)` and `evaluate(model) -> dict`. The batches are the dicts documented
 in `data/batching.py`.
 

@@ -1,7 +1,7 @@
 """Which job builder serves which task: `build_job(options)` for run.py's training runs (tasks.training).
 
-The builders live beside their task (tasks.pos_task, tasks.nmt_task) and import only tasks.job; this module sits above them, so
-the imports run one way: jobs -> pos_task/nmt_task -> job.
+The builders live beside their task (tasks.pos_task, tasks.nmt_task) and import only tasks.job; this module sits
+above them, so the imports run one way: jobs -> pos_task/nmt_task -> job.
 
 Usage: `job = build_job(RunOptions(task="nmt").resolved())`
 """
