@@ -24,10 +24,10 @@ from hogwild.data.moses import default_processes
 
 
 def batcher_speed(batcher, max_batches: int, count) -> tuple[float, int, float]:
-    """(tokens/s, batches, seconds) to build ``max_batches`` batches of epoch 0."""
+    """(tokens/s, batches, seconds) to build the first ``max_batches`` batches."""
     tokens = batches = 0
     start = time.perf_counter()
-    for batch in batcher.epoch(0):
+    for batch in batcher:
         tokens += count(batch)
         batches += 1
         if batches >= max_batches:

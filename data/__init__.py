@@ -1,7 +1,7 @@
 """hogwild's data pipeline: corpus files -> tokens -> vocabularies -> tensorized, cached corpora -> batch dicts.
 
 Usage: ``from hogwild.data.pos_dataset import synthetic_pos_dataset``; ``dataset = synthetic_pos_dataset()``;
-``batch = next(dataset.train.epoch(0))``
+``batches = dataset.train.batches()``
 
 Modules (data flows down this list; none imports one below it):
 - ``corpora``    corpora_dir(): where the real corpora live ($HOGWILD_CORPORA, else ../shared/corpora).

@@ -1,7 +1,7 @@
 """NMT data, end to end: parallel files -> Moses tokens or subwords -> vocabularies -> cached arrays -> batchers.
 
 Usage: ``dataset = load_nmt_dataset(NmtDataConfig(train=".../europarl-fr-en/train", dev=".../europarl-fr-en/dev"))``;
-``for batch in dataset.train.epoch(0): ...``; to score BLEU: ``hyps = [dataset.decode(ids) for ids in outputs]`` and
+``batches = dataset.train.batches()``; to score BLEU: ``hyps = [dataset.decode(ids) for ids in outputs]`` and
 ``sacrebleu.corpus_bleu(hyps, [dataset.dev_references])``; ``synthetic_nmt_dataset()`` for the fast default.
 
 Training pairs longer than ``max_len`` units (Moses tokens, or pieces with subwords) on either side are dropped (paper:

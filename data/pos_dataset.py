@@ -1,7 +1,7 @@
 """POS tagging data, end to end: corpus -> vocabularies -> tensorized train/dev sets -> batchers (cached on disk).
 
 Usage: ``dataset = load_pos_dataset(PosDataConfig(train="../shared/corpora/brown"))``;
-``for batch in dataset.train.epoch(0): ...``; ``dataset.dev`` for accuracy; ``synthetic_pos_dataset()`` for a fast
+``batches = dataset.train.batches()``; ``dataset.dev`` for accuracy; ``synthetic_pos_dataset()`` for a fast
 default.
 
 Words seen fewer than ``word_min_freq`` times in the training set become unk: by default 2 (``WORD_MIN_FREQ``: words

@@ -77,7 +77,7 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
         return results
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("nmt", model, nmt_loss, list(dataset.train.epoch(0)), evaluate, "bleu", spec, dataset.save, finish,
+    return TaskJob("nmt", model, nmt_loss, dataset.train.batches(), evaluate, "bleu", spec, dataset.save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
                         dev_truncated=full.truncated))
 

@@ -69,11 +69,11 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
         results: dict[str, Any] = {"dev": evaluate_pos(best, full.batches)}
         if options.test:
-            results["test"] = evaluate_pos(best, dataset.eval_set(options.test, EVAL_BATCH).epoch(0))
+            results["test"] = evaluate_pos(best, dataset.eval_set(options.test, EVAL_BATCH))
         return results
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("pos", model, pos_loss, list(dataset.train.epoch(0)), evaluate, "accuracy", spec, dataset.save,
+    return TaskJob("pos", model, pos_loss, dataset.train.batches(), evaluate, "accuracy", spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 

@@ -110,7 +110,7 @@ def test_pos_job_evaluates_every_dev_sentence_unless_asked_for_a_sample():
     options = RunOptions(task="pos", synthetic_size=100).resolved()
     job, task = build_job(options), load_data(options)
     assert list(inspect.signature(job.evaluate).parameters) == ["snapshot"]  # every evaluation competes for best.pt
-    expected = evaluate_pos(job.model, task.dev.epoch(0))
+    expected = evaluate_pos(job.model, task.dev)
     assert job.evaluate(job.model) == expected
     sampled = build_job(RunOptions(task="pos", synthetic_size=100, eval_sentences=20).resolved())
     assert sampled.evaluate(job.model, final=True) == expected
