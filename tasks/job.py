@@ -37,3 +37,11 @@ class TaskJob:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.save_vocabularies(run_dir)
         (run_dir / MODEL_FILE).write_text(json.dumps(self.model_spec, indent=2) + "\n", encoding="utf-8")
+
+
+def trained_model(model_class: type[nn.Module], config_class: type, spec: dict[str, Any],
+                  state: dict[str, Any]) -> nn.Module:
+    """A model rebuilt from its model.json `spec` and a checkpoint's state_dict, in eval mode (tag / translate)."""
+    model = model_class(config_class(**spec["config"]))
+    model.load_state_dict(state)
+    return model.eval()

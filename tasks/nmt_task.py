@@ -23,7 +23,7 @@ from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, full_and_periodic, nmt_heldout
-from hogwild.tasks.job import TaskJob
+from hogwild.tasks.job import TaskJob, trained_model
 
 
 def load_data(options) -> NmtDataset:
@@ -91,10 +91,7 @@ class Translator:
 
     @classmethod
     def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "Translator":
-        model = AttentionNMT(NMTConfig(**spec["config"]))
-        model.load_state_dict(state)
-        model.eval()
-        return cls(model, NmtEncoder.load(run_dir))
+        return cls(trained_model(AttentionNMT, NMTConfig, spec, state), NmtEncoder.load(run_dir))
 
     def translate(self, lines: Sequence[str], beam: int = 5, batch_size: int = 32) -> list[str]:
         """Raw source lines -> detokenized translations (an empty line translates to an empty line), on the model's

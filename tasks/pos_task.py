@@ -17,7 +17,7 @@ from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_datas
                                       synthetic_pos_dataset)
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
 from hogwild.tasks.heldout import EVAL_BATCH, full_and_periodic, pos_heldout
-from hogwild.tasks.job import TaskJob
+from hogwild.tasks.job import TaskJob, trained_model
 
 
 def load_data(options) -> PosDataset:
@@ -85,10 +85,7 @@ class PosTagging:
 
     @classmethod
     def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "PosTagging":
-        model = POSTagger(POSConfig(**spec["config"]))
-        model.load_state_dict(state)
-        model.eval()
-        return cls(model, PosEncoder.load(run_dir))
+        return cls(trained_model(POSTagger, POSConfig, spec, state), PosEncoder.load(run_dir))
 
     def tag(self, sentences: Sequence[Sequence[str]], batch_size: int = 32) -> list[list[str]]:
         """Tag tokenized sentences (encoded as the training data were: data.encoders); one tag per token."""
