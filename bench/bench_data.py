@@ -20,17 +20,17 @@ from hogwild.data.cache import ArrayCache
 from hogwild.data.corpora import corpora_dir
 from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
 from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset
+from hogwild.data.moses import default_processes
 from hogwild.data.synthetic import synthetic_parallel, synthetic_tagged
-from hogwild.data.text import default_processes
 
 from bench import command_line
 
 
 def batcher_speed(batcher, max_batches: int, count) -> tuple[float, int, float]:
-    """(tokens/s, batches, seconds) to build ``max_batches`` batches of epoch 0."""
+    """(tokens/s, batches, seconds) to build the first ``max_batches`` batches."""
     tokens = batches = 0
     start = time.perf_counter()
-    for batch in batcher.epoch(0):
+    for batch in batcher:
         tokens += count(batch)
         batches += 1
         if batches >= max_batches:

@@ -104,7 +104,7 @@ def build(task: str, options: RunOptions, count: int, corpora: Path, seed: int):
     for index, batch in enumerate(batches):
         batch["index"] = index  # a Python int: moving the batch to a device leaves it on the host
     torch.manual_seed(seed)
-    if task == "pos":  # as the job builders (tasks.pos: sparse embedding gradients; tasks.nmt) build them
+    if task == "pos":  # as the job builders (tasks.pos_task: sparse embedding gradients; tasks.nmt_task) build them
         loss_fn = pos_loss
         model = POSTagger(pos_preset(options.preset, **POS_VOCAB, dropout=options.dropout, sparse_embeddings=True))
     else:

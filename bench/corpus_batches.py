@@ -33,7 +33,7 @@ def corpus_lengths(task: str, corpora: Path) -> tuple[np.ndarray, str] | None:
         from hogwild.data.readers import read_tagged
         return np.array([len(s) for s in read_tagged(path)]), f"{CORPUS[task]} ({path})"
     from hogwild.data.parallel import read_parallel
-    from hogwild.data.text import tokenize_lines
+    from hogwild.data.moses import tokenize_lines
     pairs = read_parallel(path / "train", "fr", "en", NMT_MAX_LEN, tokenize_lines, limit=NMT_SAMPLE)
     lengths = np.array([(len(s), len(t)) for s, t in zip(pairs.src, pairs.tgt)])
     return lengths, f"{CORPUS[task]} ({path}, first {NMT_SAMPLE} pairs)"

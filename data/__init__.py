@@ -1,15 +1,15 @@
 """hogwild's data pipeline: corpus files -> tokens -> vocabularies -> tensorized, cached corpora -> batch dicts.
 
 Usage: ``from hogwild.data.pos_dataset import synthetic_pos_dataset``; ``dataset = synthetic_pos_dataset()``;
-``batch = next(dataset.train.epoch(0))``
+``batches = dataset.train.batches()``
 
 Modules (data flows down this list; none imports one below it):
 - ``corpora``    corpora_dir(): where the real corpora live ($HOGWILD_CORPORA, else ../shared/corpora).
 - ``errors``     CorpusError: bad input, named by file and line.
-- ``textio``     reading .gz/.xz/.bz2 text with an encoding.
+- ``compressed`` reading text files: .gz/.xz/.bz2 by suffix or magic bytes, an encoding, errors by line.
 - ``readers``    read_tagged (CoNLL-U, CoNLL columns, slash-tagged), detect_format, corpus_files.
 - ``parallel``   read_parallel: line-aligned parallel text, empty/too-long filters.
-- ``text``       Moses tokenization/detokenization (sacremoses), parallel over processes.
+- ``moses``      Moses tokenization/detokenization (sacremoses), parallel over processes.
 - ``subwords``   sentencepiece BPE/unigram models trained on the training side.
 - ``vocab``      Vocabulary (pad 0, unk 1, bos 2, eos 3), top-K, min_freq, JSON.
 - ``features``   prefix/suffix character ids for the POS tagger.

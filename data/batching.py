@@ -1,21 +1,24 @@
 """Tensorized corpora and deterministic batchers producing the batch dicts that the models' losses take.
 
 Usage: ``batcher = NmtBatcher(ParallelData.tensorize(pairs, src_vocab, tgt_vocab), batch_size=64, seed=1)``
-then ``for batch in batcher.epoch(0): loss_fn(model, batch)``.
+then ``batches = batcher.batches()`` (the training set handed to ``hogwild.train``) or ``for batch in batcher: ...``.
 
 A corpus is held as flat int64 numpy arrays plus sentence offsets (cheap to cache with ``np.save`` and to slice);
 a batcher turns a list of example indices into a small dict of CPU tensors, so a worker receives batches, never the
-corpus. ``epoch_plan(epoch)`` is a pure function of ``(seed, epoch)``: the same seed gives the same batches.
+corpus. A batcher forms its batches once: ``plan()`` is a pure function of the seed (training batchers group the
+examples in a seeded order) or the file order (``shuffle=False``: held-out sets). The order in which the batches are
+trained, epoch after epoch, is the engine's alone (``hogwild.feed.epoch_order``): one shuffling mechanism, which
+``scripts/train_serial.py``'s serial loop follows too.
 
 The batch contract (what ``models.pos_loss`` / ``models.nmt_loss`` read; every tensor on the CPU, int64 unless said):
 
 POS batch:  ``words`` (B, T) word ids, pad 0; ``prefixes`` and ``suffixes`` (B, T, L) char ids with L = 10
             (``features.AFFIX_LENGTH``): the prefix RIGHT-padded, the suffix LEFT-padded with 0 (``data/features.py``);
-            ``tags`` (B, T) tag ids, -100 (``vocab.IGNORE_INDEX``) at padding, never pad; ``lengths`` (B,) tokens per
+            ``tags`` (B, T) tag ids, -100 (``IGNORE_INDEX``) at padding, never pad; ``lengths`` (B,) tokens per
             sentence (>= 1). Sentences keep their order in the batch; T = max(lengths).
 NMT batch:  ``src`` (B, S) source ids + eos, pad 0; ``src_mask`` (B, S) bool, True on real tokens; ``tgt`` (B, T)
             bos + target ids + eos, pad 0; ``tgt_mask`` (B, T) bool. The loss predicts tgt[:, 1:] from tgt[:, :-1].
-Ids: every vocabulary has pad 0, unk 1, bos 2, eos 3 (``data/vocab.py``); tag vocabularies pad 0 and unk 1 only.
+Ids: every vocabulary has pad 0, unk 1, bos 2, eos 3 (``models/special_ids.py``); tag vocabularies pad 0 and unk 1 only.
 """
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from hogwild.models.special_ids import BOS, EOS, IGNORE_INDEX, PAD
+
 from .features import AFFIX_LENGTH, affix_arrays
-from .vocab import BOS, EOS, IGNORE_INDEX, PAD, Vocabulary
+from .vocab import Vocabulary
 
 
 def _offsets(lengths: Sequence[int]) -> np.ndarray:
@@ -114,7 +119,7 @@ class ParallelData:
 
 
 class _Batcher:
-    """Shared epoch logic: ``epoch_plan`` (lists of indices) and ``epoch`` (batch dicts)."""
+    """Shared logic: ``plan`` (the batches as arrays of example indices) and ``batches`` (the batch dicts)."""
 
     def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int):
         if batch_size < 1:
@@ -126,26 +131,29 @@ class _Batcher:
     def __len__(self) -> int:
         return math.ceil(self.size / self.batch_size)
 
-    def _rng(self, epoch: int) -> np.random.Generator:
-        return np.random.default_rng([self.seed, epoch])
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, 0])
 
-    def epoch_plan(self, epoch: int = 0) -> list[np.ndarray]:
-        order = self._rng(epoch).permutation(self.size) if self.shuffle else np.arange(self.size)
+    def plan(self) -> list[np.ndarray]:
+        """Example indices of each batch: with ``shuffle``, consecutive runs of a seeded permutation; else in order."""
+        order = self._rng().permutation(self.size) if self.shuffle else np.arange(self.size)
         return [order[i:i + self.batch_size] for i in range(0, self.size, self.batch_size)]
 
-    def epoch(self, epoch: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-        for indices in self.epoch_plan(epoch):
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        """The batch dicts in plan order, built as they are read."""
+        for indices in self.plan():
             yield self.batch(indices)
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        return self.epoch(0)
+    def batches(self) -> list[dict[str, torch.Tensor]]:
+        """Every batch dict, in plan order: the fixed list a training run (engine or serial loop) trains on."""
+        return list(self)
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
 
 class PosBatcher(_Batcher):
-    """Batches of ``batch_size`` sentences (1 = the paper's one sentence per update), shuffled per epoch."""
+    """Batches of ``batch_size`` sentences (1 = the paper's one sentence per update), grouped in a seeded order."""
 
     def __init__(self, data: TaggedData, batch_size: int = 1, shuffle: bool = True, seed: int = 0):
         super().__init__(len(data), batch_size, shuffle, seed)
@@ -172,7 +180,8 @@ class PosBatcher(_Batcher):
 
 class NmtBatcher(_Batcher):
     """Batches of ``batch_size`` pairs. With ``shuffle``, pairs are shuffled, cut into pools of ``pool_batches``
-    batches, sorted by length inside each pool (little padding), and the batches are shuffled again."""
+    batches and sorted by length inside each pool (little padding); the batches are then listed in a seeded order
+    (so that no prefix of the list is all short or all long sentences)."""
 
     def __init__(self, data: ParallelData, batch_size: int = 64, shuffle: bool = True, seed: int = 0,
                  pool_batches: int = 100):
@@ -183,10 +192,10 @@ class NmtBatcher(_Batcher):
         self._src_len, self._tgt_len = data.src_lengths, data.tgt_lengths
         self.num_tokens = int(data.tgt_offsets[-1] + len(data))  # target tokens incl. eos
 
-    def epoch_plan(self, epoch: int = 0) -> list[np.ndarray]:
+    def plan(self) -> list[np.ndarray]:
         if not self.shuffle:
-            return super().epoch_plan(epoch)
-        rng = self._rng(epoch)
+            return super().plan()
+        rng = self._rng()
         order = rng.permutation(self.size)
         pool = self.batch_size * self.pool_batches
         plan = []

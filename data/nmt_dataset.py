@@ -1,7 +1,7 @@
 """NMT data, end to end: parallel files -> Moses tokens or subwords -> vocabularies -> cached arrays -> batchers.
 
 Usage: ``dataset = load_nmt_dataset(NmtDataConfig(train=".../europarl-fr-en/train", dev=".../europarl-fr-en/dev"))``;
-``for batch in dataset.train.epoch(0): ...``; to score BLEU: ``hyps = [dataset.decode(ids) for ids in outputs]`` and
+``batches = dataset.train.batches()``; to score BLEU: ``hyps = [dataset.decode(ids) for ids in outputs]`` and
 ``sacrebleu.corpus_bleu(hyps, [dataset.dev_references])``; ``synthetic_nmt_dataset()`` for the fast default.
 
 Training pairs longer than ``max_len`` units (Moses tokens, or pieces with subwords) on either side are dropped (paper:
@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -23,11 +22,11 @@ import torch
 
 from .batching import NmtBatcher, ParallelData
 from .cache import ArrayCache
+from .compressed import read_lines
+from .encoders import SIDES, NmtEncoder, NmtText
 from .parallel import ParallelCorpus, parallel_files, read_parallel
 from .subwords import MODEL_TYPES, SubwordModel
 from .synthetic import synthetic_parallel
-from .text import MosesText, default_processes, tokenize_lines
-from .textio import read_lines
 from .vocab import Vocabulary
 
 
@@ -70,101 +69,88 @@ class NmtDataConfig:
             raise ValueError(f"src_lang and tgt_lang must differ, both are {self.src_lang!r}")
 
 
-class TextDecoder:
-    """Target units -> text: sentencepiece decode, Moses detokenize, or a plain join (synthetic data)."""
-
-    def __init__(self, kind: str, lang: str = "", subword_model: str | None = None):
-        if kind not in ("moses", "subwords", "join"):
-            raise ValueError(f"kind must be 'moses', 'subwords' or 'join', got {kind!r}")
-        self.kind, self.lang, self.subword_model = kind, lang, subword_model
-        self._impl = (MosesText(lang) if kind == "moses" else SubwordModel(subword_model) if kind == "subwords"
-                      else None)
-
-    def __call__(self, tokens: list[str]) -> str:
-        return " ".join(tokens) if self._impl is None else self._impl.detokenize(tokens) if self.kind == "moses" \
-            else self._impl.decode(tokens)
+@dataclass
+class NmtEvalSet:
+    """A held-out corpus encoded like the training data: a batcher in file order and the texts to score against."""
+    batcher: NmtBatcher
+    sources: list[str]     # raw source lines of the kept pairs
+    references: list[str]  # raw target lines (lowercased when the task lowercases)
+    counts: dict           # ParallelCorpus.counts(): total, kept, dropped_empty
 
 
 @dataclass
 class NmtDataset:
-    """What an NMT run needs: batchers, vocabularies, dev texts for BLEU and a decoder to text."""
+    """What an NMT run needs: batchers, the encoder (vocabularies, text <-> units) and dev texts for BLEU."""
     train: NmtBatcher
     dev: NmtBatcher
-    src_vocab: Vocabulary
-    tgt_vocab: Vocabulary
+    encoder: NmtEncoder
     dev_sources: list[str]
     dev_references: list[str]
-    decoder: TextDecoder
     info: dict = field(default_factory=dict)
-    subword_models: dict[str, str] = field(default_factory=dict)   # side -> .model path
-    config: NmtDataConfig | None = None                             # None: synthetic (whitespace tokens)
+    config: NmtDataConfig | None = None  # None: synthetic (whitespace tokens)
+
+    @property
+    def src_vocab(self) -> Vocabulary:
+        return self.encoder.src_vocab
+
+    @property
+    def tgt_vocab(self) -> Vocabulary:
+        return self.encoder.tgt_vocab
+
+    @property
+    def subword_models(self) -> dict[str, str]:
+        return self.encoder.text.subword_models
 
     def decode(self, ids) -> str:
         """Target ids (a model's output; stops at eos, drops pad/bos) -> detokenized text."""
-        return self.decoder(self.tgt_vocab.decode(ids))
+        return self.encoder.decode(ids)
 
     def tokenize(self, lines: Sequence[str], side: str = "src") -> list[list[str]]:
         """Raw lines -> the units this dataset's vocabularies hold (Moses tokens or pieces; lowercased as in training)."""
-        if side not in ("src", "tgt"):
+        if side not in SIDES:
             raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
-        if self.config is None:
-            return [line.split() for line in lines]
-        lang = self.config.src_lang if side == "src" else self.config.tgt_lang
-        return _tokenizer(self.config, self.subword_models)(lines, lang)
+        text = self.encoder.text
+        return text.tokenize(lines, text.src_lang if side == "src" else text.tgt_lang)
 
     def encode_source(self, lines: Sequence[str]) -> dict[str, torch.Tensor]:
         """Raw source lines -> ``{"src": (B, S), "src_mask": (B, S)}`` with eos appended, pad 0 (for translation)."""
-        ids = [self.src_vocab.encode(tokens, eos=True) for tokens in self.tokenize(lines, "src")]
-        src = torch.zeros(len(ids), max(map(len, ids), default=1), dtype=torch.long)  # (B, S)
-        for row, sentence in enumerate(ids):
-            src[row, :len(sentence)] = torch.tensor(sentence)
-        return {"src": src, "src_mask": src != 0}
+        return self.encoder.encode_source(lines)
 
-    def eval_set(self, prefix: str | os.PathLike, limit: int | None = None,
-                 batch_size: int | None = None) -> tuple[NmtBatcher, list[str]]:
-        """Another held-out corpus (e.g. test, newstest2014) processed exactly like dev: ``(batcher in file order,
-        references)``. Only empty pairs are dropped."""
-        if self.config is None:
-            raise ValueError("eval_set needs a task loaded from files (this one is synthetic)")
-        c = self.config
-        corpus = read_parallel(prefix, c.src_lang, c.tgt_lang, None, _tokenizer(c, self.subword_models), c.encoding,
-                               limit)
-        data = ParallelData.tensorize(list(zip(corpus.src, corpus.tgt)), self.src_vocab, self.tgt_vocab)
-        refs = [line.lower() for line in corpus.tgt_lines] if c.lowercase else list(corpus.tgt_lines)
-        return NmtBatcher(data, batch_size or c.eval_batch_size, shuffle=False, seed=c.seed), refs
+    def eval_set(self, prefix: str | os.PathLike, limit: int | None = None, batch_size: int | None = None,
+                 encoding: str | None = None) -> NmtEvalSet:
+        """Another held-out corpus (e.g. test, newstest2014) processed exactly like dev, in file order. Only empty
+        pairs are dropped; ``limit`` reads the first N lines."""
+        c, text = self.config, self.encoder.text
+        corpus = read_parallel(prefix, text.src_lang, text.tgt_lang, None, text.tokenize,
+                               encoding or (c.encoding if c else "utf-8"), limit)
+        batcher = NmtBatcher(self.encoder.tensorize(corpus.src, corpus.tgt),
+                             batch_size or (c.eval_batch_size if c else 64), shuffle=False)
+        return NmtEvalSet(batcher, list(corpus.src_lines), text.prepare(corpus.tgt_lines), corpus.counts())
 
     def save(self, run_dir: str | os.PathLike) -> None:
-        """Write ``vocab.src.json``, ``vocab.tgt.json``, ``data.json`` and the sentencepiece models into a run."""
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.src_vocab.save(run_dir / "vocab.src.json")
-        self.tgt_vocab.save(run_dir / "vocab.tgt.json")
-        for side, model in self.subword_models.items():
-            shutil.copyfile(model, run_dir / f"spm.{side}.model")
-        (run_dir / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
+        """Write the encoder (``vocab.src.json``, ``vocab.tgt.json``, ``text.json``, sentencepiece models) and
+        ``data.json`` into a run folder."""
+        self.encoder.save(run_dir)
+        (Path(run_dir) / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def build_nmt_dataset(train: ParallelCorpus, dev: ParallelCorpus, config: NmtDataConfig, decoder: TextDecoder,
-                   info: dict | None = None, subword_models: dict[str, str] | None = None) -> NmtDataset:
+def build_nmt_dataset(train: ParallelCorpus, dev: ParallelCorpus, config: NmtDataConfig, text: NmtText,
+                      info: dict | None = None) -> NmtDataset:
     """Vocabularies from the training side, tensorized sets and batchers (no cache, no file access)."""
-    src_vocab = Vocabulary.build(train.src, config.vocab_size, config.min_freq)
-    tgt_vocab = Vocabulary.build(train.tgt, config.vocab_size, config.min_freq)
-    train_data = ParallelData.tensorize(list(zip(train.src, train.tgt)), src_vocab, tgt_vocab)
-    dev_data = ParallelData.tensorize(list(zip(dev.src, dev.tgt)), src_vocab, tgt_vocab)
-    refs = [line.lower() for line in dev.tgt_lines] if config.lowercase else list(dev.tgt_lines)
+    encoder = NmtEncoder(text, Vocabulary.build(train.src, config.vocab_size, config.min_freq),
+                         Vocabulary.build(train.tgt, config.vocab_size, config.min_freq))
     info = dict(info or {}, train=train.counts(), dev=dev.counts())
-    return _assemble(train_data, dev_data, src_vocab, tgt_vocab, list(dev.src_lines), refs, decoder, config, info,
-                     subword_models or {})
+    return _assemble(encoder.tensorize(train.src, train.tgt), encoder.tensorize(dev.src, dev.tgt), encoder,
+                     list(dev.src_lines), text.prepare(dev.tgt_lines), config, info)
 
 
-def _assemble(train_data, dev_data, src_vocab, tgt_vocab, sources, refs, decoder, config, info, models) -> NmtDataset:
-    info = dict(info, src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), train_pairs=len(train_data),
+def _assemble(train_data, dev_data, encoder, sources, refs, config, info) -> NmtDataset:
+    info = dict(info, src_vocab=len(encoder.src_vocab), tgt_vocab=len(encoder.tgt_vocab), train_pairs=len(train_data),
                 dev_pairs=len(dev_data), train_src_tokens=int(train_data.src_offsets[-1]),
                 train_tgt_tokens=int(train_data.tgt_offsets[-1]))
     return NmtDataset(NmtBatcher(train_data, config.batch_size, shuffle=True, seed=config.seed),
-                   NmtBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
-                   src_vocab, tgt_vocab, sources, refs, decoder, info, models,
-                   None if config.train == "<synthetic>" else config)
+                      NmtBatcher(dev_data, config.eval_batch_size, shuffle=False, seed=config.seed),
+                      encoder, sources, refs, info, None if config.train == "<synthetic>" else config)
 
 
 def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorpus, ParallelCorpus]:
@@ -198,24 +184,22 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
         arrays, meta, folder = hit
         data = [ParallelData(*(arrays[f"{part}.{name}"] for name in ("src", "src_offsets", "tgt", "tgt_offsets")))
                 for part in ("train", "dev")]
-        models = {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]}
-        decoder = _decoder(config, models)
-        return _assemble(*data, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]),
-                         meta["dev_sources"], meta["dev_references"], decoder, config,
-                         dict(meta["info"], cached=True), models)
+        text = _text(config, {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]})
+        encoder = NmtEncoder(text, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]))
+        return _assemble(*data, encoder, meta["dev_sources"], meta["dev_references"], config,
+                         dict(meta["info"], cached=True))
     models: dict[str, str] = {}
     if config.subwords:
         models = _train_subwords(config, cache.root / f".{key}.spm")
-    tokenize = _tokenizer(config, models)
-    train = read_parallel(config.train, config.src_lang, config.tgt_lang, config.max_len, tokenize,
+    text = _text(config, models)
+    train = read_parallel(config.train, config.src_lang, config.tgt_lang, config.max_len, text.tokenize,
                           config.encoding, config.train_limit)
     if config.dev:
-        dev = read_parallel(config.dev, config.src_lang, config.tgt_lang, None, tokenize, config.encoding,
+        dev = read_parallel(config.dev, config.src_lang, config.tgt_lang, None, text.tokenize, config.encoding,
                             config.dev_limit)
     else:
         train, dev = _holdout(train, config.dev_size, config.seed)
-    dataset = build_nmt_dataset(train, dev, config, _decoder(config, models),
-                          {"train_path": str(config.train), "dev_path": config.dev}, models)
+    dataset = build_nmt_dataset(train, dev, config, text, {"train_path": str(config.train), "dev_path": config.dev})
     arrays = {f"{part}.{name}": array for part, batcher in (("train", dataset.train), ("dev", dataset.dev))
               for name, array in batcher.data.arrays().items()}
     meta = {"info": dataset.info, "src_vocab": dataset.src_vocab.to_dict(), "tgt_vocab": dataset.tgt_vocab.to_dict(),
@@ -224,32 +208,15 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
     folder = cache.store(key, arrays, meta, {f"spm.{side}.model": path for side, path in models.items()})
     if folder is not None and models:
         shutil.rmtree(cache.root / f".{key}.spm", ignore_errors=True)
-        dataset.subword_models = {side: str(folder / f"spm.{side}.model") for side in models}
-        dataset.decoder = _decoder(config, dataset.subword_models)
+        dataset.encoder.text = _text(config, {side: str(folder / f"spm.{side}.model") for side in models})
     dataset.info["cached"] = False
     return dataset
 
 
-def _moses_tokenize(lines, lang, lowercase, processes):
-    return tokenize_lines(lines, lang, lowercase, processes if len(lines) > 20_000 else 1)
-
-
-def _subword_tokenize(lines, lang, models, src_lang, lowercase):
-    model = SubwordModel(models["src" if lang == src_lang else "tgt"])
-    return model.encode_lines([line.lower() for line in lines] if lowercase else lines)
-
-
-def _tokenizer(config: NmtDataConfig, models: dict[str, str]):
-    """``tokenize(lines, lang)`` for this configuration: sentencepiece models when given, else Moses."""
-    if config.subwords:
-        return partial(_subword_tokenize, models=models, src_lang=config.src_lang, lowercase=config.lowercase)
-    return partial(_moses_tokenize, lowercase=config.lowercase, processes=config.processes or default_processes())
-
-
-def _decoder(config: NmtDataConfig, models: dict[str, str]) -> TextDecoder:
-    if config.subwords:
-        return TextDecoder("subwords", config.tgt_lang, models["tgt"])
-    return TextDecoder("moses", config.tgt_lang)
+def _text(config: NmtDataConfig, models: dict[str, str]) -> NmtText:
+    """How this configuration turns text into units: sentencepiece models when given, else Moses."""
+    return NmtText("subwords" if config.subwords else "moses", config.src_lang, config.tgt_lang, config.lowercase,
+                   models, config.processes)
 
 
 def _train_subwords(config: NmtDataConfig, work: Path) -> dict[str, str]:
@@ -273,5 +240,6 @@ def synthetic_nmt_dataset(num_train: int = 5000, num_dev: int = 200, seed: int =
     config = NmtDataConfig(train="<synthetic>", src_lang="src", tgt_lang="tgt", max_len=None,
                            batch_size=batch_size, eval_batch_size=eval_batch_size, seed=seed)
     return build_nmt_dataset(corpus(synthetic_parallel(num_train, seed=seed)),
-                          corpus(synthetic_parallel(num_dev, seed=seed + 1_000_003)), config, TextDecoder("join"),
-                          {"train_path": "<synthetic>", "dev_path": "<synthetic>"})
+                             corpus(synthetic_parallel(num_dev, seed=seed + 1_000_003)), config,
+                             NmtText("join", config.src_lang, config.tgt_lang),
+                             {"train_path": "<synthetic>", "dev_path": "<synthetic>"})

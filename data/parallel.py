@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .compressed import find_compressed, read_lines
 from .errors import CorpusError
-from .textio import find_compressed, read_lines
 
-# tokenize(lines, lang) -> token lists; e.g. functools.partial(data.text.tokenize_lines, processes=2)
+# tokenize(lines, lang) -> token lists; e.g. functools.partial(data.moses.tokenize_lines, processes=2)
 Tokenize = Callable[[Sequence[str], str], list[list[str]]]
 
 

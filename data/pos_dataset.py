@@ -1,7 +1,7 @@
 """POS tagging data, end to end: corpus -> vocabularies -> tensorized train/dev sets -> batchers (cached on disk).
 
 Usage: ``dataset = load_pos_dataset(PosDataConfig(train="../shared/corpora/brown"))``;
-``for batch in dataset.train.epoch(0): ...``; ``dataset.dev`` for accuracy; ``synthetic_pos_dataset()`` for a fast
+``batches = dataset.train.batches()``; ``dataset.dev`` for accuracy; ``synthetic_pos_dataset()`` for a fast
 default.
 
 Words seen fewer than ``word_min_freq`` times in the training set become unk: by default 2 (``WORD_MIN_FREQ``: words
@@ -24,10 +24,11 @@ import torch
 
 from .batching import PosBatcher, TaggedData
 from .cache import ArrayCache
-from .features import AFFIX_LENGTH, affix_arrays
+from .encoders import PosEncoder
+from .features import AFFIX_LENGTH
 from .readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
 from .synthetic import synthetic_tagged
-from .vocab import IGNORE_INDEX, TAG_SPECIALS, Vocabulary
+from .vocab import TAG_SPECIALS, Vocabulary
 
 # Measured on ud-german-lit (1,728 training sentences after the seeded 10% split; UPOS): words kept / share of dev
 # tokens that are unk at min_freq 1: 6,887 / 13.2%, 2: 2,549 / 18.4%, 10: 397 / 33.5%; on Brown (51,606 sentences):
@@ -46,6 +47,8 @@ class PosDataConfig:
     dev: str | None = None         # held-out corpus; None -> seeded split of train
     format: str = "auto"           # "auto" | "conllu" | "conll" | "slash"
     tag: str | None = None         # None (format's main tag) | "upos" | "xpos" | "xpos+feats"
+    word_column: int | None = None  # conll format: 1-based columns (None: the layout's default)
+    tag_column: int | None = None
     separator: str = "/"           # slash format: word/TAG split at the last separator
     encoding: str = "utf-8"
     word_min_freq: int = WORD_MIN_FREQ  # words seen fewer times in train -> unk (paper: 10)
@@ -69,6 +72,11 @@ class PosDataConfig:
         if not 0.0 < self.dev_fraction < 1.0:
             raise ValueError(f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
 
+    def read(self, path: str | os.PathLike) -> list[TaggedSentence]:
+        """A tagged corpus (file or folder) read with these settings: training, dev and test sets alike."""
+        return read_tagged(path, self.format, self.tag, word_column=self.word_column, tag_column=self.tag_column,
+                           separator=self.separator, encoding=self.encoding)
+
 
 @dataclass
 class PosDataset:
@@ -81,39 +89,25 @@ class PosDataset:
     info: dict = field(default_factory=dict)
     config: PosDataConfig | None = None  # how the corpora were read (None: synthetic)
 
+    @property
+    def encoder(self) -> PosEncoder:
+        """The vocabularies as the one encoder of text (data/encoders.py): training, held-out and new sentences."""
+        return PosEncoder(self.words, self.chars, self.tags, self.config.affix_length if self.config else AFFIX_LENGTH)
+
     def eval_set(self, path: str | os.PathLike, batch_size: int | None = None) -> PosBatcher:
-        """Another tagged corpus (e.g. a test set) read like the training one and encoded with this dataset's
-        vocabularies, batched in file order."""
+        """Another tagged corpus (e.g. a test set) read like the training one (format, tag, columns, separator,
+        encoding) and encoded with this dataset's vocabularies, batched in file order."""
         c = self.config or PosDataConfig(train="<synthetic>")
-        sentences = read_tagged(path, c.format, c.tag, separator=c.separator, encoding=c.encoding)
-        data = TaggedData.tensorize(sentences, self.words, self.chars, self.tags, c.affix_length)
-        return PosBatcher(data, batch_size or c.eval_batch_size, shuffle=False, seed=c.seed)
+        return PosBatcher(self.encoder.tensorize(c.read(path)), batch_size or c.eval_batch_size, shuffle=False)
 
     def encode_sentences(self, sentences: Sequence[Sequence[str]]) -> dict[str, torch.Tensor]:
         """Untagged, tokenized sentences -> one POS batch (data/batching.py) with every tag -100 (for tagging text)."""
-        length = self.config.affix_length if self.config else AFFIX_LENGTH
-        return encode_sentences(sentences, self.words, self.chars, length)
+        return self.encoder.encode_sentences(sentences)
 
     def save(self, run_dir: str | os.PathLike) -> None:
         """Write ``vocab.words.json``, ``vocab.chars.json``, ``vocab.tags.json`` and ``data.json`` into a run folder."""
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("words", "chars", "tags"):
-            getattr(self, name).save(run_dir / f"vocab.{name}.json")
-        (run_dir / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
-
-
-def encode_sentences(sentences: Sequence[Sequence[str]], words: Vocabulary, chars: Vocabulary,
-                     affix_length: int = AFFIX_LENGTH) -> dict[str, torch.Tensor]:
-    """Untagged, tokenized sentences -> one POS batch (data/batching.py) with every tag -100, padded by PosBatcher."""
-    if not sentences or not all(sentences):
-        raise ValueError("encode_sentences needs at least one sentence and no empty sentence")
-    tokens = [word for sentence in sentences for word in sentence]
-    prefixes, suffixes = affix_arrays(tokens, chars, affix_length)  # (N, L) each
-    offsets = np.concatenate([[0], np.cumsum([len(sentence) for sentence in sentences])]).astype(np.int64)  # (S+1,)
-    data = TaggedData(np.asarray(words.encode(tokens), dtype=np.int64), prefixes, suffixes,
-                      np.full(len(tokens), IGNORE_INDEX, dtype=np.int64), offsets)
-    return PosBatcher(data, len(sentences), shuffle=False).batch(np.arange(len(sentences)))
+        self.encoder.save(run_dir)
+        (Path(run_dir) / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def split_sentences(sentences: Sequence, dev_fraction: float = 0.1, seed: int = 0) -> tuple[list, list]:
@@ -130,12 +124,12 @@ def split_sentences(sentences: Sequence, dev_fraction: float = 0.1, seed: int = 
 def build_pos_dataset(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], config: PosDataConfig,
                    info: dict | None = None) -> PosDataset:
     """Vocabularies from ``train``, tensorized train and dev sets, batchers (no cache, no file access)."""
-    words = Vocabulary.build(([w for w, _ in s] for s in train), config.max_words, config.word_min_freq)
-    chars = Vocabulary.build((w for s in train for w, _ in s), None, config.char_min_freq)
-    tags = Vocabulary.build(([t for _, t in s] for s in train), specials=TAG_SPECIALS)
-    train_data = TaggedData.tensorize(train, words, chars, tags, config.affix_length)
-    dev_data = TaggedData.tensorize(dev, words, chars, tags, config.affix_length)
-    return _assemble(train_data, dev_data, words, chars, tags, config, info or {})
+    encoder = PosEncoder(Vocabulary.build(([w for w, _ in s] for s in train), config.max_words, config.word_min_freq),
+                         Vocabulary.build((w for s in train for w, _ in s), None, config.char_min_freq),
+                         Vocabulary.build(([t for _, t in s] for s in train), specials=TAG_SPECIALS),
+                         config.affix_length)
+    return _assemble(encoder.tensorize(train), encoder.tensorize(dev), encoder.words, encoder.chars, encoder.tags,
+                     config, info or {})
 
 
 def _assemble(train_data, dev_data, words, chars, tags, config, info) -> PosDataset:
@@ -163,10 +157,9 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
                                                                      "offsets"))) for part in ("train", "dev")]
         vocabs = [Vocabulary.from_dict(meta[name]) for name in ("words", "chars", "tags")]
         return _assemble(*data, *vocabs, config, dict(meta["info"], cached=True))
-    read = dict(format=config.format, tag=config.tag, separator=config.separator, encoding=config.encoding)
-    sentences = read_tagged(config.train, **read)
+    sentences = config.read(config.train)
     if config.dev:
-        train, dev = sentences, read_tagged(config.dev, **read)
+        train, dev = sentences, config.read(config.dev)
     else:
         train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
     dataset = build_pos_dataset(train, dev, config, {"train_path": str(config.train), "dev_path": config.dev})

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .compressed import strip_compression
 from .errors import CorpusError
 from .parallel import read_parallel_lines
 from .readers import read_tagged
-from .textio import strip_compression
 
 EUROPARL_URL = "https://www.statmt.org/europarl/v7/{pair}.tgz"
 UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/{treebank}/master/{code}-ud-{split}.conllu"

@@ -25,8 +25,8 @@ from typing import Iterator
 
 import conllu
 
+from .compressed import numbered_lines, strip_compression
 from .errors import CorpusError
-from .textio import numbered_lines, strip_compression
 
 TaggedSentence = list[tuple[str, str]]
 FORMATS = ("auto", "conllu", "conll", "slash")

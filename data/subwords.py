@@ -8,6 +8,7 @@ The project's Vocabulary (pad 0, unk 1, bos 2, eos 3) is built over the pieces, 
 """
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -33,18 +34,21 @@ class SubwordModel:
     @classmethod
     def train(cls, lines: Iterable[str], prefix: str | os.PathLike, vocab_size: int = 8000,
               model_type: str = "bpe", max_sentences: int = 1_000_000) -> "SubwordModel":
-        """Train on ``lines`` and write ``<prefix>.model`` / ``<prefix>.vocab``. ``vocab_size`` is a soft limit
-        (small corpora get fewer pieces rather than an error)."""
+        """Train on ``lines`` and write ``<prefix>.model``. ``vocab_size`` is a soft limit (small corpora get fewer
+        pieces rather than an error). The file is a pure function of the lines and the settings (one thread, input
+        order kept, no path recorded in it), so a resumed run rebuilds the same bytes wherever its cache lives."""
         if model_type not in MODEL_TYPES:
             raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
         if vocab_size < 8:
             raise ValueError(f"vocab_size must be >= 8, got {vocab_size}")
         Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+        model = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=(line for line in lines if line.strip()), model_prefix=str(prefix),
+            sentence_iterator=(line for line in lines if line.strip()), model_writer=model,
             vocab_size=vocab_size, model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
             input_sentence_size=max_sentences, shuffle_input_sentence=False, num_threads=1,
             pad_id=-1, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2)
+        Path(f"{prefix}.model").write_bytes(model.getvalue())
         return cls(f"{prefix}.model")
 
     def encode(self, line: str) -> list[str]:

@@ -2,10 +2,10 @@
 
 Usage: ``vocab = Vocabulary.build(sentences, max_size=15000, min_freq=1); ids = vocab.encode(["le", "chat"], eos=True)``
 
-Special ids are fixed for every vocabulary (part of the batch contract in data/batching.py): pad = 0, unk = 1,
-bos = 2, eos = 3. Tag vocabularies use ``specials=TAG_SPECIALS`` (pad = 0, unk = 1 for tags never seen in training);
-batches mark padded tag positions with -100, never with pad. Ties in frequency are broken by first appearance, so a
-vocabulary is a pure function of its input.
+Special ids are fixed for every vocabulary (part of the batch contract in data/batching.py, defined once in
+models/special_ids.py): pad = 0, unk = 1, bos = 2, eos = 3. Tag vocabularies use ``specials=TAG_SPECIALS`` (pad = 0,
+unk = 1 for tags never seen in training); batches mark padded tag positions with -100, never with pad. Ties in
+frequency are broken by first appearance, so a vocabulary is a pure function of its input.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+from hogwild.models.special_ids import BOS, EOS, PAD, UNK
+
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 TAG_SPECIALS = ("<pad>", "<unk>")
-IGNORE_INDEX = -100
 
 
 class Vocabulary:

@@ -23,8 +23,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .attention import AdditiveAttention
-
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
+from .special_ids import PAD
 
 
 @dataclass

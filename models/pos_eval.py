@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .pos_tagger import IGNORE_TAG, UNK, POSTagger
+from .pos_tagger import POSTagger
+from .special_ids import IGNORE_INDEX, UNK
 
 
 @dataclass
@@ -30,7 +31,7 @@ class AccuracyCounts:
 
     def update(self, predicted: Tensor, tags: Tensor, words: Tensor) -> None:
         """predicted, tags, words: (B, T); positions with tag -100 are padding and not counted."""
-        real = tags != IGNORE_TAG
+        real = tags != IGNORE_INDEX
         hit = (predicted == tags) & real
         unknown = (words == UNK) & real
         self.correct += int(hit.sum())
@@ -61,7 +62,7 @@ def predict_tags(model: POSTagger, batch: dict[str, Tensor]) -> Tensor:
         model.train(was_training)
     steps = predicted.shape[1]
     real = torch.arange(steps)[None, :] < batch["lengths"].cpu()[:, None]  # (B, T)
-    return predicted.masked_fill(~real, IGNORE_TAG)
+    return predicted.masked_fill(~real, IGNORE_INDEX)
 
 
 def evaluate_pos(model: POSTagger, batches: Iterable[dict[str, Tensor]]) -> dict[str, float]:

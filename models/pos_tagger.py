@@ -20,9 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-PAD = 0
-UNK = 1
-IGNORE_TAG = -100
+from .special_ids import IGNORE_INDEX, PAD
 
 
 @dataclass
@@ -118,11 +116,11 @@ def pos_loss(model: POSTagger, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
     tags = batch["tags"]  # (B, T), -100 at padding
     # The lengths and the token count in one read of the device, before any compute is queued: a read after the
     # forward would stall a GPU's launch queue between forward and backward.
-    counts = torch.cat([batch["lengths"].to(tags.device, torch.int64), (tags != IGNORE_TAG).sum().view(1)]).cpu()
+    counts = torch.cat([batch["lengths"].to(tags.device, torch.int64), (tags != IGNORE_INDEX).sum().view(1)]).cpu()
     n_tokens = int(counts[-1])
     if n_tokens == 0:
         raise ValueError("POS batch has no tagged tokens (all tags are -100)")
     scores = model.score_batch(batch, counts[:-1])  # (B, T, n_tags)
-    loss = F.cross_entropy(scores.reshape(-1, scores.shape[-1]), tags.reshape(-1), ignore_index=IGNORE_TAG,
+    loss = F.cross_entropy(scores.reshape(-1, scores.shape[-1]), tags.reshape(-1), ignore_index=IGNORE_INDEX,
                            reduction="sum")
     return loss / n_tokens, n_tokens

@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .nmt import BOS, EOS, PAD, AttentionNMT
+from .nmt import AttentionNMT
+from .special_ids import BOS, EOS, PAD
 
 
 def _max_steps(src_mask: Tensor, max_len_a: float, max_len_b: int, max_len: int | None = None) -> Tensor:

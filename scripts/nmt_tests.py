@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hogwild.data.textio import find_compressed, read_lines
+from hogwild.data.compressed import find_compressed, read_lines
 from hogwild.files import write_text_atomic
 from hogwild.models.nmt_eval import corpus_bleu
 

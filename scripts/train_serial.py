@@ -9,9 +9,12 @@ Usage (from the repository root):
 The run folder gets config.json (all arguments), command.txt, metrics.jsonl (one JSON object per log/eval line),
 results.json (final figures) and, for NMT, the test translations (test.greedy.hyp, test.beam5.hyp). Corpora come
 from --corpora (default: hogwild.data.corpora.corpora_dir(), i.e. $HOGWILD_CORPORA, else ../shared/corpora beside the
-checkout). The data and the model come from run.py's job builders (tasks.pos, tasks.nmt) and the learning-rate
-schedule from its rule (tasks.defaults). --loop engine (default) trains through hogwild.train with one worker
-(mode 'single'); --loop plain uses the loop in this file.
+checkout). The data and the model come from run.py's job builders (tasks.pos_task, tasks.nmt_task) and the
+learning-rate schedule from its rule (tasks.defaults). --loop engine (default) trains through hogwild.train with
+one worker (mode 'single'); --loop plain uses the loop in this file, which trains on exactly the engine's sequence:
+the same fixed batches, in the engine's seeded order each epoch (hogwild.feed.epoch_order), each batch under the
+engine's RNG seed (hogwild.worker.batch_seed), so both loops end with the same parameters
+(tests/models/test_train_serial.py).
 """
 from __future__ import annotations
 
@@ -23,17 +26,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
 from hogwild.data.corpora import corpora_dir
+from hogwild.feed import epoch_order
 from hogwild.models import evaluate_nmt, heldout_loss, nmt_loss
 from hogwild.lr_schedule import make_schedule
-from hogwild.tasks import nmt as nmt_task
-from hogwild.tasks import pos as pos_task
+from hogwild.tasks import nmt_task
+from hogwild.tasks import pos_task
 from hogwild.tasks.defaults import RECIPES, default_lr, resolve_recipe, schedule_fields
 from hogwild.tasks.options import RunOptions
+from hogwild.gradients import batch_seed
 
 SERIAL_ADAM_LR = 2e-3  # the serial reference runs' Adam rate (docs/results.md); other optimizers: the task's rule
 
@@ -44,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task", choices=("pos", "nmt"), required=True, help="which model/corpus")
     p.add_argument("--corpora", type=Path, default=corpora_dir(), help="folder holding brown/, europarl-fr-en/")
     p.add_argument("--synthetic", action="store_true", help="train on the data package's synthetic task instead")
+    p.add_argument("--synthetic-size", type=int, default=None,
+                   help="sentences (pos) or pairs (nmt) of the synthetic task; default: run.py's (2000 / 5000)")
     p.add_argument("--preset", choices=("small", "paper"), default="small", help="model size preset")
     p.add_argument("--recipe", choices=RECIPES, default=None,
                    help="lr rule and POS vocabulary (tasks.defaults); default: paper with --preset paper, else default")
@@ -81,8 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.lr = SERIAL_ADAM_LR if args.optimizer == "adam" else default_lr(args.task, args.optimizer, args.recipe)
     if args.batch_size is None:
         args.batch_size = 16 if args.task == "pos" else 64
-    for name in ("batch_size", "epochs", "log_every", "threads", "beam", "max_len", "vocab"):
-        if getattr(args, name) < 1:
+    for name in ("batch_size", "epochs", "log_every", "threads", "beam", "max_len", "vocab", "synthetic_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     try:
         args.schedule = schedule_fields(args.task, args.optimizer, args.lr, args.lr_decay, recipe=args.recipe)
@@ -96,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run_options(args: argparse.Namespace) -> RunOptions:
     """run.py's options for this run's data and model (the job builders read them; training stays in this file)."""
     if args.synthetic:
-        data = {}
+        data = {"synthetic_size": args.synthetic_size}
     elif args.task == "pos":
         data = {"train": [str(args.corpora / "brown")]}
     else:
@@ -113,8 +120,7 @@ class Job:
 
     model: torch.nn.Module
     loss_fn: Callable
-    epoch_batches: Callable[[int], Iterator[dict]]
-    updates_per_epoch: int
+    batches: list[dict]  # the training batches; both loops take them in hogwild.feed.epoch_order each epoch
     evaluate: Callable[[torch.nn.Module], dict[str, float]]  # quick dev evaluation of a model during training
     finish: Callable[[torch.nn.Module, Path], dict]  # final evaluation; may write files into the run folder
     info: dict
@@ -124,50 +130,44 @@ def pos_job(args: argparse.Namespace) -> Job:
     """run.py's POS job (data, tagger, held-out accuracy); the final figures are the dev accuracies."""
     dataset = pos_task.load_data(args.options)
     job = pos_task.pos_job(args.options, dataset, sparse_embeddings=False)  # torch.optim.Adam takes dense gradients
-    return Job(job.model, job.loss_fn, dataset.train.epoch, len(dataset.train), job.evaluate,
+    return Job(job.model, job.loss_fn, job.batches, job.evaluate,
                lambda model, run_dir: job.evaluate(model), dict(dataset.info, model=job.model_spec["config"]))
 
 
 def nmt_job(args: argparse.Namespace) -> Job:
     """run.py's NMT data and model; held-out loss during training (cheap), greedy and beam BLEU on the test set."""
-    from hogwild.data.batching import NmtBatcher, ParallelData
-    from hogwild.data.parallel import read_parallel
-    from hogwild.data.text import tokenize_lines
-
     dataset = nmt_task.load_data(args.options)
     job = nmt_task.nmt_job(args.options, dataset)  # its BLEU evaluation is not used: dev loss here (cheaper)
     if args.synthetic:  # no test set: the synthetic dev set plays its part
         test_batches, test_references = dataset.dev, dataset.dev_references
         test_counts = {"kept": len(dataset.dev_references)}
     else:
-        # The test set: every non-empty pair, whatever its length, encoded with the training vocabularies.
-        test = read_parallel(args.corpora / "europarl-fr-en" / "test", "fr", "en", None,
-                             lambda lines, lang: tokenize_lines(lines, lang), limit=args.test_limit)
-        test_batches = NmtBatcher(ParallelData.tensorize(list(zip(test.src, test.tgt)), dataset.src_vocab,
-                                                         dataset.tgt_vocab), batch_size=64, shuffle=False)
-        test_references, test_counts = test.tgt_lines, test.counts()
+        # The test set: every non-empty pair, whatever its length, encoded exactly like the training data.
+        test = dataset.eval_set(args.corpora / "europarl-fr-en" / "test", limit=args.test_limit, batch_size=64)
+        test_batches, test_references, test_counts = test.batcher, test.references, test.counts
 
     def dev(model: torch.nn.Module, batches: int | None = args.dev_batches) -> dict[str, float]:
-        metrics = heldout_loss(model, itertools.islice(dataset.dev.epoch(0), batches), nmt_loss)
+        metrics = heldout_loss(model, itertools.islice(dataset.dev, batches), nmt_loss)
         return {f"dev_{k}": v for k, v in metrics.items()}
 
     def finish(model: torch.nn.Module, run_dir: Path) -> dict:
         results = dict(dev(model), test_counts=test_counts)
         for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
             start = time.monotonic()
-            bleu = evaluate_nmt(model, test_batches.epoch(0), test_references, dataset.decode, beam_size=beam,
+            bleu = evaluate_nmt(model, test_batches, test_references, dataset.decode, beam_size=beam,
                                 length_penalty=args.length_penalty, out_path=run_dir / f"test.{name}.hyp")
             results.update({f"test_bleu_{name}": bleu.bleu, f"bleu_text_{name}": bleu.text,
                             f"decode_minutes_{name}": round((time.monotonic() - start) / 60, 2)})
         results["bleu_signature"] = bleu.signature
         return results
 
-    return Job(job.model, job.loss_fn, dataset.train.epoch, len(dataset.train), dev, finish,
+    return Job(job.model, job.loss_fn, job.batches, dev, finish,
                dict(dataset.info, model=job.model_spec["config"]))
 
 
 def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> dict:
-    """The plain serial loop: one batch, one backward, one optimizer step; stops at the epoch/update/time limits."""
+    """The plain serial loop: one batch, one backward, one optimizer step; stops at the epoch/update/time limits.
+    Batches come in the engine's order and under its per-batch RNG seed, as one engine worker trains them."""
     params = [p for p in job.model.parameters() if p.requires_grad]
     optimizer = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
                  else torch.optim.SGD(params, lr=args.lr))
@@ -183,7 +183,9 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
         return bool((args.max_updates and step >= args.max_updates) or (args.minutes and minutes() >= args.minutes))
     job.model.train()
     for epoch in range(args.epochs):
-        for batch in job.epoch_batches(epoch):
+        for index in epoch_order(len(job.batches), args.seed, epoch, shuffle=True):
+            batch = job.batches[int(index)]
+            torch.manual_seed(batch_seed(args.seed, epoch, int(index)))  # dropout masks, as the engine's worker
             for group in optimizer.param_groups:
                 group["lr"] = schedule(step, epoch)
             optimizer.zero_grad(set_to_none=True)
@@ -211,8 +213,8 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
 
 
 def train_with_engine(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> dict:
-    """The same run through the project's engine: hogwild.train with one worker (mode 'single'), shared optimizer.
-    The engine reshuffles the order of the data's epoch-0 batches every epoch, logs to <out>/engine/metrics.jsonl."""
+    """The same run through the project's engine: hogwild.train with one worker (mode 'single'), shared optimizer,
+    the same batches in the same order as train(); logs to <out>/engine/metrics.jsonl."""
     import hogwild
 
     config = hogwild.Config(
@@ -221,7 +223,7 @@ def train_with_engine(job: Job, args: argparse.Namespace, log: Callable[[dict], 
         max_steps=args.max_updates or None, time_limit=args.minutes * 60 or None, eval_every=args.eval_every or None,
         checkpoint_dir=str(args.out / "engine"), log_every=args.log_every, progress=False, tensorboard=False,
         seed=args.seed)
-    result = hogwild.train(job.model, job.loss_fn, list(job.epoch_batches(0)), config, evaluate=job.evaluate)
+    result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate=job.evaluate)
     for record in result.history:
         log({"engine_eval": True, **record})
     return {"loop": "engine", "updates": result.updates, "train_minutes": round(result.wall_seconds / 60, 2),
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     job = pos_job(args) if args.task == "pos" else nmt_job(args)
     n_params = sum(p.numel() for p in job.model.parameters())
     log({"loaded_minutes": round((time.monotonic() - load_start) / 60, 2), "parameters": n_params,
-         "updates_per_epoch": job.updates_per_epoch, **{k: v for k, v in job.info.items() if k != "model"}})
+         "updates_per_epoch": len(job.batches), **{k: v for k, v in job.info.items() if k != "model"}})
     summary = train(job, args, log) if args.loop == "plain" else train_with_engine(job, args, log)
     eval_start = time.monotonic()
     final = job.finish(job.model, args.out)

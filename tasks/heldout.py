@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from hogwild.data.batching import NmtBatcher, PosBatcher
-from hogwild.data.vocab import EOS, PAD
+from hogwild.models.special_ids import EOS, PAD
 
 EVAL_MAX_LEN = 100  # held-out pairs longer than this many units (either side) are cut to it for evaluation
 DECODE_MAX_LEN = 2 * EVAL_MAX_LEN  # no translation during evaluation is longer than this many words

@@ -53,8 +53,8 @@ def _expect(spec: dict, task: str, run_dir: Path, command: str) -> None:
 
 
 def load_tagger(run_dir: str | Path):
-    """The trained POS tagger of a run directory (tasks.pos.PosTagging)."""
-    from hogwild.tasks.pos import PosTagging
+    """The trained POS tagger of a run directory (tasks.pos_task.PosTagging)."""
+    from hogwild.tasks.pos_task import PosTagging
 
     run_dir = Path(run_dir)
     spec, state, _ = load_trained(run_dir)
@@ -63,8 +63,8 @@ def load_tagger(run_dir: str | Path):
 
 
 def load_translator(run_dir: str | Path):
-    """The trained translator of a run directory (tasks.nmt.Translator)."""
-    from hogwild.tasks.nmt import Translator
+    """The trained translator of a run directory (tasks.nmt_task.Translator)."""
+    from hogwild.tasks.nmt_task import Translator
 
     run_dir = Path(run_dir)
     spec, state, _ = load_trained(run_dir)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from hogwild.config import MODES, Config, ConfigError
 from hogwild.data.readers import FORMATS, TAGS
+from hogwild.data.subwords import MODEL_TYPES as SUBWORDS
 from hogwild.multihost.dist_config import ALGORITHMS, DistConfig
 from hogwild.shared_optim import OPTIMIZERS
 from hogwild.tasks import defaults
@@ -142,6 +143,11 @@ class RunOptions:
                                       default_text=defaults.EVAL_SENTENCES_TEXT)
     max_len: int = DATA(50, "nmt: drop longer training pairs", metavar="N", check=_at_least(1))
     vocab_size: int = DATA(15000, "nmt: words kept per side", metavar="N", check=_at_least(1))
+    subwords: str | None = DATA(None, "nmt: sentencepiece subwords trained on the training side (saved in the run "
+                                      "directory) instead of Moses words; BLEU is scored on the decoded text",
+                                choices=SUBWORDS, default_text="Moses words")
+    subword_vocab_size: int = DATA(8000, "nmt with --subwords: pieces per side (a soft limit: small corpora get "
+                                         "fewer)", metavar="N", check=_at_least(8))
     word_min_freq: int | None = DATA(None, "pos: words seen fewer times are unk", metavar="N", check=_at_least(1),
                                      default_text=defaults.WORD_MIN_FREQ_TEXT)
     synthetic_size: int | None = DATA(None, "sentences (pos) or pairs (nmt) of the synthetic task", metavar="N",
@@ -225,6 +231,10 @@ class RunOptions:
             raise OptionError("tgt_lang", f"must differ from --src-lang (both are {self.src_lang!r})")
         if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
             raise OptionError("task", "--word-column, --tag-column and --tag apply to --task pos only")
+        if self.subwords is not None and self.task != "nmt":
+            raise OptionError("subwords", "applies to --task nmt only")
+        if self.subwords is not None and self.synthetic:
+            raise OptionError("subwords", "needs --train text (the synthetic task has no text to cut into pieces)")
         if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
             raise OptionError("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
                                            f"{optimizer!r}; use --distributed easgd for plain SGD")
@@ -254,7 +264,7 @@ class RunOptions:
 
         sparse_pull: a POS device worker ('cuda:N', 'cpu-replica') pulls only the embedding rows its sentence holds,
         not the whole word table, before every step ('cpu' workers train in place and pull nothing). The tagger
-        embeds only its batch's ids, so the arithmetic is the same (tests/tasks/test_pos.py). NMT's embeddings are
+        embeds only its batch's ids, so the arithmetic is the same (tests/tasks/test_pos_task.py). NMT's embeddings are
         dense, and sync mode averages whole tables (Config refuses it there)."""
         derived = dict(
             devices=devices, optimizer_args=self.optimizer_args(),

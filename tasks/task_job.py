@@ -1,7 +1,7 @@
 """A training job made ready for the engine: model, loss, batches, evaluation, and the files a run directory needs.
 
-`tasks.pos.pos_job(options)` and `tasks.nmt.nmt_job(options)` build one (`tasks.job_builders.build_job` picks by
-task); `tasks.training.run_training` hands its parts to `hogwild.train`, whose docstring states the contract:
+`tasks.pos_task.pos_job(options)` and `tasks.nmt_task.nmt_job(options)` build one (`tasks.job_builders.build_job` picks
+by task); `tasks.training.run_training` hands its parts to `hogwild.train`, whose docstring states the contract:
 `loss_fn(model, batch) -> loss or (loss, tokens)` and `evaluate(model) -> dict`. The batches are the dicts documented
 in `data/batching.py`.
 
@@ -37,3 +37,11 @@ class TaskJob:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.save_vocabularies(run_dir)
         (run_dir / MODEL_FILE).write_text(json.dumps(self.model_spec, indent=2) + "\n", encoding="utf-8")
+
+
+def trained_model(model_class: type[nn.Module], config_class: type, spec: dict[str, Any],
+                  state: dict[str, Any]) -> nn.Module:
+    """A model rebuilt from its model.json `spec` and a checkpoint's state_dict, in eval mode (tag / translate)."""
+    model = model_class(config_class(**spec["config"]))
+    model.load_state_dict(state)
+    return model.eval()

@@ -56,7 +56,7 @@ INSIDE_THE_VENV = textwrap.dedent("""
                             n_tags=len(dataset.tags))
         torch.manual_seed(0)
         model = POSTagger(config)
-        result = hogwild.train(model, pos_loss, list(dataset.train.epoch(0)),
+        result = hogwild.train(model, pos_loss, dataset.train.batches(),
                                hogwild.Config(workers=2, lr=0.03, max_steps=5, progress=False, tensorboard=False))
         # max_steps stops the workers; one already inside its step may finish it (lock-free: at most workers - 1 more)
         assert 5 <= result.updates <= 6 and sum(result.worker_updates) == result.updates, (

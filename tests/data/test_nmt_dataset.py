@@ -29,18 +29,19 @@ def test_moses_task_with_dev_and_cache(tmp_path):
     task = load_nmt_dataset(config, cache)
     assert task.info["cached"] is False and task.info["train"]["kept"] == 60 and task.info["dev_pairs"] == 5
     assert task.dev_references == en[:5] and task.dev_sources == fr[:5]
-    dev_batch = task.dev.batch(task.dev.epoch_plan(0)[0])
+    dev_batch = task.dev.batch(task.dev.plan()[0])
     assert [task.decode(row.tolist()) for row in dev_batch["tgt"]] == en[:5]  # detokenized == raw reference
     assert task.src_vocab.decode(dev_batch["src"][0].tolist()) == ["Le", "chat", "numéro", "0", "dort", ",", "n'",
                                                                    "est-ce", "pas", "?"]
     assert dev_batch["src"][0, 10].item() == EOS
     again = load_nmt_dataset(config, cache)
     assert again.info["cached"] is True and again.dev_references == en[:5] and again.src_vocab == task.src_vocab
-    a, b = next(task.train.epoch(1)), next(again.train.epoch(1))
+    a, b = task.train.batches()[-1], again.train.batches()[-1]
     assert all(torch.equal(a[k], b[k]) for k in a)
     (tmp_path / "run").mkdir()
     again.save(tmp_path / "run")
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["data.json", "vocab.src.json", "vocab.tgt.json"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["data.json", "text.json", "vocab.src.json",
+                                                                   "vocab.tgt.json"]
 
 
 def test_length_filter_counts_moses_tokens(tmp_path):
@@ -96,9 +97,11 @@ def test_eval_set_and_source_encoding_follow_the_task(tmp_path):
     (tmp_path / "test.en").write_text("The Cat number 7 sleeps.\nx\nThe dog?\n", encoding="utf-8")
     task = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), lowercase=True,
                                        cache=False, processes=1))
-    batcher, refs = task.eval_set(tmp_path / "test", batch_size=4)
-    assert refs == ["the cat number 7 sleeps.", "the dog?"]  # empty pair dropped, lowercased like training
-    batch = next(batcher.epoch(0))
+    test = task.eval_set(tmp_path / "test", batch_size=4)
+    assert test.references == ["the cat number 7 sleeps.", "the dog?"]  # empty pair dropped, lowercased like training
+    assert test.sources == ["Le chat numéro 7 dort ?", "Le chien ?"]
+    assert test.counts == {"total": 3, "kept": 2, "dropped_empty": 1, "dropped_long": 0, "held_out": 0}
+    batch = next(iter(test.batcher))
     assert task.src_vocab.decode(batch["src"][0].tolist()) == ["le", "chat", "numéro", "7", "dort", "?"]
     assert task.src_vocab.decode(batch["src"][1].tolist()) == ["le", "<unk>", "?"]
     encoded = task.encode_source(["Le chat numéro 7 dort ?", "Le chien ?"])
@@ -106,10 +109,14 @@ def test_eval_set_and_source_encoding_follow_the_task(tmp_path):
     assert task.tokenize(["The Cat!"], "tgt") == [["the", "cat", "!"]]
     sub = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), subwords="unigram",
                                       subword_vocab_size=60, cache=False, processes=1))
-    batcher, refs = sub.eval_set(tmp_path / "test")
-    assert refs[1] == "The dog?" and "".join(sub.tokenize(["Le chat"])[0]).replace("▁", " ").strip() == "Le chat"
-    with pytest.raises(ValueError, match="synthetic"):
-        synthetic_nmt_dataset(num_train=10, num_dev=2).eval_set(tmp_path / "test")
+    assert sub.eval_set(tmp_path / "test").references[1] == "The dog?"
+    assert "".join(sub.tokenize(["Le chat"])[0]).replace("▁", " ").strip() == "Le chat"
+    synthetic = synthetic_nmt_dataset(num_train=10, num_dev=2)  # whitespace words, files prefix.src / prefix.tgt
+    (tmp_path / "words.src").write_text(" ".join(synthetic.dev_sources[0].split()[:2]) + " zzz\n", encoding="utf-8")
+    (tmp_path / "words.tgt").write_text(synthetic.dev_references[0] + "\n", encoding="utf-8")
+    words = synthetic.eval_set(tmp_path / "words")
+    assert words.references == synthetic.dev_references[:1]
+    assert synthetic.src_vocab.decode(next(iter(words.batcher))["src"][0].tolist())[-1] == "<unk>"
 
 
 def test_bad_config_and_missing_files(tmp_path):

@@ -75,7 +75,7 @@ def test_load_from_folder_with_split_and_cache(tmp_path):
     assert second.words == first.words and second.chars == first.chars and second.tags == first.tags
     for name, array in first.train.data.arrays().items():
         assert np.array_equal(array, second.train.data.arrays()[name])
-    a, b = next(first.train.epoch(0)), next(second.train.epoch(0))
+    a, b = next(iter(first.train)), next(iter(second.train))
     assert all(torch.equal(a[k], b[k]) for k in a)
     other = load_pos_dataset(PosDataConfig(train=config.train, dev_fraction=0.34, word_min_freq=1, seed=2), cache)
     assert other.info["cached"] is False  # the seed changes the split, hence the key
@@ -87,7 +87,7 @@ def test_separate_dev_file(tmp_path):
     task = load_pos_dataset(config)
     assert task.info["dev_sentences"] == task.info["train_sentences"] == 2
     assert task.tags.itos[2:] == ["$.", "APPR", "ART", "NN", "PPER", "VVFIN"]
-    assert next(task.train.epoch(0))["words"].shape == (2, 4)
+    assert next(iter(task.train))["words"].shape == (2, 4)
     (tmp_path / "task").mkdir()
     task.save(tmp_path / "task")
     assert sorted(p.name for p in (tmp_path / "task").iterdir()) == [
@@ -100,7 +100,7 @@ def test_eval_set_and_encode_sentences():
     task = load_pos_dataset(config)
     test = task.eval_set(FIXTURES / "slash" / "ca02", batch_size=4)
     assert len(test) == 1 and test.data.num_tokens == 3
-    batch = next(test.epoch(0))
+    batch = next(iter(test))
     assert task.tags.decode(batch["tags"][0].tolist()) == ["pps", "vbd", "."]
     raw = task.encode_sentences([["It", "rained", "."], ["The", "dog"]])
     assert torch.equal(raw["words"][0], batch["words"][0]) and torch.equal(raw["prefixes"][0], batch["prefixes"][0])
@@ -126,7 +126,7 @@ def test_synthetic_task_needs_characters():
     assert task.info["dev_unk_word_rate"] > 0.4  # most content words are rare: only affixes identify them
     assert task.tags.itos[2:] and set(task.tags.itos[2:]) == {"DET", "PRON", "NOUN", "VERB", "ADJ", "ADV", "ADP",
                                                               "PART", "PUNCT"}
-    batch = next(task.train.epoch(0))
+    batch = next(iter(task.train))
     assert batch["words"].shape[0] == 1 and batch["prefixes"].shape[2] == 10
 
 

@@ -21,6 +21,14 @@ def test_train_encode_decode_reload(tmp_path, model_type):
     assert again.encode(LINES[5]) == model.encode(LINES[5])
 
 
+def test_the_model_file_depends_on_the_text_not_the_path(tmp_path):
+    first = SubwordModel.train(LINES, tmp_path / "a" / "spm.src", vocab_size=60)
+    second = SubwordModel.train(LINES, tmp_path / "elsewhere" / "spm.tgt", vocab_size=60)
+    assert first.path.read_bytes() == second.path.read_bytes()
+    assert SubwordModel.train(LINES[:200], tmp_path / "b" / "spm", vocab_size=60).path.read_bytes() != \
+        first.path.read_bytes()
+
+
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="model_type must be one of"):
         SubwordModel.train(LINES, tmp_path / "x", model_type="wordpiece")

@@ -6,15 +6,19 @@ import torch
 
 from hogwild.data.nmt_dataset import synthetic_nmt_dataset
 from hogwild.data.pos_dataset import synthetic_pos_dataset
+from hogwild.feed import epoch_order
 from hogwild.models import (AttentionNMT, NMTConfig, POSConfig, POSTagger, evaluate_nmt, evaluate_pos, nmt_loss, pos_loss,
                     tag_sentences)
 
 
 def fit(model, loss_fn, batcher, epochs, lr=0.01):
+    """The serial loop in the engine's order: the batcher's fixed batches, reordered each epoch by epoch_order."""
     torch.manual_seed(0)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    batches = batcher.batches()
     for epoch in range(epochs):
-        for batch in batcher.epoch(epoch):
+        for index in epoch_order(len(batches), 0, epoch, shuffle=True):
+            batch = batches[int(index)]
             optimizer.zero_grad()
             loss_fn(model, batch)[0].backward()
             optimizer.step()
@@ -27,9 +31,9 @@ def test_pos_tagger_learns_suffix_driven_tags_of_unknown_words():
     torch.manual_seed(0)
     model = POSTagger(POSConfig(n_words=len(task.words), n_chars=len(task.chars), n_tags=len(task.tags),
                                 char_emb=16, word_emb=16, char_hidden=24, word_hidden=24, word_layers=1))
-    before = evaluate_pos(model, task.dev.epoch(0))
+    before = evaluate_pos(model, task.dev)
     fit(model, pos_loss, task.train, epochs=2)
-    after = evaluate_pos(model, task.dev.epoch(0))
+    after = evaluate_pos(model, task.dev)
     assert before["accuracy"] < 0.5
     assert after["accuracy"] >= 0.97 and after["unk_accuracy"] >= 0.95
 
@@ -49,6 +53,6 @@ def test_nmt_learns_the_synthetic_translation_task():
     model = AttentionNMT(NMTConfig(src_words=len(task.src_vocab), tgt_words=len(task.tgt_vocab), embedding=32,
                                    hidden=64, attention=64, readout=32))
     fit(model, nmt_loss, task.train, epochs=2)
-    greedy = evaluate_nmt(model, task.dev.epoch(0), task.dev_references, task.decode, beam_size=1)
-    beam = evaluate_nmt(model, task.dev.epoch(0), task.dev_references, task.decode, beam_size=3)
+    greedy = evaluate_nmt(model, task.dev, task.dev_references, task.decode, beam_size=1)
+    beam = evaluate_nmt(model, task.dev, task.dev_references, task.decode, beam_size=3)
     assert greedy.bleu >= 80 and beam.bleu >= 80

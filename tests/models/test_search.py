@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from hogwild.models.nmt import EOS, AttentionNMT, EncoderOutput, NMTConfig, nmt_loss
+from hogwild.models.nmt import AttentionNMT, EncoderOutput, NMTConfig, nmt_loss
+from hogwild.models.special_ids import EOS
 from hogwild.models.search import _max_steps, beam_search, greedy_search
 
 

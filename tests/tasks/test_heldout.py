@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hogwild.data.batching import NmtBatcher, ParallelData
-from hogwild.data.text import tokenize_lines
+from hogwild.data.moses import tokenize_lines
 from hogwild.data.vocab import Vocabulary
 from hogwild.models import AttentionNMT, NMTConfig, corpus_bleu, evaluate_pos, heldout_loss, nmt_loss, translate
 from hogwild.tasks.heldout import DECODE_MAX_LEN, cap_lengths, nmt_heldout, pos_heldout, sample_rows
@@ -87,7 +87,7 @@ def test_a_long_europarl_sentence_is_cut_and_its_translation_bounded(corpus):
 def test_nmt_job_checks_a_sample_periodically_and_everything_at_the_end():
     options = RunOptions(task="nmt", synthetic_size=200, dev_limit=30, eval_sentences=8, seed=2).resolved()
     job = build_job(options)
-    from hogwild.tasks.nmt import load_data
+    from hogwild.tasks.nmt_task import load_data
     task = load_data(options)
     assert job.info["dev_eval_sentences"] == 30 and job.info["dev_periodic_sentences"] == 8
     model = job.model.eval()
@@ -105,12 +105,12 @@ def test_nmt_job_checks_a_sample_periodically_and_everything_at_the_end():
 
 def test_pos_job_evaluates_every_dev_sentence_unless_asked_for_a_sample():
     import inspect
-    from hogwild.tasks.pos import load_data
+    from hogwild.tasks.pos_task import load_data
 
     options = RunOptions(task="pos", synthetic_size=100).resolved()
     job, task = build_job(options), load_data(options)
     assert list(inspect.signature(job.evaluate).parameters) == ["snapshot"]  # every evaluation competes for best.pt
-    expected = evaluate_pos(job.model, task.dev.epoch(0))
+    expected = evaluate_pos(job.model, task.dev)
     assert job.evaluate(job.model) == expected
     sampled = build_job(RunOptions(task="pos", synthetic_size=100, eval_sentences=20).resolved())
     assert sampled.evaluate(job.model, final=True) == expected

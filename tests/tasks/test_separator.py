@@ -5,7 +5,7 @@ import pytest
 from hogwild.data.errors import CorpusError
 from hogwild.tasks.inference import tag_lines
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.pos import load_data
+from hogwild.tasks.pos_task import load_data
 
 
 def test_a_word_underscore_tag_corpus_trains_on_its_tags(tmp_path):

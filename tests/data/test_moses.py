@@ -3,7 +3,7 @@ import pickle
 
 import pytest
 
-from hogwild.data.text import MosesText, tokenize_lines
+from hogwild.data.moses import MosesText, tokenize_lines
 
 
 def test_french_and_english_tokens():

@@ -12,38 +12,32 @@ from typing import Any
 
 import torch
 
-from hogwild.data.batching import PosBatcher, TaggedData
-from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, encode_sentences, load_pos_dataset,
-                                      split_sentences, synthetic_pos_dataset)
-from hogwild.data.readers import read_tagged
-from hogwild.data.vocab import Vocabulary
+from hogwild.data.encoders import PosEncoder
+from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, load_pos_dataset, split_sentences,
+                                      synthetic_pos_dataset)
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
 from hogwild.tasks.defaults import METRICS
-from hogwild.tasks.heldout import full_and_periodic, pos_heldout
-from hogwild.tasks.task_job import TaskJob
-
-
-def _read(path: str, options) -> list:
-    return read_tagged(path, options.format, options.tag, word_column=options.word_column,
-                       tag_column=options.tag_column, separator=options.separator, encoding=options.encoding)
+from hogwild.tasks.heldout import EVAL_BATCH, full_and_periodic, pos_heldout
+from hogwild.tasks.task_job import TaskJob, trained_model
 
 
 def load_data(options) -> PosDataset:
-    """The synthetic dataset, the cached single-corpus dataset, or (several --train paths, explicit columns) a
-    dataset built from the concatenated corpora."""
+    """The synthetic dataset, the cached single-corpus dataset, or (several --train paths) a dataset built from the
+    concatenated corpora."""
     if options.word_min_freq is None:  # options not yet resolved: the recipe's vocabulary threshold
         options = options.resolved()
     if options.synthetic:
         return synthetic_pos_dataset(num_train=options.synthetic_size or 2000, seed=options.seed,
                                      batch_size=options.batch_size, word_min_freq=options.word_min_freq)
     config = PosDataConfig(train=options.train[0], dev=options.dev, format=options.format, tag=options.tag,
+                           word_column=options.word_column, tag_column=options.tag_column,
                            separator=options.separator, encoding=options.encoding,
                            word_min_freq=options.word_min_freq, batch_size=options.batch_size, seed=options.seed)
-    if len(options.train) == 1 and options.word_column is None and options.tag_column is None:
+    if len(options.train) == 1:
         return load_pos_dataset(config)
-    sentences = [s for path in options.train for s in _read(path, options)]
+    sentences = [s for path in options.train for s in config.read(path)]
     if options.dev:
-        train, dev = sentences, _read(options.dev, options)
+        train, dev = sentences, config.read(options.dev)
     else:
         train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
     return build_pos_dataset(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
@@ -76,30 +70,24 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     def finish(best: torch.nn.Module, run_dir: Path) -> dict[str, Any]:
         results: dict[str, Any] = {"dev": evaluate_pos(best, full.batches)}
         if options.test:
-            test = TaggedData.tensorize(_read(options.test, options), dataset.words, dataset.chars, dataset.tags)
-            results["test"] = evaluate_pos(best, PosBatcher(test, 32, shuffle=False).epoch(0))
+            results["test"] = evaluate_pos(best, dataset.eval_set(options.test, EVAL_BATCH))
         return results
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("pos", model, pos_loss, list(dataset.train.epoch(0)), evaluate, METRICS["pos"], spec, dataset.save,
+    return TaskJob("pos", model, pos_loss, dataset.train.batches(), evaluate, METRICS["pos"], spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 
 class PosTagging:
     """A trained tagger read from a run directory (model.json, vocab.*.json, best.pt or last.pt)."""
 
-    def __init__(self, model: POSTagger, words: Vocabulary, chars: Vocabulary, tags: Vocabulary):
-        self.model, self.words, self.chars, self.tags = model, words, chars, tags
+    def __init__(self, model: POSTagger, encoder: PosEncoder):
+        self.model, self.encoder = model, encoder
 
     @classmethod
     def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "PosTagging":
-        model = POSTagger(POSConfig(**spec["config"]))
-        model.load_state_dict(state)
-        model.eval()
-        return cls(model, *(Vocabulary.load(run_dir / f"vocab.{name}.json") for name in ("words", "chars", "tags")))
+        return cls(trained_model(POSTagger, POSConfig, spec, state), PosEncoder.load(run_dir))
 
     def tag(self, sentences: Sequence[Sequence[str]], batch_size: int = 32) -> list[list[str]]:
-        """Tag tokenized sentences; returns one tag per token."""
-        def encode(chunk):
-            return encode_sentences(chunk, self.words, self.chars)
-        return tag_sentences(self.model, sentences, encode, self.tags.itos, batch_size)
+        """Tag tokenized sentences (encoded as the training data were: data.encoders); one tag per token."""
+        return tag_sentences(self.model, sentences, self.encoder.encode_sentences, self.encoder.tags.itos, batch_size)

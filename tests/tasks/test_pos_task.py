@@ -1,13 +1,11 @@
-"""tasks.pos: corpus options reach the readers (columns, several --train paths), and text is encoded into the POS
-batch of data/batching.py."""
+"""tasks.pos_task: corpus options reach the readers (columns, several --train paths); sparse pulls train exactly."""
 import dataclasses
 
 import torch
 
 import hogwild
-from hogwild.data.vocab import Vocabulary
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.pos import encode_sentences, load_data, pos_job
+from hogwild.tasks.pos_task import load_data, pos_job
 
 FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "data"
 
@@ -22,20 +20,6 @@ def test_explicit_columns_and_several_training_files(tmp_path):
     tags = load_data(RunOptions(task="pos", train=[conll], dev=conll, format="conll", word_column=1, tag_column=2,
                                 batch_size=1))
     assert "NN" in tags.tags.stoi and "B-NP" not in tags.tags.stoi
-
-
-def test_encode_sentences_follows_the_batch_contract():
-    words = Vocabulary(["the", "dog"])
-    chars = Vocabulary(list("thedog"))
-    batch = encode_sentences([["the", "dog"], ["cat"]], words, chars)
-    assert batch["words"].tolist() == [[4, 5], [1, 0]]  # unk 1 for 'cat', pad 0
-    assert batch["lengths"].tolist() == [2, 1]
-    assert batch["tags"].tolist() == [[-100, -100], [-100, -100]]
-    t, h, e = chars.stoi["t"], chars.stoi["h"], chars.stoi["e"]
-    assert batch["prefixes"][0, 0].tolist() == [t, h, e] + [0] * 7  # right-padded
-    assert batch["suffixes"][0, 0].tolist() == [0] * 7 + [t, h, e]  # left-padded
-    assert batch["prefixes"][1, 0].tolist() == [1, 1, chars.stoi["t"]] + [0] * 7  # c, a unknown chars
-    assert batch["prefixes"].dtype == torch.int64 and batch["prefixes"].shape == (2, 2, 10)
 
 
 def test_replicas_pull_only_the_sentences_rows_and_train_exactly_as_with_the_whole_table(tiny_pos):

@@ -12,25 +12,19 @@ Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hogwild.data.batching import NmtBatcher, ParallelData
-from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, TextDecoder, load_nmt_dataset, synthetic_nmt_dataset
-from hogwild.data.parallel import read_parallel
-from hogwild.data.text import MosesText, tokenize_lines
-from hogwild.data.vocab import Vocabulary
+from hogwild.data.encoders import NmtEncoder
+from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
 from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, full_and_periodic, nmt_heldout
-from hogwild.tasks.task_job import TaskJob
-
-TEXT_FILE = "text.json"  # how to turn text into tokens and back: {"kind": "moses"|"join", "src_lang", "tgt_lang"}
+from hogwild.tasks.task_job import TaskJob, trained_model
 
 
 def load_data(options) -> NmtDataset:
@@ -41,9 +35,10 @@ def load_data(options) -> NmtDataset:
         raise ValueError("--train: --task nmt takes one corpus prefix (e.g. europarl-fr-en/train)")
     return load_nmt_dataset(NmtDataConfig(train=options.train[0], dev=options.dev, src_lang=options.src_lang,
                                           tgt_lang=options.tgt_lang, max_len=options.max_len,
-                                          vocab_size=options.vocab_size, train_limit=options.train_limit,
-                                          batch_size=options.batch_size, seed=options.seed,
-                                          encoding=options.encoding))
+                                          vocab_size=options.vocab_size, subwords=options.subwords,
+                                          subword_vocab_size=options.subword_vocab_size,
+                                          train_limit=options.train_limit, batch_size=options.batch_size,
+                                          seed=options.seed, encoding=options.encoding))
 
 
 def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
@@ -74,59 +69,41 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
         results = {"dev": {"bleu": dev.bleu, "beam": options.beam, "sentences": dev.sentences,
                            "signature": dev.signature}}
         if options.test:
-            test = read_parallel(options.test, options.src_lang, options.tgt_lang, None,
-                                 lambda lines, lang: tokenize_lines(lines, lang), options.encoding)
-            data = ParallelData.tensorize(list(zip(test.src, test.tgt)), dataset.src_vocab, dataset.tgt_vocab)
-            test_set = nmt_heldout(NmtBatcher(data, EVAL_BATCH, shuffle=False), len(data))
-            scored = evaluate_nmt(best, test_set.batches, test.tgt_lines, dataset.decode, beam_size=options.beam,
+            test = dataset.eval_set(options.test, batch_size=EVAL_BATCH)  # encoded exactly like the training text
+            test_set = nmt_heldout(test.batcher, len(test.references))
+            scored = evaluate_nmt(best, test_set.batches, test.references, dataset.decode, beam_size=options.beam,
                                   out_path=run_dir / "test.hyp", max_len=DECODE_MAX_LEN)
             results["test"] = {"bleu": scored.bleu, "beam": options.beam, "sentences": scored.sentences,
                                "signature": scored.signature}
         return results
 
-    def save(run_dir: Path) -> None:
-        dataset.save(run_dir)
-        kind = "join" if options.synthetic else "moses"
-        (run_dir / TEXT_FILE).write_text(json.dumps({"kind": kind, "src_lang": options.src_lang,
-                                                     "tgt_lang": options.tgt_lang}) + "\n", encoding="utf-8")
-
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("nmt", model, nmt_loss, list(dataset.train.epoch(0)), evaluate, METRICS["nmt"], spec, save, finish,
+    return TaskJob("nmt", model, nmt_loss, dataset.train.batches(), evaluate, METRICS["nmt"], spec, dataset.save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
                         dev_truncated=full.truncated))
 
 
 class Translator:
-    """A trained translator read from a run directory (model.json, vocab.src/tgt.json, text.json, checkpoint)."""
+    """A trained translator read from a run directory (model.json, checkpoint, and the encoder: vocab.src/tgt.json,
+    text.json, the sentencepiece models of a subword run)."""
 
-    def __init__(self, model: AttentionNMT, src: Vocabulary, tgt: Vocabulary, text: dict):
-        self.model, self.src, self.tgt = model, src, tgt
-        moses = text["kind"] == "moses"
-        self._tokenize = MosesText(text["src_lang"]).tokenize if moses else str.split
-        self._detokenize = TextDecoder("moses", text["tgt_lang"]) if moses else TextDecoder("join")
+    def __init__(self, model: AttentionNMT, encoder: NmtEncoder):
+        self.model, self.encoder = model, encoder
 
     @classmethod
     def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "Translator":
-        model = AttentionNMT(NMTConfig(**spec["config"]))
-        model.load_state_dict(state)
-        model.eval()
-        text = json.loads((run_dir / TEXT_FILE).read_text(encoding="utf-8"))
-        return cls(model, Vocabulary.load(run_dir / "vocab.src.json"), Vocabulary.load(run_dir / "vocab.tgt.json"),
-                   text)
+        return cls(trained_model(AttentionNMT, NMTConfig, spec, state), NmtEncoder.load(run_dir))
 
     def translate(self, lines: Sequence[str], beam: int = 5, batch_size: int = 32) -> list[str]:
         """Raw source lines -> detokenized translations (an empty line translates to an empty line), on the model's
         device. Sentences are batched by length (a translation does not depend on its batch: models/search.py)."""
         out = [""] * len(lines)
-        encoded = sorted(((i, self.src.encode(self._tokenize(line), eos=True)) for i, line in enumerate(lines)
-                          if line.strip()), key=lambda item: len(item[1]))
+        rows = [i for i, line in enumerate(lines) if line.strip()]
+        ids = self.encoder.source_ids([lines[i] for i in rows])  # tokenized and encoded as in training
+        encoded = sorted(zip(rows, ids), key=lambda item: len(item[1]))
         for start in range(0, len(encoded), batch_size):
             chunk = encoded[start:start + batch_size]
-            width = max(len(ids) for _, ids in chunk)
-            src = torch.zeros(len(chunk), width, dtype=torch.int64)  # (B, S), pad 0
-            for row, (_, ids) in enumerate(chunk):
-                src[row, :len(ids)] = torch.tensor(ids)
-            batch = {"src": src, "src_mask": src != 0}
-            for (index, _), ids in zip(chunk, translate(self.model, [batch], beam_size=beam)):
-                out[index] = self._detokenize(self.tgt.decode(ids))
+            batch = self.encoder.source_batch([sentence for _, sentence in chunk])
+            for (index, _), words in zip(chunk, translate(self.model, [batch], beam_size=beam)):
+                out[index] = self.encoder.decode(words)
         return out

@@ -1,4 +1,4 @@
-"""textio: compressed files, encodings, and errors that name the file and line."""
+"""data.compressed: compressed files, encodings, and errors that name the file and line."""
 import bz2
 import gzip
 import lzma
@@ -6,7 +6,7 @@ import lzma
 import pytest
 
 from hogwild.data.errors import CorpusError
-from hogwild.data.textio import find_compressed, numbered_lines, read_lines, strip_compression
+from hogwild.data.compressed import find_compressed, numbered_lines, read_lines, strip_compression
 
 TEXT = "première ligne\r\nzweite Zeile\n\nlast"
 
