@@ -14,10 +14,10 @@ _install_if_checkout(_Path(__file__).resolve().parent)
 
 from .agent import CommunicationAgent, SharedTrainingState
 from .checkpoint import CheckpointMismatch
-from .config import Config
+from .config import Config, ConfigError
 from .engine import TrainResult, train
 from .evaluation import EvaluationFailed
 from .supervisor import WorkerFailed
 
-__all__ = ["Config", "train", "TrainResult", "WorkerFailed", "EvaluationFailed", "CheckpointMismatch",
+__all__ = ["Config", "ConfigError", "train", "TrainResult", "WorkerFailed", "EvaluationFailed", "CheckpointMismatch",
            "CommunicationAgent", "SharedTrainingState"]
