@@ -13,7 +13,13 @@ import pytest
 
 from tests.tasks.helpers import REPO, run_py
 
-pytestmark = pytest.mark.slow
+
+def test_input_lines_lose_a_byte_order_mark(tmp_path):
+    from hogwild.tasks.inference import read_input
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"\xef\xbb\xbfLe chat dort .\r\nBonjour .\n")
+    assert read_input([str(source)]) == ["Le chat dort .", "Bonjour ."]
+    assert read_input([str(source), str(source)])[2] == "Le chat dort ."  # at the start of each file
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +31,7 @@ def nmt_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_long_line_is_cut_like_a_held_out_pair_and_its_translation_capped(nmt_run, tmp_path):
     words = " ".join((nmt_run / "dev.src").read_text().splitlines()).split()
     long_line = " ".join((words * (1000 // len(words) + 1))[:1000])  # 1,000 words of the task's vocabulary
@@ -52,6 +59,7 @@ def test_translate_help_states_the_bound():
             "warning), and a translation has at most 2 x its source length + 10 words, never over 200.") in text
 
 
+@pytest.mark.slow
 def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
