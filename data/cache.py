@@ -7,6 +7,7 @@ The key hashes each input file's resolved path, size and modification time (not 
 cost what the cache saves) plus the settings dict (tokenizer, vocabulary and split options) and CACHE_VERSION. An
 entry is a folder of ``<name>.npy`` files, ``meta.json`` and optional extra files (e.g. sentencepiece models), written
 to a temporary folder and renamed into place, so concurrent writers and interrupted runs never leave half an entry.
+An entry damaged anyway (a disk error, a hand edit) is named in a warning, removed and rebuilt by the next load.
 """
 from __future__ import annotations
 
@@ -17,11 +18,16 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
 CACHE_VERSION = 1
+T = TypeVar("T")
+
+
+class CacheWarning(UserWarning):
+    """A damaged cache entry was found (and is rebuilt)."""
 
 
 def cache_root() -> Path:
@@ -52,18 +58,32 @@ class ArrayCache:
     def path(self, key: str) -> Path:
         return self.root / key
 
-    def load(self, key: str) -> tuple[dict[str, np.ndarray], dict, Path] | None:
-        """``(arrays, meta, folder)`` of a complete entry, or None. A damaged entry is a miss (with a warning)."""
+    def load(self, key: str, build: Callable[[dict[str, np.ndarray], dict, Path], T] | None = None) \
+            -> tuple[dict[str, np.ndarray], dict, Path] | T | None:
+        """``(arrays, meta, folder)`` of a complete entry, or what ``build(arrays, meta, folder)`` makes of it; None
+        for a miss. A damaged entry (a file that cannot be read, an array or a meta.json key that ``build`` cannot
+        use) is warned about once, naming it, and removed: a miss, which the caller rebuilds and stores again."""
         folder = self.path(key)
         if not self.enabled or not (folder / "meta.json").is_file():
             return None
         try:
             meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
             arrays = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in meta["__arrays__"]}
-        except (OSError, ValueError, KeyError) as error:
-            warnings.warn(f"ignoring damaged cache entry {folder}: {error}")
+            return (arrays, meta, folder) if build is None else build(arrays, meta, folder)
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as error:
+            warnings.warn(f"damaged cache entry {folder} ({type(error).__name__}: {error}): rebuilding it",
+                          CacheWarning)
+            self._discard(folder)
             return None
-        return arrays, meta, folder
+
+    def _discard(self, folder: Path) -> None:
+        """Move a damaged entry out of the way (one rename, so that no reader sees half of it), then delete it."""
+        trash = folder.with_name(f".{folder.name}.damaged-{os.getpid()}")
+        try:
+            os.rename(folder, trash)
+        except OSError:  # another process replaced or removed it first
+            return
+        shutil.rmtree(trash, ignore_errors=True)
 
     def store(self, key: str, arrays: dict[str, np.ndarray], meta: dict,
               files: dict[str, str | os.PathLike] | None = None) -> Path | None:

@@ -16,6 +16,7 @@ from .errors import CorpusError
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
 _OPENERS = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
 _MAGIC = ((b"\x1f\x8b", ".gz"), (b"\xfd7zXZ\x00", ".xz"), (b"BZh", ".bz2"))
+BOM = "\ufeff"  # the byte-order mark as decoded text (utf-8's EF BB BF)
 
 
 def strip_compression(name: str) -> str:
@@ -40,7 +41,8 @@ def open_binary(path: str | os.PathLike) -> IO[bytes]:
 
 
 def numbered_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` for each line (1-based, trailing newline and \\r removed).
+    """Yield ``(line_number, text)`` for each line (1-based, trailing newline and \\r removed, and a byte-order mark
+    at the start of the file: editors on Windows write one, and it would otherwise become part of the first word).
 
     Undecodable bytes raise :class:`CorpusError` naming the file and line instead of a bare UnicodeDecodeError;
     a corrupt compressed stream raises it naming the file.
@@ -54,6 +56,8 @@ def numbered_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator
                 except UnicodeDecodeError as error:
                     raise CorpusError(f"cannot decode byte {raw[error.start:error.start + 1]!r} at column "
                                       f"{error.start + 1} as {encoding}", path=path, line=number) from None
+                if number == 1:
+                    text = text.removeprefix(BOM)
                 yield number, text.rstrip("\r\n")
     except (OSError, EOFError, lzma.LZMAError) as error:
         if isinstance(error, FileNotFoundError):

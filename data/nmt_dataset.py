@@ -24,6 +24,7 @@ from .batching import NmtBatcher, ParallelData
 from .cache import ArrayCache
 from .compressed import read_lines
 from .encoders import SIDES, NmtEncoder, NmtText
+from .errors import CorpusError
 from .parallel import ParallelCorpus, parallel_files, read_parallel
 from .subwords import MODEL_TYPES, SubwordModel
 from .synthetic import synthetic_parallel
@@ -33,7 +34,7 @@ from .vocab import Vocabulary
 @dataclass
 class NmtDataConfig:
     train: str = ""                  # prefix: "<dir>/train" finds train.fr[.xz] and train.en[.xz]
-    dev: str | None = None           # dev prefix; None -> hold out dev_size training pairs (seeded)
+    dev: str | None = None           # dev prefix; None -> hold out a seeded dev_fraction of the pairs (held_out_size)
     src_lang: str = "fr"
     tgt_lang: str = "en"
     max_len: int | None = 50         # drop training pairs longer than this on either side (paper: 50)
@@ -44,7 +45,8 @@ class NmtDataConfig:
     subword_vocab_size: int = 8000
     train_limit: int | None = None   # read only the first N training lines (quick runs)
     dev_limit: int | None = None     # keep only the first N dev pairs
-    dev_size: int = 3000             # held-out pairs when dev is None
+    dev_fraction: float = 0.1        # held-out share of the training pairs when dev is None
+    dev_size: int = 3000             # at most this many held-out pairs when dev is None
     batch_size: int = 64
     eval_batch_size: int = 64
     seed: int = 0
@@ -63,6 +65,8 @@ class NmtDataConfig:
         for name in ("train_limit", "dev_limit"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise ValueError(f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
         if self.processes < 0:
             raise ValueError(f"processes must be >= 0, got {self.processes}")
         if self.src_lang == self.tgt_lang:
@@ -153,10 +157,26 @@ def _assemble(train_data, dev_data, encoder, sources, refs, config, info) -> Nmt
                       encoder, sources, refs, info, None if config.train == "<synthetic>" else config)
 
 
-def _holdout(corpus: ParallelCorpus, size: int, seed: int) -> tuple[ParallelCorpus, ParallelCorpus]:
+MIN_SPLIT_PAIRS = 10  # without a dev corpus, fewer kept pairs are refused: 10% of them is not one pair
+
+
+def held_out_size(pairs: int, fraction: float, cap: int) -> int:
+    """Pairs held out of `pairs` when no dev corpus is given: round(fraction * pairs), at least 1, at most `cap`,
+    so that at least (1 - fraction) of the corpus is trained on. Raises ValueError below MIN_SPLIT_PAIRS."""
+    if pairs < MIN_SPLIT_PAIRS:
+        raise ValueError(f"{pairs} pairs: too few to hold out a {fraction:.0%} split (at least {MIN_SPLIT_PAIRS} "
+                         f"are needed)")
+    return min(cap, max(1, round(pairs * fraction)))
+
+
+def _holdout(corpus: ParallelCorpus, config: NmtDataConfig, path: Path) -> tuple[ParallelCorpus, ParallelCorpus]:
     from .pos_dataset import split_sentences  # same seeded split as POS, over pair indices
-    size = min(size, len(corpus) - 1)
-    train_idx, dev_idx = split_sentences(range(len(corpus)), size / len(corpus), seed)
+    try:
+        size = held_out_size(len(corpus), config.dev_fraction, config.dev_size)
+    except ValueError as error:
+        raise CorpusError(f"{error}; give a held-out corpus with --dev, or a larger --train", path=path,
+                          option="dev") from None
+    train_idx, dev_idx = split_sentences(range(len(corpus)), size / len(corpus), config.seed)
 
     def subset(indices):
         return ParallelCorpus([corpus.src[i] for i in indices], [corpus.tgt[i] for i in indices],
@@ -179,15 +199,9 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
     settings = {k: v for k, v in asdict(config).items()
                 if k not in ("batch_size", "eval_batch_size", "cache", "processes")}
     key = cache.key("nmt", files, settings)
-    hit = cache.load(key)
-    if hit is not None:
-        arrays, meta, folder = hit
-        data = [ParallelData(*(arrays[f"{part}.{name}"] for name in ("src", "src_offsets", "tgt", "tgt_offsets")))
-                for part in ("train", "dev")]
-        text = _text(config, {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]})
-        encoder = NmtEncoder(text, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]))
-        return _assemble(*data, encoder, meta["dev_sources"], meta["dev_references"], config,
-                         dict(meta["info"], cached=True))
+    cached = cache.load(key, lambda arrays, meta, folder: _cached(config, arrays, meta, folder))
+    if cached is not None:
+        return cached
     models: dict[str, str] = {}
     if config.subwords:
         models = _train_subwords(config, cache.root / f".{key}.spm")
@@ -198,7 +212,7 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
         dev = read_parallel(config.dev, config.src_lang, config.tgt_lang, None, text.tokenize, config.encoding,
                             config.dev_limit)
     else:
-        train, dev = _holdout(train, config.dev_size, config.seed)
+        train, dev = _holdout(train, config, files[0])
     dataset = build_nmt_dataset(train, dev, config, text, {"train_path": str(config.train), "dev_path": config.dev})
     arrays = {f"{part}.{name}": array for part, batcher in (("train", dataset.train), ("dev", dataset.dev))
               for name, array in batcher.data.arrays().items()}
@@ -211,6 +225,16 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
         dataset.encoder.text = _text(config, {side: str(folder / f"spm.{side}.model") for side in models})
     dataset.info["cached"] = False
     return dataset
+
+
+def _cached(config: NmtDataConfig, arrays: dict, meta: dict, folder: Path) -> NmtDataset:
+    """The dataset of a cache entry (a KeyError or ValueError here means the entry is damaged: ArrayCache.load)."""
+    data = [ParallelData(*(arrays[f"{part}.{name}"] for name in ("src", "src_offsets", "tgt", "tgt_offsets")))
+            for part in ("train", "dev")]
+    text = _text(config, {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]})
+    encoder = NmtEncoder(text, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]))
+    return _assemble(*data, encoder, meta["dev_sources"], meta["dev_references"], config,
+                     dict(meta["info"], cached=True))
 
 
 def _text(config: NmtDataConfig, models: dict[str, str]) -> NmtText:

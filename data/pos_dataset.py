@@ -150,13 +150,9 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
     cache = cache or ArrayCache(enabled=config.cache)
     settings = {k: v for k, v in asdict(config).items() if k not in ("batch_size", "eval_batch_size", "cache")}
     key = cache.key("pos", files, settings)
-    hit = cache.load(key)
-    if hit is not None:
-        arrays, meta, _ = hit
-        data = [TaggedData(*(arrays[f"{part}.{name}"] for name in ("words", "prefixes", "suffixes", "tags",
-                                                                     "offsets"))) for part in ("train", "dev")]
-        vocabs = [Vocabulary.from_dict(meta[name]) for name in ("words", "chars", "tags")]
-        return _assemble(*data, *vocabs, config, dict(meta["info"], cached=True))
+    cached = cache.load(key, lambda arrays, meta, _: _cached(config, arrays, meta))
+    if cached is not None:
+        return cached
     sentences = config.read(config.train)
     if config.dev:
         train, dev = sentences, config.read(config.dev)
@@ -169,6 +165,14 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
                               "tags": dataset.tags.to_dict()})
     dataset.info["cached"] = False
     return dataset
+
+
+def _cached(config: PosDataConfig, arrays: dict, meta: dict) -> PosDataset:
+    """The dataset of a cache entry (a KeyError or ValueError here means the entry is damaged: ArrayCache.load)."""
+    data = [TaggedData(*(arrays[f"{part}.{name}"] for name in ("words", "prefixes", "suffixes", "tags", "offsets")))
+            for part in ("train", "dev")]
+    vocabs = [Vocabulary.from_dict(meta[name]) for name in ("words", "chars", "tags")]
+    return _assemble(*data, *vocabs, config, dict(meta["info"], cached=True))
 
 
 def synthetic_pos_dataset(num_train: int = 2000, num_dev: int = 200, seed: int = 0, batch_size: int = 1,

@@ -13,6 +13,7 @@ import sys
 import warnings
 from typing import Callable
 
+from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
 from hogwild.tasks.options import Option, OptionError, RunOptions, declared, flag, option_types
 from hogwild.tasks.options_file import OptionsFileError, read_options_file
 
@@ -84,7 +85,10 @@ def tag_parser() -> argparse.ArgumentParser:
 
 def translate_parser() -> argparse.ArgumentParser:
     p = _parser("run.py translate", "Translate text with a trained NMT run: one sentence per line in (stdin or "
-                                    "FILEs), one translation per line out.")
+                                    "FILEs), one translation per line out. Bounded as the held-out evaluation: a "
+                                    f"line longer than {EVAL_MAX_LEN} words (units of the run's vocabulary) is "
+                                    f"translated from its first {EVAL_MAX_LEN} (with a warning), and a translation "
+                                    f"has at most 2 x its source length + 10 words, never over {DECODE_MAX_LEN}.")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR", help="run directory (best.pt, else last.pt)")
     p.add_argument("files", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
     p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
@@ -107,6 +111,7 @@ def plot_parser() -> argparse.ArgumentParser:
 def _tag(args: argparse.Namespace) -> int:
     from hogwild.tasks.inference import load_tagger, read_input, tag_lines, write_output
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
+    _say_checkpoint("run.py tag", args.checkpoint, tagger.checkpoint)
     lines = read_input(args.files, args.encoding)
     write_output(tag_lines(tagger, lines, args.format, args.batch_size, args.separator), args.output,
                  conll=args.format == "conll")
@@ -116,9 +121,23 @@ def _tag(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     from hogwild.tasks.inference import load_translator, read_input, write_output
     translator = load_translator(args.checkpoint)
+    _say_checkpoint("run.py translate", args.checkpoint, translator.checkpoint)
     lines = read_input(args.files, args.encoding)
-    write_output(translator.translate(lines, args.beam, args.batch_size), args.output)
+    translations = translator.translate(lines, args.beam, args.batch_size)
+    if translator.cut:
+        print(f"run.py translate: warning: {translator.cut} line(s) longer than {EVAL_MAX_LEN} words were "
+              f"translated from their first {EVAL_MAX_LEN} only (split long lines into sentences)", file=sys.stderr)
+    write_output(translations, args.output)
     return 0
+
+
+def _say_checkpoint(prog: str, run_dir: str, path) -> None:
+    """On stderr (stdout is the output): the checkpoint used and its update, and a warning for a run still training."""
+    from hogwild.tasks.inference import checkpoint_note
+    note, warning = checkpoint_note(run_dir, path)
+    print(f"{prog}: {note}", file=sys.stderr)
+    if warning:
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -30,12 +30,18 @@ class HeldOut:
     truncated: int  # pairs cut to the length cap
 
 
-def cap_lengths(batch: dict[str, torch.Tensor], max_len: int) -> dict[str, torch.Tensor]:
-    """src (B, S) cut to max_len units + eos, tgt (B, T) to bos + max_len units + eos; masks follow."""
-    src, tgt = batch["src"], batch["tgt"]
+def cap_source(batch: dict[str, torch.Tensor], max_len: int = EVAL_MAX_LEN) -> dict[str, torch.Tensor]:
+    """src (B, S) cut to max_len units + eos; src_mask follows (what `translate` does to a long input line)."""
+    src = batch["src"]
     if src.shape[1] > max_len + 1:
         src = src[:, :max_len + 1].clone()
         src[:, max_len] = torch.where(src[:, max_len] != PAD, EOS, PAD)  # a cut row ends in eos again
+    return dict(batch, src=src, src_mask=src != PAD)
+
+
+def cap_lengths(batch: dict[str, torch.Tensor], max_len: int) -> dict[str, torch.Tensor]:
+    """src (B, S) cut to max_len units + eos, tgt (B, T) to bos + max_len units + eos; masks follow."""
+    src, tgt = cap_source(batch, max_len)["src"], batch["tgt"]
     if tgt.shape[1] > max_len + 2:
         tgt = tgt[:, :max_len + 2].clone()
         tgt[:, max_len + 1] = torch.where(tgt[:, max_len + 1] != PAD, EOS, PAD)

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from hogwild.data.compressed import BOM
 from hogwild.files import write_text_atomic
 from hogwild.tasks.rundir import RunDirError, load_trained
+from hogwild.tasks.runlock import describe_holder, live_holder
 
 
 class InputError(ValueError):
@@ -24,7 +26,8 @@ class InputError(ValueError):
 
 
 def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | None = None) -> list[str]:
-    """All lines of the files (in order), or of stdin when there is none or a path is '-'."""
+    """All lines of the files (in order), or of stdin when there is none or a path is '-'; a byte-order mark at the
+    start of one is dropped (as the training corpora's)."""
     lines: list[str] = []
     for path in paths or ["-"]:
         if path == "-":
@@ -39,7 +42,7 @@ def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | No
             name = path
         for number, raw in enumerate(data.splitlines(), 1):
             try:
-                lines.append(raw.decode(encoding))
+                lines.append(raw.decode(encoding).removeprefix(BOM) if number == 1 else raw.decode(encoding))
             except UnicodeDecodeError as error:
                 raise InputError(f"{name}:{number}: not valid {encoding} text ({error.reason} at byte "
                                  f"{error.start}); give --encoding") from None
@@ -57,9 +60,11 @@ def load_tagger(run_dir: str | Path):
     from hogwild.tasks.pos_task import PosTagging
 
     run_dir = Path(run_dir)
-    spec, state, _ = load_trained(run_dir)
+    spec, state, path = load_trained(run_dir)
     _expect(spec, "pos", run_dir, "tag")
-    return PosTagging.load(run_dir, spec, state)
+    tagger = PosTagging.load(run_dir, spec, state)
+    tagger.checkpoint = path
+    return tagger
 
 
 def load_translator(run_dir: str | Path):
@@ -67,9 +72,26 @@ def load_translator(run_dir: str | Path):
     from hogwild.tasks.nmt_task import Translator
 
     run_dir = Path(run_dir)
-    spec, state, _ = load_trained(run_dir)
+    spec, state, path = load_trained(run_dir)
     _expect(spec, "nmt", run_dir, "translate")
-    return Translator.load(run_dir, spec, state)
+    translator = Translator.load(run_dir, spec, state)
+    translator.checkpoint = path
+    return translator
+
+
+def checkpoint_note(run_dir: str | Path, path: Path) -> tuple[str, str | None]:
+    """(which checkpoint and the update it holds, a warning when a run still trains in run_dir, else None): a
+    best.pt read while training goes on is only the best so far, possibly the untrained update-0 model."""
+    from hogwild.checkpoint import read_checkpoint
+
+    state = read_checkpoint(str(path))
+    update = state.get("best_step", state.get("global_step"))
+    note = f"using {path} (update {update})"
+    holder = live_holder(run_dir)
+    if holder is None:
+        return note, None
+    return note, (f"{run_dir} is still training ({describe_holder(holder)}): {path.name} is the checkpoint of update "
+                  f"{update}, not of the finished run")
 
 
 def tag_lines(tagger, lines: Sequence[str], output_format: str = "slash", batch_size: int = 32,

@@ -23,7 +23,7 @@ from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
 from hogwild.tasks.defaults import METRICS
-from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, full_and_periodic, nmt_heldout
+from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, EVAL_MAX_LEN, cap_source, full_and_periodic, nmt_heldout
 from hogwild.tasks.task_job import TaskJob, trained_model
 
 
@@ -89,6 +89,8 @@ class Translator:
 
     def __init__(self, model: AttentionNMT, encoder: NmtEncoder):
         self.model, self.encoder = model, encoder
+        self.checkpoint: Path | None = None  # the file the parameters came from (set by tasks.inference)
+        self.cut = 0  # lines of the last translate() longer than EVAL_MAX_LEN units, translated from their start
 
     @classmethod
     def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "Translator":
@@ -96,14 +98,18 @@ class Translator:
 
     def translate(self, lines: Sequence[str], beam: int = 5, batch_size: int = 32) -> list[str]:
         """Raw source lines -> detokenized translations (an empty line translates to an empty line), on the model's
-        device. Sentences are batched by length (a translation does not depend on its batch: models/search.py)."""
+        device. Sentences are batched by length (a translation does not depend on its batch: models/search.py).
+        Bounded as the held-out evaluation is: a line is cut to its first EVAL_MAX_LEN units (counted in `cut`) and
+        its translation has at most min(2 x source units + 10, DECODE_MAX_LEN) words."""
         out = [""] * len(lines)
         rows = [i for i, line in enumerate(lines) if line.strip()]
-        ids = self.encoder.source_ids([lines[i] for i in rows])  # tokenized and encoded as in training
+        ids = self.encoder.source_ids([lines[i] for i in rows])  # tokenized and encoded as in training, eos last
+        self.cut = sum(1 for sentence in ids if len(sentence) > EVAL_MAX_LEN + 1)
         encoded = sorted(zip(rows, ids), key=lambda item: len(item[1]))
         for start in range(0, len(encoded), batch_size):
             chunk = encoded[start:start + batch_size]
-            batch = self.encoder.source_batch([sentence for _, sentence in chunk])
-            for (index, _), words in zip(chunk, translate(self.model, [batch], beam_size=beam)):
+            batch = cap_source(self.encoder.source_batch([sentence for _, sentence in chunk]))
+            for (index, _), words in zip(chunk, translate(self.model, [batch], beam_size=beam,
+                                                          max_len=DECODE_MAX_LEN)):
                 out[index] = self.encoder.decode(words)
         return out

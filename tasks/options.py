@@ -21,6 +21,8 @@ from functools import cache
 from typing import Any, Callable
 
 from hogwild.config import MODES, Config, ConfigError
+from hogwild.data.nmt_dataset import MIN_SPLIT_PAIRS, NmtDataConfig
+from hogwild.data.pos_dataset import PosDataConfig
 from hogwild.data.readers import FORMATS, TAGS
 from hogwild.data.subwords import MODEL_TYPES as SUBWORDS
 from hogwild.multihost.dist_config import ALGORITHMS, DistConfig
@@ -30,6 +32,9 @@ from hogwild.tasks.defaults import RECIPES, TASKS, default_optimizer, resolve_re
 from hogwild.tasks.devices import CPU_WORKERS
 
 PRESETS = ("small", "paper")
+DEV_TEXT = (f"pos: a seeded {PosDataConfig.dev_fraction:.0%} of the --train sentences; nmt: a seeded "
+            f"{NmtDataConfig.dev_fraction:.0%} of the --train pairs, at most {NmtDataConfig.dev_size} (a corpus of "
+            f"fewer than {MIN_SPLIT_PAIRS} pairs is refused)")
 
 
 class OptionError(ValueError):
@@ -121,7 +126,7 @@ class RunOptions:
     # --- data ---
     train: list[str] | None = DATA(None, "pos: tagged files or folders; nmt: a file prefix (PREFIX.SRC_LANG, "
                                          "PREFIX.TGT_LANG)", metavar="PATH", default_text="the synthetic task")
-    dev: str | None = DATA(None, "held-out set", metavar="PATH", default_text="a seeded 10% split of --train")
+    dev: str | None = DATA(None, "held-out set (not the --train file)", metavar="PATH", default_text=DEV_TEXT)
     test: str | None = DATA(None, "scored with the best checkpoint at the end", metavar="PATH", default_text="none")
     format: str = DATA("auto", "pos: corpus format", choices=FORMATS)
     word_column: int | None = DATA(None, "pos conll: 1-based word column", metavar="N", check=_at_least(1),
@@ -194,7 +199,7 @@ class RunOptions:
     out: str | None = STOPPING(None, "run directory", metavar="DIR", default_text="runs/TASK-DATE-TIME",
                                engine="checkpoint_dir")
     resume: bool = STOPPING(False, "continue the run in --out from its last.pt", engine="resume")
-    seed: int = STOPPING(0, "data split, batch order and initialisation", engine="seed")
+    seed: int = STOPPING(0, "data split, batch order and initialisation", check=_at_least(0), engine="seed")
     progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")
     # --- multi-host (MPI): the DistConfig of hogwild.multihost, whose defaults these are ---
     distributed: str | None = MULTI_HOST(None, "exchange parameters between hosts with this algorithm",
@@ -243,6 +248,8 @@ class RunOptions:
         corpora = [("train", path) for path in self.train or []]
         for name, path in corpora + [(name, getattr(self, name)) for name in ("dev", "test") if getattr(self, name)]:
             _check_exists(name, path, self.task)
+        if self.dev:
+            _check_not_trained_on(self.dev, self.train or [], self)
 
     @property
     def synthetic(self) -> bool:
@@ -352,6 +359,24 @@ def check_value(name: str, value: Any) -> None:
     kind, optional = option_types()[name]
     if not (value is None and optional):
         _check_type(name, kind, value)
+
+
+def _check_not_trained_on(dev: str, train: list[str], options: RunOptions) -> None:
+    """--dev must not be (the same file as) a --train corpus: a held-out score on training data measures nothing.
+    NMT corpora are prefixes: their source-language files are compared."""
+    def files(path: str) -> str:
+        if options.task == "pos":
+            return path
+        from hogwild.data.parallel import parallel_files
+        return str(parallel_files(path, options.src_lang, options.tgt_lang)[0])
+    for path in train:
+        try:
+            same = os.path.samefile(files(dev), files(path))
+        except (OSError, ValueError):  # a file missing on one side: the reader names it
+            continue
+        if same:
+            raise OptionError("dev", f"{dev} is the same corpus as --train {path}: a held-out set must not be "
+                                     f"trained on; give another --dev, or none for a seeded split of --train")
 
 
 def _check_exists(name: str, path: str, task: str) -> None:

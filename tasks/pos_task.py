@@ -83,6 +83,7 @@ class PosTagging:
 
     def __init__(self, model: POSTagger, encoder: PosEncoder):
         self.model, self.encoder = model, encoder
+        self.checkpoint: Path | None = None  # the file the parameters came from (set by tasks.inference)
 
     @classmethod
     def load(cls, run_dir: Path, spec: dict, state: dict[str, torch.Tensor]) -> "PosTagging":

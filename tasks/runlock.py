@@ -6,14 +6,19 @@ The lock is `fcntl.flock` on the file: the kernel releases it when its holder ex
 left by a killed run (kill -9, power loss) is free and the next run takes it over. The holder removes the file when
 it finishes. flock is per host: two hosts sharing a folder over NFS are not kept apart (docs/reliability.md).
 
+The file is opened without following a symbolic link: a run.lock that is a link or not a regular file is refused
+(NotALockFile) and left as it is. `live_holder(run_dir)` tells a reader (`run.py tag`) whether a run holds it.
+
 Usage: `with RunDirLock(run_dir): ...` (raises RunDirBusy naming the holder)
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -22,6 +27,10 @@ LOCK_FILE = "run.lock"
 
 class RunDirBusy(RuntimeError):
     """Another live process holds the run directory."""
+
+
+class NotALockFile(ValueError):
+    """run.lock is not a lock file: a symbolic link, a folder, a device."""
 
 
 class RunDirLock:
@@ -34,14 +43,14 @@ class RunDirLock:
 
     def acquire(self) -> "RunDirLock":
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = _open_lock_file(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _read_holder(fd)
                 os.close(fd)
-                raise RunDirBusy(f"--out {self.path.parent}: run directory is in use by {_describe(holder)}; wait "
-                                 f"for it to finish, stop it, or choose another --out") from None
+                raise RunDirBusy(f"--out {self.path.parent}: run directory is in use by {describe_holder(holder)}; "
+                                 f"wait for it to finish, stop it, or choose another --out") from None
             except BaseException:
                 os.close(fd)
                 raise
@@ -82,6 +91,43 @@ class RunDirLock:
         self.release()
 
 
+def live_holder(run_dir: str | os.PathLike) -> dict | None:
+    """The record ({"pid", "host", "started_at", ...}; {} before it is written) of the live process that holds
+    run_dir's lock, i.e. a run still training there; None when no process does. Only reads: the file is opened
+    read-only without following a link, and a shared lock is tried and released at once."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_holder(fd)
+        os.close(fd)
+        return holder
+    os.close(fd)  # closing releases the shared lock
+    return None
+
+
+def _open_lock_file(path: Path) -> int:
+    """The lock file, opened (created) without following a symbolic link: a run.lock that is a link, a folder or
+    anything but a regular file was not written by run.py, and writing the holder's record through it would
+    truncate whatever it points to. It is refused, naming it; the user removes it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        fd = None
+    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    if fd is not None:
+        os.close(fd)
+    what = f"a symbolic link to {os.readlink(path)}" if path.is_symlink() else "not a regular file"
+    raise NotALockFile(f"--out {path.parent}: {path} is {what}, not a lock file written by run.py; it is left as it "
+                      f"is (remove it if no run uses this directory)")
+
+
 def _read_holder(fd: int) -> dict:
     try:
         data = os.pread(fd, 4096, 0)
@@ -91,7 +137,8 @@ def _read_holder(fd: int) -> dict:
         return {}
 
 
-def _describe(holder: dict) -> str:
+def describe_holder(holder: dict) -> str:
+    """'pid P (started ...)': the holder of a lock, as messages name it."""
     if not holder.get("pid"):
         return "another process (it has not written its pid yet)"
     where = f" on {holder['host']}" if holder.get("host") and holder["host"] != socket.gethostname() else ""

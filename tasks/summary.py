@@ -4,7 +4,9 @@ Keys (issue 5): task, workers, devices, mode, updates, wall_seconds, updates_per
 update}, final_train_loss, staleness_mean, skipped_updates; plus final_metrics, heldout (the best checkpoint's final
 evaluation), stop_reason, data and the segment figures of a resumed run. `wall_seconds` and `updates` add up over
 resumed segments (`prior_seconds`: the training time before this segment, from the metrics log, which also counts a
-segment that was killed without writing a summary); `updates_per_second` is that of the latest segment.
+segment that was killed without writing a summary); `updates_per_second` is that of the latest segment. When a
+signal skipped the final held-out evaluation, run.py sets stop_reason to say so and adds training_stop_reason (why
+training itself stopped), which a --resume that only runs that evaluation puts back (tasks/training.py).
 
 Usage: `summary = make_summary(options, devices, result, metric, start, previous, heldout, info, prior_seconds)`
 """

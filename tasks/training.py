@@ -25,8 +25,10 @@ from hogwild.files import write_atomic
 from hogwild.resources import check_resources, tensor_nbytes
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
+from hogwild.tasks.final_signals import FinalSignals
 from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
+from hogwild.tasks.resume_checks import check_optimizer, nothing_to_train, stop_reached
 from hogwild.tasks.rundir import RunDirError, check_out, segment_start, write_command, write_config
 from hogwild.tasks.runlock import RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
@@ -120,11 +122,13 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
            say: Callable[[str], None]) -> dict[str, Any]:
     run_dir, rank_is_first = owner.run_dir, owner.writer
     engine_dir = run_dir / "host0" if options.distributed else run_dir
-    job, config, start_updates = _checked_job(options, devices, owner, engine_dir, say)
+    job, config, start_updates, finish_only = _checked_job(options, devices, owner, engine_dir, dist, say)
     previous = read_summary(run_dir) if start_updates else None
     if rank_is_first:
         write_command(run_dir, argv)
         write_config(run_dir, run=options.to_dict(), model=job.model_spec, devices=devices)
+    if finish_only:
+        return _finish_only(job, config, previous, run_dir, engine_dir, say)
     started = [time.time()]
     evaluate = _watched(job, started, say)
     say(f"training with {len(devices)} worker(s) on {', '.join(sorted(set(devices)))} ({options.mode}, "
@@ -140,19 +144,21 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     else:
         result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
     interrupted = result.stop_reason.startswith("signal")
-    heldout = None
-    if not interrupted:
-        best = copy.deepcopy(job.model)
-        if result.best_checkpoint:
-            best.load_state_dict(read_checkpoint(result.best_checkpoint)["model"])
-        # the final (beam) decoding runs where the periodic evaluations ran: the GPU when the workers are on GPUs
-        heldout = job.finish(best.to(config.evaluation_device()).eval(), run_dir)
-    summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info,
-                           prior_seconds=segment_start(engine_dir) if start_updates else 0.0)
-    summary["hosts"] = hosts
-    write_summary(run_dir, summary)
+    with FinalSignals() as signals:  # a signal from here on stops the final evaluation, not the summary
+        heldout = None
+        if not interrupted:
+            # the final (beam) decoding runs where the periodic evaluations ran: the GPU when the workers are on GPUs
+            heldout = signals.run(lambda: job.finish(_best_model(job, result.best_checkpoint, config), run_dir))
+        summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info,
+                               prior_seconds=segment_start(engine_dir) if start_updates else 0.0)
+        summary["hosts"] = hosts
+        if signals.skipped:
+            summary.update(stop_reason=f"{signals.skipped} during the final held-out evaluation, which was skipped "
+                                       f"(training had stopped: {result.stop_reason})",
+                           training_stop_reason=result.stop_reason)
+        write_summary(run_dir, summary)
     best = summary["best"]
-    say(f"done ({result.stop_reason}): {result.updates} updates in {summary['wall_seconds']:.1f}s "
+    say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f}s "
         f"({summary['updates_per_second']:.2f} updates/s), final train loss {_number(result.final_loss)}, "
         f"best held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
     if heldout:
@@ -160,14 +166,45 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
                                            for part, values in heldout.items()))
     if interrupted:
         say(f"interrupted: continue with the same command plus --resume --out {run_dir}")
+    elif signals.skipped:
+        say(f"interrupted: the same command plus --resume --out {run_dir} runs the final held-out evaluation")
     return summary
 
 
-def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, engine_dir: Path,
-                 say: Callable[[str], None]) -> tuple[TaskJob, hogwild.Config, int]:
-    """Build the engine's Config, load the data and build the job, check a --resume against it and the machine
-    against it, then (only then) create or take the run directory and install the job's files. Returns (job, config,
-    update resumed from or 0)."""
+def _best_model(job: TaskJob, best_checkpoint: str | None, config: hogwild.Config) -> torch.nn.Module:
+    """The job's model with the best checkpoint's parameters (else as trained), on the evaluation device."""
+    best = copy.deepcopy(job.model)
+    if best_checkpoint:
+        best.load_state_dict(read_checkpoint(best_checkpoint)["model"])
+    return best.to(config.evaluation_device()).eval()
+
+
+def _finish_only(job: TaskJob, config: hogwild.Config, previous: dict[str, Any], run_dir: Path, engine_dir: Path,
+                 say: Callable[[str], None]) -> dict[str, Any]:
+    """--resume of a run that finished training but whose final held-out evaluation a signal skipped: that
+    evaluation alone, then its summary completed (no worker is started)."""
+    best = engine_dir / "best.pt"
+    say(f"training finished at update {previous['updates']} ({previous['training_stop_reason']}); running the final "
+        f"held-out evaluation that was skipped")
+    with FinalSignals() as signals:
+        heldout = signals.run(lambda: job.finish(_best_model(job, str(best) if best.exists() else None, config),
+                                                 run_dir))
+        summary = dict(previous, heldout=heldout)
+        if not signals.skipped:
+            summary["stop_reason"] = summary.pop("training_stop_reason")
+        write_summary(run_dir, summary)
+    if heldout:
+        say("final held-out: " + "; ".join(f"{part} {_format(values, job.metric)}"
+                                           for part, values in heldout.items()))
+    return summary
+
+
+def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, engine_dir: Path, dist,
+                 say: Callable[[str], None]) -> tuple[TaskJob, hogwild.Config, int, bool]:
+    """Build the engine's Config, load the data and build the job, check a --resume against it (and the checkpoint's
+    optimizer and stop condition: tasks.resume_checks) and the machine against it, then (only then) create or take
+    the run directory and install the job's files. Returns (job, config, update resumed from or 0, whether only the
+    final held-out evaluation is left to do: a finished run whose evaluation a signal skipped)."""
     resume_path = engine_dir / "last.pt"
     resume_state = read_checkpoint(str(resume_path)) if options.resume and resume_path.exists() else None
     start_updates = int(resume_state["global_step"]) if resume_state is not None else 0
@@ -179,22 +216,35 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
     n_params = sum(p.numel() for p in job.model.parameters())
     say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
         f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
+    finish_only = False
     with tempfile.TemporaryDirectory(prefix="hogwild-run-") as staging:
         job.write_files(Path(staging))  # model.json, vocabularies: compared with the run's, or copied into it
         if resume_state is not None:
             check_fits(resume_state, str(resume_path), job.model)
             check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
+            check_optimizer(resume_state, resume_path, options)
+            reached = stop_reached(resume_state, options, len(job.batches))
+            finish_only = reached is not None and dist is None and _evaluation_skipped(owner.run_dir, start_updates)
+            if reached is not None and not finish_only:
+                raise nothing_to_train(resume_path, reached, start_updates)
             _check_same_files(Path(staging), owner.run_dir)
         _check_machine(job, devices, options)
         del resume_state  # the engine reads it again (its tensors are not needed here)
-        if options.resume:
+        if options.resume and not finish_only:
             say(f"resuming {resume_path} at update {start_updates}" if start_updates else
                 f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
         if owner.writer:  # known valid: from here on the run directory is written
             owner.claim()
             if not start_updates:
                 _install_files(Path(staging), owner.run_dir)
-    return job, config, start_updates
+    return job, config, start_updates, finish_only
+
+
+def _evaluation_skipped(run_dir: Path, updates: int) -> bool:
+    """Whether the run's summary says a signal skipped the final held-out evaluation of the training that ended at
+    `updates` (the checkpoint being resumed)."""
+    previous = read_summary(run_dir)
+    return bool(previous and previous.get("training_stop_reason") and previous.get("updates") == updates)
 
 
 def _check_machine(job: TaskJob, devices: list[str], options: RunOptions) -> None:

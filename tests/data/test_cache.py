@@ -40,8 +40,10 @@ def test_damaged_entry_is_a_miss_and_disabled_cache_does_nothing(tmp_path):
     cache = ArrayCache(tmp_path)
     folder = cache.store("k", {"a": np.zeros(3)}, {})
     (folder / "a.npy").write_bytes(b"garbage")
-    with pytest.warns(UserWarning, match="damaged cache entry"):
+    with pytest.warns(UserWarning, match=f"damaged cache entry {folder} "):
         assert cache.load("k") is None
+    assert not folder.exists() and list(tmp_path.iterdir()) == []  # removed, so that the next store replaces it
+    assert cache.store("k", {"a": np.zeros(3)}, {}) == folder and cache.load("k")[1] == {"__arrays__": ["a"]}
     off = ArrayCache(tmp_path / "off", enabled=False)
     assert off.store("k", {"a": np.zeros(3)}, {}) is None and off.load("k") is None
     assert not (tmp_path / "off").exists()

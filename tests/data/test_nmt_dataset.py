@@ -1,13 +1,16 @@
 """NMT task: Moses and subword pipelines on fixtures, dev references for BLEU, the cache, the synthetic task."""
+import json
 import pathlib
+import re
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from hogwild.data.cache import ArrayCache
+from hogwild.data.cache import ArrayCache, CacheWarning
 from hogwild.data.errors import CorpusError
-from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset, synthetic_nmt_dataset
+from hogwild.data.nmt_dataset import NmtDataConfig, held_out_size, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.data.vocab import EOS
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
@@ -146,3 +149,57 @@ def test_europarl_dev_only_task(corpus, tmp_path):
     assert task.info["train"]["total"] == 3_000 and task.info["dev_pairs"] == 100
     assert task.info["train"]["kept"] + task.info["train"]["dropped_long"] == 3_000
     assert task.dev_references[0] == "Resumption of the session"
+
+
+def test_without_dev_a_seeded_ten_percent_is_held_out_at_most_dev_size(tmp_path):
+    assert [held_out_size(n, 0.1, 3000) for n in (10, 14, 15, 3000, 30_000, 40_000)] == [1, 1, 2, 300, 3000, 3000]
+    write_corpus(tmp_path, n=3000)  # the corpus that used to train on one pair (min(3000, n - 1) held out)
+    task = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), cache=False, processes=1, seed=3))
+    assert (task.info["train_pairs"], task.info["dev_pairs"]) == (2700, 300)
+    assert task.info["train"]["held_out"] == 300
+    again = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), cache=False, processes=1, seed=3))
+    assert again.dev_references == task.dev_references  # seeded
+
+
+def test_a_corpus_too_small_to_split_is_refused_naming_dev(tmp_path):
+    write_corpus(tmp_path, n=9)
+    with pytest.raises(CorpusError, match=r"train\.fr: 9 pairs: too few to hold out a 10% split \(at least 10 are "
+                                          r"needed\); give a held-out corpus with --dev, or a larger --train") as error:
+        load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), cache=False, processes=1))
+    assert error.value.option == "dev"
+    task = load_nmt_dataset(NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), cache=False,
+                                          processes=1))
+    assert (task.info["train_pairs"], task.info["dev_pairs"]) == (9, 5)  # with --dev nothing is held out
+
+
+def _damage(folder, how):
+    if how == "short array":
+        np.save(folder / "train.src.npy", np.load(folder / "train.src.npy")[:-3])
+    else:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        del meta["src_vocab"]
+        (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+@pytest.mark.parametrize("how, error", [("short array", r"ValueError: offsets do not match the id arrays"),
+                                        ("meta.json without a key", r"KeyError: 'src_vocab'")])
+def test_a_damaged_cache_entry_is_named_once_and_rebuilt(tmp_path, how, error):
+    write_corpus(tmp_path)
+    cache = ArrayCache(tmp_path / "cache")
+    config = NmtDataConfig(train=str(tmp_path / "train"), dev=str(tmp_path / "dev"), processes=1)
+    fresh = load_nmt_dataset(config, cache)
+    (folder,) = [path for path in (tmp_path / "cache").iterdir()]
+    _damage(folder, how)
+    with pytest.warns(CacheWarning) as caught:
+        rebuilt = load_nmt_dataset(config, cache)
+    assert len(caught) == 1
+    assert re.fullmatch(rf"damaged cache entry {re.escape(str(folder))} \({error}\): rebuilding it",
+                        str(caught[0].message))
+    assert rebuilt.info["cached"] is False and rebuilt.dev_references == fresh.dev_references
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # replaced: the next load is a clean hit
+        hit = load_nmt_dataset(config, cache)
+    assert hit.info["cached"] is True
+    assert all(np.array_equal(a, b) for a, b in zip(hit.train.data.arrays().values(),
+                                                     fresh.train.data.arrays().values()))
+    assert [path.name for path in (tmp_path / "cache").iterdir()] == [folder.name]  # nothing else left

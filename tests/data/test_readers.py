@@ -205,3 +205,29 @@ def test_ud_german(corpus):
     assert len(lit) == 1_920 and sum(map(len, lit)) == 40_450
     pud = read_tagged(corpus("ud-german-pud"))
     assert len(pud) == 1_000 and sum(map(len, pud)) == 21_332
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("name", ["tiny.conllu", "tiny.conllx", "tiny.conll09", "tiny.conll2000.txt", "slash/ca01"])
+def test_a_byte_order_mark_is_not_part_of_the_first_word(tmp_path, name):
+    plain = tmp_path / "plain" / pathlib.Path(name).name
+    plain.parent.mkdir()
+    plain.write_bytes((FIXTURES / name).read_bytes().replace(BOM, b""))
+    for suffix, compress in (("", bytes), (".gz", gzip.compress)):  # every format, plain or compressed
+        marked = tmp_path / f"marked{suffix}" / (plain.name + suffix)
+        marked.parent.mkdir()
+        marked.write_bytes(compress(BOM + plain.read_bytes()))
+        assert detect_format(marked) == detect_format(plain)
+        assert read_tagged(marked) == read_tagged(plain)
+        assert not read_tagged(marked)[0][0][0].startswith("\ufeff")
+
+
+def test_a_byte_order_mark_is_dropped_from_parallel_text(tmp_path):
+    from hogwild.data.parallel import read_parallel
+    (tmp_path / "train.fr").write_bytes(BOM + "Le chat dort .\nBonjour .\n".encode())
+    (tmp_path / "train.en").write_bytes(BOM + "The cat sleeps .\nHello .\n".encode())
+    corpus = read_parallel(tmp_path / "train", "fr", "en")
+    assert corpus.src[0] == ["Le", "chat", "dort", "."] and corpus.tgt[0][0] == "The"
+    assert corpus.src_lines[0] == "Le chat dort ." and corpus.tgt_lines[0] == "The cat sleeps ."

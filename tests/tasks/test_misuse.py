@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from hogwild.tasks import cli
+from tests.tasks.helpers import write_parallel, write_tagged
 from tests.tasks.misuse_helpers import fingerprint, run_py_session
 
 pytestmark = pytest.mark.slow
@@ -16,11 +17,14 @@ SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """A finished run directory, a copy of it with a truncated last.pt, and bad corpora."""
+    """A finished run directory (and one trained with momentum), a copy of it with a truncated last.pt, and bad
+    corpora."""
     root = tmp_path_factory.mktemp("misuse")
     run = root / "run"
     done = run_py_session(*SMALL, "--steps", "20", "--eval-every", "10", "--out", str(run))
     assert done.returncode == 0, done.stdout + done.stderr
+    momentum = run_py_session(*SMALL, "--steps", "5", "--optimizer", "msgd", "--out", str(root / "momentum"))
+    assert momentum.returncode == 0, momentum.stdout + momentum.stderr
     truncated = root / "truncated"
     shutil.copytree(run, truncated)
     data = (truncated / "last.pt").read_bytes()
@@ -29,6 +33,8 @@ def world(tmp_path_factory):
     (root / "mixed.txt").write_text("The/DT dog/NN barks/VBZ\nA/DT cat/NN\nsleeps\tVBZ\tx\n")
     (root / "bad.conllu").write_text(
         "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\tzero\troot\t_\t_\n\n")
+    write_tagged(root / "tagged.txt", 30, 0)
+    write_parallel(root / "nine", 9, 0)  # too few pairs for a held-out split
     (root / "good.conllu").write_text(
         "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_\n\n")
     return root
@@ -71,12 +77,31 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"\d+\.\d GiB is available; about \d+ workers fit"),
     ("empty --separator", [*SMALL, "--separator", ""], 2,
      r"run\.py: error: --separator: must be a non-empty string without spaces, got ''"),
+    ("negative --seed", [*SMALL, "--seed", "-1"], 2, r"run\.py: error: --seed: must be >= 0, got -1"),
+    ("--dev equal to --train", ["--task", "pos", "--train", "{root}/tagged.txt", "--dev", "{root}/./tagged.txt"], 2,
+     r"run\.py: error: --dev: {root}/\./tagged\.txt is the same corpus as --train {root}/tagged\.txt: a held-out "
+     r"set must not be trained on; give another --dev, or none for a seeded split of --train"),
+    ("an NMT corpus too small to split", ["--task", "nmt", "--train", "{root}/nine", "--no-progress"], 1,
+     r"run\.py: error: --dev: {root}/nine\.fr: 9 pairs: too few to hold out a 10% split \(at least 10 are "
+     r"needed\); give a held-out corpus with --dev, or a larger --train"),
+    ("resume a finished run", [*SMALL, "--steps", "20", "--resume", "--out", "{root}/run"], 1,
+     r"run\.py: error: --steps 20: {root}/run/last\.pt is already at update 20, where --steps 20 stops the run: "
+     r"nothing to train \(the run is left as it was\); give a larger --steps than 20 to continue it"),
+    ("resume with another --optimizer", [*SMALL, "--steps", "40", "--optimizer", "adam", "--lr", "0.5", "--resume",
+                                         "--out", "{root}/run"], 1,
+     r"run\.py: error: --optimizer adam: {root}/run/last\.pt holds the state of --optimizer sgd; resume with "
+     r"--optimizer sgd \(a run keeps its optimizer\), or start a new run in another --out"),
+    ("resume with momentum turned off", [*SMALL, "--steps", "40", "--optimizer", "msgd", "--momentum", "0",
+                                         "--resume", "--out", "{root}/momentum"], 1,
+     r"run\.py: error: --momentum 0\.0: {root}/momentum/last\.pt holds optimizer state \['momentum_buffer', "
+     r"'step'\] per parameter, --optimizer msgd with these flags keeps \['step'\]; resume with the run's "
+     r"--momentum \(0\.9\)"),
 ]
 
 
 @pytest.mark.parametrize("name, argv, status, last_line", CASES, ids=[case[0] for case in CASES])
 def test_bad_input_fails_cleanly_and_touches_nothing(world, name, argv, status, last_line):
-    before = {folder: fingerprint(world / folder) for folder in ("run", "truncated")}
+    before = {folder: fingerprint(world / folder) for folder in ("run", "truncated", "momentum")}
     done = run_py_session(*[arg.format(root=world) for arg in argv], timeout=240)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == status, done.stdout + done.stderr

@@ -1,6 +1,7 @@
 """tasks.options: validation of every kind of bad value where it enters (RunOptions for run.py's own values,
 hogwild.Config for the engine's, reported by the flag), task defaults, and the mapping onto hogwild.Config."""
 import dataclasses
+import re
 
 import pytest
 
@@ -69,6 +70,7 @@ def test_engine_config_carries_every_training_choice():
     ({"alpha": 1.0}, "--alpha: must be in (0, 1), got 1.0"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
+    ({"seed": -1}, "--seed: must be >= 0, got -1"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(changes, message):
     with pytest.raises(OptionError) as error:
@@ -138,3 +140,26 @@ def test_resolved_is_a_copy_that_keeps_what_was_given():
     assert given.optimizer is None and given.batch_size == 3  # the original is left as it was
     assert (resolved.optimizer, resolved.lr, resolved.batch_size, resolved.extra) == ("adam", 0.5, 3, {"label": "x"})
     assert dataclasses.replace(resolved, optimizer=None).resolved().optimizer == "adam"
+
+
+def test_dev_that_is_the_training_corpus_is_refused_naming_both_flags(tmp_path):
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("The/at dog/nn barks/vbz\n")
+    (tmp_path / "link.txt").symlink_to(corpus)
+    for dev in (corpus, tmp_path / "link.txt", tmp_path / "." / "train.txt"):  # the same file, however named
+        with pytest.raises(OptionError, match=rf"--dev: {re.escape(str(dev))} is the same corpus as --train "
+                                              rf"{re.escape(str(corpus))}: a held-out set must not be trained on"):
+            RunOptions(train=[str(corpus)], dev=str(dev))
+    (tmp_path / "other.txt").write_text("The/at dog/nn barks/vbz\n")  # equal text, another file: allowed
+    assert RunOptions(train=[str(corpus)], dev=str(tmp_path / "other.txt")).dev == str(tmp_path / "other.txt")
+    for lang in ("fr", "en"):
+        (tmp_path / f"europarl.{lang}").write_text("x\n")
+    with pytest.raises(OptionError, match=r"--dev: .*/europarl is the same corpus as --train .*/europarl"):
+        RunOptions(task="nmt", train=[str(tmp_path / "europarl")], dev=str(tmp_path / "europarl"))
+
+
+def test_the_dev_help_says_how_the_held_out_set_is_split():
+    from hogwild.tasks.cli import train_parser
+    text = " ".join(train_parser().format_help().split())
+    assert ("held-out set (not the --train file) (default: pos: a seeded 10% of the --train sentences; nmt: a seeded "
+            "10% of the --train pairs, at most 3000 (a corpus of fewer than 10 pairs is refused))") in text

@@ -12,12 +12,14 @@ FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures
 
 def test_explicit_columns_and_several_training_files(tmp_path):
     conll = str(FIXTURES / "tiny.conll2000.txt")
+    dev = tmp_path / "dev.txt"  # the same text in another file (--dev may not be the --train file)
+    dev.write_bytes((FIXTURES / "tiny.conll2000.txt").read_bytes())
     # column 3 holds the chunk label: choosing it must change the tag vocabulary
-    chunks = load_data(RunOptions(task="pos", train=[conll, conll], dev=conll, format="conll", word_column=1,
+    chunks = load_data(RunOptions(task="pos", train=[conll, conll], dev=str(dev), format="conll", word_column=1,
                                   tag_column=3, batch_size=1))
     assert chunks.info["train_sentences"] == 2 * chunks.info["dev_sentences"]
     assert "B-NP" in chunks.tags.stoi and "NN" not in chunks.tags.stoi
-    tags = load_data(RunOptions(task="pos", train=[conll], dev=conll, format="conll", word_column=1, tag_column=2,
+    tags = load_data(RunOptions(task="pos", train=[conll], dev=str(dev), format="conll", word_column=1, tag_column=2,
                                 batch_size=1))
     assert "NN" in tags.tags.stoi and "B-NP" not in tags.tags.stoi
 

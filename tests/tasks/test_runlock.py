@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from hogwild.tasks.runlock import LOCK_FILE, RunDirBusy, RunDirLock
-from tests.tasks.helpers import REPO
+from hogwild.tasks.runlock import LOCK_FILE, NotALockFile, RunDirBusy, RunDirLock, describe_holder, live_holder
+from tests.tasks.helpers import REPO, run_py
 
 HOLD = textwrap.dedent("""
     import sys, time
@@ -55,3 +55,46 @@ def test_the_lock_is_exclusive_within_a_process_and_free_after_release(tmp_path)
     assert os.listdir(tmp_path) == []
     with RunDirLock(tmp_path):
         pass
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_left_intact(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("a file the lock must not truncate\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / LOCK_FILE).symlink_to(target)
+    with pytest.raises(NotALockFile, match=rf"--out {run_dir}: {run_dir / LOCK_FILE} is a symbolic link to {target}, "
+                                           rf"not a lock file written by run.py"):
+        RunDirLock(run_dir).acquire()
+    assert target.read_text() == "a file the lock must not truncate\n" and (run_dir / LOCK_FILE).is_symlink()
+    assert live_holder(run_dir) is None  # a reader does not follow it either
+    (run_dir / LOCK_FILE).unlink()
+    (run_dir / LOCK_FILE).mkdir()
+    with pytest.raises(NotALockFile, match=r"is not a regular file"):
+        RunDirLock(run_dir).acquire()
+
+
+def test_run_py_refuses_a_symlinked_lock_and_truncates_nothing(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / LOCK_FILE).symlink_to(target)
+    done = run_py("--task", "pos", "--synthetic-size", "50", "--steps", "5", "--no-progress", "--out", str(run_dir))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"run.py: error: --out {run_dir}: {run_dir / LOCK_FILE} is a symbolic link to {target}, not a lock file "
+        f"written by run.py; it is left as it is (remove it if no run uses this directory)")
+    assert target.read_text() == "keep me\n" and os.listdir(run_dir) == [LOCK_FILE]
+
+
+def test_live_holder_names_a_running_holder_only(tmp_path):
+    assert live_holder(tmp_path) is None  # no lock file
+    holder = _holder(tmp_path)
+    try:
+        assert live_holder(tmp_path)["pid"] == holder.pid
+        assert describe_holder(live_holder(tmp_path)).startswith(f"pid {holder.pid} (started ")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (tmp_path / LOCK_FILE).exists() and live_holder(tmp_path) is None  # left by a killed run: not live

@@ -11,13 +11,15 @@ from hogwild.tasks.pos_task import load_data
 def test_a_word_underscore_tag_corpus_trains_on_its_tags(tmp_path):
     corpus = tmp_path / "train.txt"
     corpus.write_text("New_York_NNP is_VBZ big_JJ\nA_DT dog/cat_NN runs_VBZ\n" * 5, encoding="utf-8")
-    options = RunOptions(task="pos", train=[str(corpus)], dev=str(corpus), format="slash", separator="_",
+    dev = tmp_path / "dev.txt"  # the same text in another file (--dev may not be the --train file)
+    dev.write_bytes(corpus.read_bytes())
+    options = RunOptions(task="pos", train=[str(corpus)], dev=str(dev), format="slash", separator="_",
                          batch_size=1).resolved()
     dataset = load_data(options)
     assert {"NNP", "VBZ", "JJ", "DT", "NN"} <= set(dataset.tags.stoi)
     assert dataset.info["train_sentences"] == 10
     with pytest.raises(CorpusError, match=r"train\.txt:1: token 'New_York_NNP' is not word/TAG"):
-        load_data(RunOptions(task="pos", train=[str(corpus)], dev=str(corpus), format="slash",
+        load_data(RunOptions(task="pos", train=[str(corpus)], dev=str(dev), format="slash",
                              batch_size=1).resolved())
 
 

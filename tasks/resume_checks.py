@@ -1,0 +1,69 @@
+"""What a `--resume` must agree with, checked by run.py before anything is written (the engine would find some of it
+only after run.py has rewritten config.json and appended to command.txt): the checkpoint's optimizer, and a stop
+condition the checkpoint has not reached yet. Each refusal names the flag to change and the checkpoint file.
+
+Usage: `check_optimizer(state, path, options)`; `reached = stop_reached(state, options, n_batches)` -> e.g.
+"--steps 2000" or None
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hogwild.shared_optim import SharedOptimizer
+
+
+class ResumeError(ValueError):
+    """A --resume that cannot continue the run as asked; the run directory is left as it was."""
+
+
+def check_optimizer(state: dict[str, Any], path: Path, options) -> None:
+    """The checkpoint's optimizer state must be the one this run's --optimizer (and --momentum) keeps: another
+    optimizer's moments cannot be continued."""
+    saved = state["optimizer"]
+    name = saved.get("name")
+    if name != options.optimizer:
+        raise ResumeError(f"--optimizer {options.optimizer}: {path} holds the state of --optimizer {name}; resume "
+                          f"with --optimizer {name} (a run keeps its optimizer), or start a new run in another --out")
+    kept = sorted(_state_keys(options.optimizer, options.optimizer_args()))
+    held = sorted(saved["state"][0]) if saved.get("state") else kept
+    if held != kept:
+        momentum = saved.get("hyper", {}).get("momentum")
+        raise ResumeError(f"--momentum {options.momentum}: {path} holds optimizer state {held} per parameter, "
+                          f"--optimizer {name} with these flags keeps {kept}; resume with the run's --momentum "
+                          f"({momentum})")
+
+
+def _state_keys(name: str, hyper: dict[str, Any]) -> set[str]:
+    """The per-parameter state keys of a SharedOptimizer(name, **hyper), read off a one-element instance."""
+    return set(SharedOptimizer([torch.zeros(1).share_memory_()], name, **hyper).state[0])
+
+
+def stop_reached(state: dict[str, Any], options, n_batches: int) -> str | None:
+    """The stop condition (as its flag and value) that the checkpoint has already reached, so that resuming would
+    train nothing: --steps (updates made), --epochs (passes over the data the feed completed). None: there is
+    training left (a --time-limit counts per segment)."""
+    if options.steps is not None and int(state["global_step"]) >= options.steps:
+        return f"--steps {options.steps}"
+    done = epochs_done(state["data_position"], n_batches, options.data_assignment == "partition")
+    if options.epochs is not None and done >= options.epochs:
+        return f"--epochs {options.epochs}"
+    return None
+
+
+def epochs_done(position: dict[str, Any], n_batches: int, partition: bool) -> int:
+    """Whole passes over the data a checkpoint's data position has completed: queue and sync modes count the batch
+    tickets handed out in order; partition mode the slowest worker's shard (range(w, n, workers))."""
+    if not partition:
+        return int(position["seq"]) // n_batches
+    shards = position["workers"]
+    return min(epoch + int(done >= len(range(w, n_batches, len(shards))))
+               for w, (epoch, done) in enumerate(shards))
+
+
+def nothing_to_train(path: Path, reached: str, updates: int) -> ResumeError:
+    flag, value = reached.split()
+    return ResumeError(f"{reached}: {path} is already at update {updates}, where {reached} stops the run: nothing to "
+                       f"train (the run is left as it was); give a larger {flag} than {value} to continue it")

@@ -1,0 +1,72 @@
+"""A real SIGTERM to a real `run.py` while it translates the held-out sets with the best checkpoint (after training):
+the decoding stops, summary.json says what was skipped, run.lock is released, exit 130; the same command with
+--resume runs only that decoding (no worker, no update) and completes the summary."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hogwild.data.synthetic import synthetic_parallel
+from tests.tasks.helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def _write_test_set(prefix, count):
+    """prefix.src / prefix.tgt: the synthetic task's languages, so that the beam decoding of --test takes a while."""
+    pairs = synthetic_parallel(count, seed=5)
+    prefix.with_name(prefix.name + ".src").write_text("".join(" ".join(s) + "\n" for s, _ in pairs))
+    prefix.with_name(prefix.name + ".tgt").write_text("".join(" ".join(t) + "\n" for _, t in pairs))
+
+
+def test_sigterm_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path):
+    out, test = tmp_path / "run", tmp_path / "test"
+    _write_test_set(test, 2000)
+    command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
+               "--steps", "5", "--eval-every", "1000", "--beam", "5", "--test", str(test), "--no-progress",
+               "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not (out / "dev.src").exists():  # written when the final held-out decoding begins
+            assert process.poll() is None, process.communicate()
+            assert time.time() < deadline, "the final decoding did not begin within 240 s"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reason"] == ("signal SIGTERM during the final held-out evaluation, which was skipped "
+                                      "(training had stopped: max_steps)")
+    assert summary["training_stop_reason"] == "max_steps" and summary["heldout"] is None
+    assert summary["updates"] == 5 and summary["final_train_loss"] is not None
+    assert not (out / "run.lock").exists() and not (out / "test.hyp").exists()
+    assert f"--resume --out {out} runs the final held-out evaluation" in stdout
+
+    records = (out / "metrics.jsonl").read_text()
+    done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "training finished at update 5 (max_steps); running the final held-out evaluation that was skipped" \
+        in done.stdout
+    assert "workers ready" not in done.stdout + done.stderr  # nothing was trained
+    assert (out / "metrics.jsonl").read_text() == records
+    finished = json.loads((out / "summary.json").read_text())
+    assert finished["stop_reason"] == "max_steps" and "training_stop_reason" not in finished
+    assert finished["heldout"]["test"]["sentences"] == 2000 and finished["heldout"]["dev"]["sentences"] == 200
+    assert {key: finished[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")} == \
+        {key: summary[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")}
+    assert len((out / "test.hyp").read_text().splitlines()) == 2000
+    assert len((out / "command.txt").read_text().splitlines()) == 2 and not (out / "run.lock").exists()
+    again = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1  # now finished: nothing to train, nothing to decode
+    assert again.stderr.strip().splitlines()[-1].startswith("run.py: error: --steps 5: ")

@@ -1,0 +1,32 @@
+"""tasks.resume_checks: the stop condition a checkpoint has reached, in every data mode (exact counts on small data
+positions); the refusals themselves run through run.py in tests/tasks/test_misuse.py."""
+from types import SimpleNamespace
+
+import pytest
+
+from hogwild.tasks.resume_checks import epochs_done, stop_reached
+
+
+def _options(steps=None, epochs=None, data_assignment="queue"):
+    return SimpleNamespace(steps=steps, epochs=epochs, data_assignment=data_assignment)
+
+
+@pytest.mark.parametrize("seq, done", [(0, 0), (9, 0), (10, 1), (29, 2), (30, 3)])
+def test_queue_and_sync_count_the_tickets_handed_out(seq, done):
+    assert epochs_done({"n_batches": 10, "seq": seq, "workers": [(0, 0), (0, 0)]}, 10, partition=False) == done
+
+
+def test_partition_counts_the_slowest_shard():
+    # 10 batches, 3 workers: shards of 4, 3 and 3 batches (range(w, 10, 3))
+    assert epochs_done({"seq": 0, "workers": [(1, 4), (1, 3), (1, 2)]}, 10, partition=True) == 1
+    assert epochs_done({"seq": 0, "workers": [(1, 4), (1, 3), (1, 3)]}, 10, partition=True) == 2
+    assert epochs_done({"seq": 0, "workers": [(1, 3), (1, 3), (1, 3)]}, 10, partition=True) == 1
+
+
+def test_stop_reached_names_the_flag_that_stops_the_run():
+    state = {"global_step": 200, "data_position": {"n_batches": 100, "seq": 200, "workers": []}}
+    assert stop_reached(state, _options(steps=200), 100) == "--steps 200"
+    assert stop_reached(state, _options(steps=201), 100) is None
+    assert stop_reached(state, _options(epochs=2), 100) == "--epochs 2"
+    assert stop_reached(state, _options(epochs=3), 100) is None
+    assert stop_reached(state, _options(), 100) is None  # only a --time-limit: each segment has its own
