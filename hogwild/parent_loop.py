@@ -23,6 +23,7 @@ from .config import Config
 from .counters import READY
 from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
+from .progress_watch import ProgressWatch
 from .shared_run import SharedRun
 from .supervisor import PARENT_SIGNALS, Supervisor
 
@@ -86,6 +87,8 @@ class ParentLoop:
         self.config, self.counters, self.control = shared.config, shared.counters, shared.control
         self.checkpoints = shared.checkpoints
         self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
+        self.watch = ProgressWatch(self.counters.workers, self.config.hang_timeout)
+        supervisor.describe_late = self.watch.describe_late
 
     def _failure(self) -> str | None:
         failure = self.supervisor.wait(TICK)
@@ -149,6 +152,10 @@ class ParentLoop:
                 # a worker may have exited with an error since the check above: its exit code decides, not timing
                 return self.supervisor.failure(), records
             snapshot = self.counters.snapshot()
+            hung = self.watch.observe(snapshot["ints"], snapshot["floats"],
+                                      [process.exitcode is None for process in self.supervisor.processes])
+            if hung:
+                return self.supervisor.declare_hung(*hung[0]), records
             updates = metrics.progress(snapshot)
             if updates >= next_log:
                 records.append(metrics.record(snapshot))

@@ -2,6 +2,8 @@
 
 - A worker that raises sends its traceback through the error queue and exits 1; one killed by a signal is named
   by that signal. Either way the parent stops the others, writes a checkpoint and raises `WorkerFailed`.
+- A worker that hangs (alive, no progress: progress_watch.py) is named the same way (`declare_hung`, which kills it);
+  so is one that ignores a stop request for join_timeout when it had been without progress for many of its steps.
 - SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return). Workers ignore both
   (PARENT_SIGNALS): Ctrl-C, `timeout` and batch schedulers signal the whole process group, and the parent decides.
 - Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
@@ -81,6 +83,9 @@ class Supervisor:
         self.failed_worker = -1  # the first worker found failed; -1 while none (or when an agent failed)
         self._failure: str | None = None
         self._stopped: set[int] = set()  # workers stop() had to terminate or kill: their exit is not a failure
+        # Set by the parent's loop: why a worker that ignored the stop request for `waited` seconds was hung (None:
+        # merely slow), from its progress (progress_watch.ProgressWatch.describe_late).
+        self.describe_late: Callable[[int, float], str | None] | None = None
 
     def start(self) -> None:
         for process in self.processes:
@@ -112,8 +117,20 @@ class Supervisor:
             return self._failure
         return None
 
+    def name(self, worker: int) -> str:
+        return f"worker {worker} ({self.names[worker]}, pid {self.processes[worker].pid})"
+
+    def declare_hung(self, worker: int, description: str) -> str:
+        """Record a live worker that makes no progress as the run's failure (unless one was found first) and kill
+        it now (SIGKILL also ends a stopped process), so stopping the others does not wait for it."""
+        if self.failed_worker < 0:
+            self._failure, self.failed_worker = f"{self.name(worker)} {description}; killed", worker
+        self._stopped.add(worker)
+        self.processes[worker].kill()
+        return self._failure
+
     def describe(self, worker: int, code: int) -> str:
-        name = f"worker {worker} ({self.names[worker]}, pid {self.processes[worker].pid})"
+        name = self.name(worker)
         if code < 0 and worker not in self.tracebacks:
             return f"{name} was killed by signal {describe_signal(-code)}"
         self._drain_errors(timeout=2.0 if worker not in self.tracebacks else 0.0)
@@ -136,6 +153,10 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
+        for worker, process in enumerate(self.processes):
+            late = self.describe_late(worker, timeout) if process.exitcode is None and self.describe_late else None
+            if late is not None and self.failed_worker < 0:
+                self._failure, self.failed_worker = f"{self.name(worker)} {late}; killed", worker
         # All at once: 100 hung workers take 2 s, not 200. Workers ignore SIGTERM once started (PARENT_SIGNALS), so
         # terminate only stops one still starting up; kill ends the rest.
         for signal_them in ("terminate", "kill"):
