@@ -101,9 +101,9 @@ class ParentLoop:
         """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
         races ahead of the others and wall time and time limits count training only. Returns a failure or None.
 
-        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (the run then stops with reason 'time_limit'
-        before any update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start shows
-        its progress."""
+        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (a failure naming the workers still starting:
+        the run made no update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start
+        shows its progress."""
         counters, supervisor, workers = self.counters, self.supervisor, self.counters.workers
         began = time.monotonic()
         limit = START_TIMEOUT
@@ -123,12 +123,11 @@ class ParentLoop:
                 next_note, noted = now + STARTUP_EVERY, True
             if now - began > limit:
                 late = [w for w in range(workers) if counters.ints[w, READY] != 1]
-                if limit < START_TIMEOUT:
-                    self.metrics.note(f"time limit: workers still starting after {now - began:.0f} s (the limit of "
-                                      f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), "
-                                      f"{ready}/{workers} ready: stopping before the first update")
-                    self.control.request_stop("time_limit")
-                    return None
+                if limit < START_TIMEOUT:  # a run of zero updates is a failure, not a run that reached its limit
+                    return (f"time limit: workers still starting after {now - began:.0f} s (the limit of "
+                            f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), {ready}/{workers} "
+                            f"ready: stopped before the first update. Use fewer workers (each spawned worker imports "
+                            f"torch and maps the batches) or a longer time limit")
                 return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
         if noted and self.control.stop_reason is None:
             self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
