@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
@@ -56,15 +56,40 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def check_shared_memory(required_bytes: int, path: str = "/dev/shm") -> None:
-    """Fail with a clear message when `path` cannot hold `required_bytes` of shared tensors."""
+    """Fail with a clear message when `path` cannot hold `required_bytes` of shared tensors
+    (resources.shared_memory_need): the size needed and the fixes, for docker, a host and run.py."""
     if not os.path.isdir(path):
         return  # not Linux-style shared memory (e.g. macOS): nothing to check
-    free = shutil.disk_usage(path).free
-    if free < required_bytes:
+    usage = shutil.disk_usage(path)
+    if usage.free < required_bytes:
+        size = usage.total + required_bytes - usage.free  # what the mount would need, at least
+        suggest = f"{-(-size // 2**30)}g" if size > 2**30 else f"{-(-size // (64 * 2**20)) * 64}m"
         raise RuntimeError(
-            f"{path} has {free / 2**20:.1f} MiB free, but the shared parameters and optimizer state need "
-            f"{required_bytes / 2**20:.1f} MiB. Free space there, or enlarge it (docker run --shm-size=..., or "
-            f"mount -o remount,size=... {path}), or set Config(check_shm=False) to try anyway.")
+            f"{path} has {usage.free / 2**20:.1f} MiB free, but the shared parameters and optimizer state need "
+            f"{required_bytes / 2**20:.1f} MiB. Enlarge it (docker run --shm-size={suggest}, as Docker gives "
+            f"containers 64 MiB; on a host: mount -o remount,size={suggest} {path}) or free space there; to try "
+            f"anyway, run.py --no-check-shm (the library: Config(check_shm=False))")
+
+
+@contextmanager
+def removing_leaked_shm(path: str = "/dev/shm") -> Iterator[None]:
+    """When moving tensors to shared memory fails (a full /dev/shm), torch leaves the file it could not fill behind
+    (`torch_<pid>_...`): remove this process's (its successful ones are already unlinked under the file_descriptor
+    sharing strategy), and say what to enlarge."""
+    import torch.multiprocessing
+
+    try:
+        yield
+    except RuntimeError as error:
+        if "shared memory" not in str(error) or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+            raise
+        prefix = f"torch_{os.getpid()}_"
+        for name in os.listdir(path) if os.path.isdir(path) else []:
+            if name.startswith(prefix):
+                with suppress(OSError):
+                    os.unlink(os.path.join(path, name))
+        raise RuntimeError(f"{error}: {path} cannot hold the shared parameters and optimizer state; enlarge it "
+                           f"(docker run --shm-size=...) or free space there") from error
 
 
 def describe_signal(number: int) -> str:
