@@ -142,6 +142,15 @@ def _launch_slow_job(tmp_path, timeout: float, flags: tuple[str, ...] = (), algo
     return job, pids
 
 
+def _kill_all(pids: dict[int, int]) -> None:
+    """Leave no rank behind (a stopped one included)."""
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _finish(job: subprocess.Popen, seconds: float) -> tuple[str, float]:
     start = time.monotonic()
     try:
@@ -182,11 +191,7 @@ def test_the_survivors_of_a_hung_rank_write_last_pt_before_the_job_aborts(tmp_pa
         os.kill(pids[2], signal.SIGSTOP)
         output, seconds = _finish(job, 30.0)
     finally:
-        for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_all(pids)
     assert job.returncode != 0 and seconds < 3.0 + 20.0, output
     found = re.search(r"rank ([01]) \(worker, pid \d+ on .*\) aborts the job: WorkerFailed\('training stopped: "
                       rf"multi-host: no heartbeat from rank 2 \(worker, pid {pids[2]} on .*\) for more than 3\.0 s: "
@@ -214,11 +219,7 @@ def test_a_hung_rank_is_detected_by_heartbeats_and_named(tmp_path):
         os.kill(pids[2], signal.SIGSTOP)  # a training host hangs (alive, silent)
         output, seconds = _finish(job, 30.0)
     finally:
-        for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_all(pids)
     assert job.returncode != 0
     assert re.search(rf"no heartbeat from rank 2 \(worker, pid {pids[2]} on .*\) for more than 3.0 s: dead or hung",
                      output), output
