@@ -10,8 +10,12 @@ A checkpoint holds the model's parameters and buffers, the shared optimizer stat
 step, staleness, losses), the data position (epoch and next batch, or every worker's shard position), the RNG
 states of the parent and the config. Loading into a model of a different shape is refused naming the tensor.
 A missing, truncated or foreign file is refused naming it (CheckpointError), as is resuming with other data.
+Every tensor is written as a CPU tensor. Checkpoints are read with `torch.load(weights_only=True)`: tensors, plain containers and numbers, plus the numpy
+array of the RNG state (`SAFE_GLOBALS`); a file that needs any other Python object unpickled (a crafted file whose
+loading would run code) is refused, naming it, without running anything.
 
-Usage: `save_checkpoint(path, state)`; `state = load_checkpoint(path, model)`. In engine.py:
+Usage: `save_checkpoint(path, state)`; `state = load_checkpoint(path, model)`; any .pt of ours:
+`state = load_file(path)`. In engine.py:
 `saved = load_resume_state(config, model, n_batches)` (checked before anything is written);
 `run_dir = prepare_run_dir(config)`; `start = resume(saved, model, optimizer, counters, config)`;
 `RunCheckpoints(...).write(path)`.
@@ -19,7 +23,9 @@ Usage: `save_checkpoint(path, state)`; `state = load_checkpoint(path, model)`. I
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -58,12 +64,49 @@ def restore_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
 
 
+def safe_globals() -> list[Any]:
+    """What our checkpoints need unpickled beyond tensors and plain containers: numpy's RNG state is an ndarray."""
+    multiarray = getattr(np, "_core", None) or np.core  # numpy 2 moved numpy.core to numpy._core
+    return [multiarray.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def load_file(path: str) -> Any:
+    """torch.load(path) restricted to what our checkpoints hold (weights_only plus safe_globals()), on the CPU.
+    Raises CheckpointError naming the file when it cannot be read, or needs other objects unpickled (refused before
+    any of them is created: a crafted pickle runs nothing)."""
+    try:
+        with torch.serialization.safe_globals(safe_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        what = f"it needs {unsafe.group(1)} unpickled" if unsafe else str(error).strip().splitlines()[0]
+        raise CheckpointError(f"{path}: not a hogwild checkpoint ({what}; refused: loading it could run code)") \
+            from None
+    except Exception as error:  # noqa: BLE001 - torch's reader errors do not say which file
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path}: cannot read the checkpoint (truncated or not a checkpoint: {detail})") \
+            from None
+
+
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
     """Write `state` to a temporary file in the same directory, fsync it, then rename it over `path`:
     a reader (or a crash) sees the old checkpoint or the new one, never half of one. A failed write (full disk)
     raises hogwild.files.WriteFailed naming `path`, and the previous checkpoint stays as it was."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_atomic(path, lambda file: torch.save({"format": FORMAT, **state}, file))
+    state = {"format": FORMAT, **on_cpu(state)}
+    write_atomic(path, lambda file: torch.save(state, file))
+
+
+def on_cpu(value: Any) -> Any:
+    """`value` with every tensor in it (in dicts, lists and tuples) on the CPU: a checkpoint written from a GPU
+    snapshot (the evaluator's best) must load with a plain torch.load on a machine without that GPU."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: on_cpu(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(on_cpu(item) for item in value)
+    return value
 
 
 def build_checkpoint(model_state: dict[str, torch.Tensor], optimizer_state: dict, counters: dict[str, np.ndarray],
@@ -86,14 +129,11 @@ def read_checkpoint(path: str) -> dict[str, Any]:
     """The checkpoint dictionary at `path`; a missing, truncated or foreign file raises CheckpointError naming it."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint {path} does not exist")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # noqa: BLE001 - torch's reader errors do not say which file
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CheckpointError(f"{path}: cannot read the checkpoint (truncated or not a checkpoint: {detail})") \
-            from None
+    state = load_file(path)
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a hogwild checkpoint (format {FORMAT})")
+        raise CheckpointError(f"{path}: not a hogwild checkpoint (no 'format': {FORMAT} entry)")
+    if "model" in state and not isinstance(state["model"], dict):
+        raise CheckpointError(f"{path}: not a hogwild checkpoint (its 'model' entry is not a state_dict)")
     return state
 
 

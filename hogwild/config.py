@@ -122,6 +122,9 @@ class Config:
     # --- failure handling ---
     check_shm: bool = True  # before spawning, check /dev/shm can hold parameters and optimizer state
     join_timeout: float = 10.0  # seconds to wait for workers to finish their step when stopping
+    hang_timeout: float | None = 60.0  # a worker whose counters do not move for this long, or 20 of its median
+    #                              steps if longer, is hung (stopped, deadlocked, stuck in I/O): named, killed, the run
+    #                              checkpointed and failed (progress_watch.py); None: never
 
     def __post_init__(self) -> None:
         _integer("workers", self.workers)
@@ -179,6 +182,7 @@ class Config:
         _positive("time_limit", self.time_limit)
         _positive("eval_every_seconds", self.eval_every_seconds)
         _positive("join_timeout", self.join_timeout)
+        _positive("hang_timeout", self.hang_timeout)
         if self.max_steps is None and self.epochs is None and self.time_limit is None:
             self.epochs = 1
         if not isinstance(self.eval_device, str) or not (self.eval_device == "auto" or _DEVICE.match(self.eval_device)):

@@ -130,6 +130,11 @@ class MetricsLog:
         record = {"kind": "final_eval" if final else "eval", "time": time.time(),
                   "elapsed": time.time() - self.start, "updates": updates, "metrics": metrics}
         self._write(record)
+        not_a_number = [key for key, value in metrics.items() if isinstance(value, float) and math.isnan(value)]
+        if not_a_number:  # the run goes on; such an evaluation never becomes best.pt (Evaluator._improves)
+            self.event("nan_metrics", updates=updates, metrics=not_a_number, final=final)
+            self.note(f"warning: evaluate() returned NaN for {', '.join(not_a_number)} at update {updates}: not "
+                      f"a candidate for best.pt (the best finite value is kept); training goes on")
         if self.writer is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and math.isfinite(value):

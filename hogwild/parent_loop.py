@@ -23,6 +23,7 @@ from .config import Config
 from .counters import READY
 from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
+from .progress_watch import ProgressWatch
 from .shared_run import SharedRun
 from .supervisor import PARENT_SIGNALS, Supervisor
 
@@ -86,6 +87,8 @@ class ParentLoop:
         self.config, self.counters, self.control = shared.config, shared.counters, shared.control
         self.checkpoints = shared.checkpoints
         self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
+        self.watch = ProgressWatch(self.counters.workers, self.config.hang_timeout)
+        supervisor.describe_late = self.watch.describe_late
 
     def _failure(self) -> str | None:
         failure = self.supervisor.wait(TICK)
@@ -98,9 +101,9 @@ class ParentLoop:
         """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
         races ahead of the others and wall time and time limits count training only. Returns a failure or None.
 
-        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (the run then stops with reason 'time_limit'
-        before any update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start shows
-        its progress."""
+        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (a failure naming the workers still starting:
+        the run made no update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start
+        shows its progress."""
         counters, supervisor, workers = self.counters, self.supervisor, self.counters.workers
         began = time.monotonic()
         limit = START_TIMEOUT
@@ -120,12 +123,11 @@ class ParentLoop:
                 next_note, noted = now + STARTUP_EVERY, True
             if now - began > limit:
                 late = [w for w in range(workers) if counters.ints[w, READY] != 1]
-                if limit < START_TIMEOUT:
-                    self.metrics.note(f"time limit: workers still starting after {now - began:.0f} s (the limit of "
-                                      f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), "
-                                      f"{ready}/{workers} ready: stopping before the first update")
-                    self.control.request_stop("time_limit")
-                    return None
+                if limit < START_TIMEOUT:  # a run of zero updates is a failure, not a run that reached its limit
+                    return (f"time limit: workers still starting after {now - began:.0f} s (the limit of "
+                            f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), {ready}/{workers} "
+                            f"ready: stopped before the first update. Use fewer workers (each spawned worker imports "
+                            f"torch and maps the batches) or a longer time limit")
                 return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
         if noted and self.control.stop_reason is None:
             self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
@@ -149,6 +151,10 @@ class ParentLoop:
                 # a worker may have exited with an error since the check above: its exit code decides, not timing
                 return self.supervisor.failure(), records
             snapshot = self.counters.snapshot()
+            hung = self.watch.observe(snapshot["ints"], snapshot["floats"],
+                                      [process.exitcode is None for process in self.supervisor.processes])
+            if hung:
+                return self.supervisor.declare_hung(*hung[0]), records
             updates = metrics.progress(snapshot)
             if updates >= next_log:
                 records.append(metrics.record(snapshot))

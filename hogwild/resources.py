@@ -8,6 +8,9 @@ worker another GPU_WORKER_BYTES of host memory for its CUDA context (an assumpti
 machines) - and the parent holds the shared model, the
 optimizer state and the batches (twice: the list and the file the workers map).
 
+The /dev/shm estimate (`shared_memory_need`): every shared tensor (parameters, buffers, optimizer state) rounded up
+to whole pages, plus SHM_FIXED_BYTES for the run's small shared objects.
+
 Serves step 2 of `hogwild.train` (share): checked before anything is moved to shared memory.
 
 Usage: `check_resources(devices, threads, model_bytes, optimizer_bytes, batch_bytes)` (warns, or raises
@@ -15,12 +18,16 @@ ResourceError naming the `workers` setting)
 """
 from __future__ import annotations
 
+import mmap
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 WORKER_BYTES = 150 * 2**20
 GPU_WORKER_BYTES = 500 * 2**20
+SHM_PAGE = mmap.PAGESIZE  # tmpfs charges every shared tensor's file in whole pages
+SHM_FIXED_BYTES = 2**20  # /dev/shm files beside the tensors: counters, run control, step budget, queue semaphores
+#                          (tens of KiB), with room to spare
 
 
 class ResourceError(RuntimeError):
@@ -85,6 +92,12 @@ def check_resources(devices: Sequence[str], threads: int, model_bytes: int, opti
             f"{len(devices)} workers need about {need / 2**30:.1f} GiB of memory ({WORKER_BYTES / 2**20:.0f} MiB per "
             f"process plus {model_bytes / 2**20:.1f} MiB of gradients each, the shared model, optimizer state and "
             f"batches), but {available / 2**30:.1f} GiB is available; about {fit} workers fit")
+
+
+def shared_memory_need(tensor_bytes: Iterable[int]) -> int:
+    """Bytes of /dev/shm a run takes: each shared tensor is a file of its own there, charged in whole pages (a
+    model of many small tensors takes far more than its byte count), plus SHM_FIXED_BYTES."""
+    return sum(-(-size // SHM_PAGE) * SHM_PAGE for size in tensor_bytes) + SHM_FIXED_BYTES
 
 
 def tensor_nbytes(value) -> int:

@@ -116,6 +116,18 @@ class SharedOptimizer:
         per_param = sum(1 for kind in layout.values() if kind == "param")
         return sum(per_param * p.numel() * p.element_size() + step_size for p in params)
 
+    @staticmethod
+    def state_tensor_nbytes(params: Sequence[Tensor], name: str, **hyper: Any) -> list[int]:
+        """Bytes of each shared tensor SharedOptimizer(params, name, **hyper) allocates - each is a file of its own
+        in /dev/shm, charged in whole pages: per parameter its parameter-shaped state, and the step counters (one
+        scalar per parameter; SGD's are views of one tensor)."""
+        layout = _state_layout(name, _hyperparameters(name, hyper))
+        step_size = torch.zeros((), dtype=_step_dtype(hyper)).element_size()
+        per_param = sum(1 for kind in layout.values() if kind == "param")
+        sizes = [p.numel() * p.element_size() for p in params for _ in range(per_param)]
+        steps = [len(params) * step_size] if name in ("sgd", "msgd", "nesterov") else [step_size] * len(params)
+        return sizes + steps
+
     # --- binding to one process's parameter objects -------------------------------------------------
     def attach(self, params: Sequence[Tensor], fused: bool = False) -> None:
         """Bind to this process's parameter objects (the same shared storages, in the same order). fused: step

@@ -15,10 +15,10 @@ from torch import nn
 from .checkpoint import RunCheckpoints, StartPosition, resume
 from .config import Config
 from .counters import SharedCounters, StepBudget
-from .resources import check_resources, tensor_nbytes
+from .resources import check_resources, shared_memory_need, tensor_nbytes
 from .run_control import RunControl
 from .shared_optim import SharedOptimizer
-from .supervisor import check_shared_memory
+from .supervisor import check_shared_memory, removing_leaked_shm
 
 
 @dataclass
@@ -45,11 +45,14 @@ def share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | N
     check_resources(config.devices, config.threads_per_worker, tensor_nbytes(model.state_dict()), optimizer_bytes,
                     tensor_nbytes(list(batches)))
     if config.check_shm:
-        check_shared_memory(_model_nbytes(model) + optimizer_bytes)
-    model.share_memory()
-    optimizer = SharedOptimizer(params, config.optimizer, **config.optimizer_args)
-    counters = SharedCounters(config.workers)
-    control = RunControl()
+        check_shared_memory(shared_memory_need(
+            _storage_nbytes(model) + SharedOptimizer.state_tensor_nbytes(params, config.optimizer,
+                                                                        **config.optimizer_args)))
+    with removing_leaked_shm():  # a full /dev/shm (check_shm=False, or filled meanwhile) fails in torch
+        model.share_memory()
+        optimizer = SharedOptimizer(params, config.optimizer, **config.optimizer_args)
+        counters = SharedCounters(config.workers)
+        control = RunControl()
     torch.manual_seed(config.seed)
     start = resume(saved, model, optimizer, counters, config)
     checkpoints = RunCheckpoints(run_dir, model, optimizer, counters, config, n_batches, start,
@@ -57,5 +60,11 @@ def share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | N
     return SharedRun(config, model, optimizer, counters, control, start, checkpoints)
 
 
-def _model_nbytes(model: nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in model.state_dict().values() if not t.is_shared())
+def _storage_nbytes(model: nn.Module) -> list[int]:
+    """Bytes of each storage model.share_memory() moves to /dev/shm (tied tensors share one; shared ones stay)."""
+    storages = {}
+    for tensor in model.state_dict().values():
+        if not tensor.is_shared():
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return list(storages.values())

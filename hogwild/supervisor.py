@@ -2,6 +2,8 @@
 
 - A worker that raises sends its traceback through the error queue and exits 1; one killed by a signal is named
   by that signal. Either way the parent stops the others, writes a checkpoint and raises `WorkerFailed`.
+- A worker that hangs (alive, no progress: progress_watch.py) is named the same way (`declare_hung`, which kills it);
+  so is one that ignores a stop request for join_timeout when it had been without progress for many of its steps.
 - SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return). Workers ignore both
   (PARENT_SIGNALS): Ctrl-C, `timeout` and batch schedulers signal the whole process group, and the parent decides.
 - Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
@@ -23,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
@@ -54,15 +56,40 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def check_shared_memory(required_bytes: int, path: str = "/dev/shm") -> None:
-    """Fail with a clear message when `path` cannot hold `required_bytes` of shared tensors."""
+    """Fail with a clear message when `path` cannot hold `required_bytes` of shared tensors
+    (resources.shared_memory_need): the size needed and the fixes, for docker, a host and run.py."""
     if not os.path.isdir(path):
         return  # not Linux-style shared memory (e.g. macOS): nothing to check
-    free = shutil.disk_usage(path).free
-    if free < required_bytes:
+    usage = shutil.disk_usage(path)
+    if usage.free < required_bytes:
+        size = usage.total + required_bytes - usage.free  # what the mount would need, at least
+        suggest = f"{-(-size // 2**30)}g" if size > 2**30 else f"{-(-size // (64 * 2**20)) * 64}m"
         raise RuntimeError(
-            f"{path} has {free / 2**20:.1f} MiB free, but the shared parameters and optimizer state need "
-            f"{required_bytes / 2**20:.1f} MiB. Free space there, or enlarge it (docker run --shm-size=..., or "
-            f"mount -o remount,size=... {path}), or set Config(check_shm=False) to try anyway.")
+            f"{path} has {usage.free / 2**20:.1f} MiB free, but the shared parameters and optimizer state need "
+            f"{required_bytes / 2**20:.1f} MiB. Enlarge it (docker run --shm-size={suggest}, as Docker gives "
+            f"containers 64 MiB; on a host: mount -o remount,size={suggest} {path}) or free space there; to try "
+            f"anyway, run.py --no-check-shm (the library: Config(check_shm=False))")
+
+
+@contextmanager
+def removing_leaked_shm(path: str = "/dev/shm") -> Iterator[None]:
+    """When moving tensors to shared memory fails (a full /dev/shm), torch leaves the file it could not fill behind
+    (`torch_<pid>_...`): remove this process's (its successful ones are already unlinked under the file_descriptor
+    sharing strategy), and say what to enlarge."""
+    import torch.multiprocessing
+
+    try:
+        yield
+    except RuntimeError as error:
+        if "shared memory" not in str(error) or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+            raise
+        prefix = f"torch_{os.getpid()}_"
+        for name in os.listdir(path) if os.path.isdir(path) else []:
+            if name.startswith(prefix):
+                with suppress(OSError):
+                    os.unlink(os.path.join(path, name))
+        raise RuntimeError(f"{error}: {path} cannot hold the shared parameters and optimizer state; enlarge it "
+                           f"(docker run --shm-size=...) or free space there") from error
 
 
 def describe_signal(number: int) -> str:
@@ -81,6 +108,9 @@ class Supervisor:
         self.failed_worker = -1  # the first worker found failed; -1 while none (or when an agent failed)
         self._failure: str | None = None
         self._stopped: set[int] = set()  # workers stop() had to terminate or kill: their exit is not a failure
+        # Set by the parent's loop: why a worker that ignored the stop request for `waited` seconds was hung (None:
+        # merely slow), from its progress (progress_watch.ProgressWatch.describe_late).
+        self.describe_late: Callable[[int, float], str | None] | None = None
 
     def start(self) -> None:
         for process in self.processes:
@@ -112,8 +142,20 @@ class Supervisor:
             return self._failure
         return None
 
+    def name(self, worker: int) -> str:
+        return f"worker {worker} ({self.names[worker]}, pid {self.processes[worker].pid})"
+
+    def declare_hung(self, worker: int, description: str) -> str:
+        """Record a live worker that makes no progress as the run's failure (unless one was found first) and kill
+        it now (SIGKILL also ends a stopped process), so stopping the others does not wait for it."""
+        if self.failed_worker < 0:
+            self._failure, self.failed_worker = f"{self.name(worker)} {description}; killed", worker
+        self._stopped.add(worker)
+        self.processes[worker].kill()
+        return self._failure
+
     def describe(self, worker: int, code: int) -> str:
-        name = f"worker {worker} ({self.names[worker]}, pid {self.processes[worker].pid})"
+        name = self.name(worker)
         if code < 0 and worker not in self.tracebacks:
             return f"{name} was killed by signal {describe_signal(-code)}"
         self._drain_errors(timeout=2.0 if worker not in self.tracebacks else 0.0)
@@ -136,6 +178,10 @@ class Supervisor:
         deadline = time.monotonic() + timeout
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
+        for worker, process in enumerate(self.processes):
+            late = self.describe_late(worker, timeout) if process.exitcode is None and self.describe_late else None
+            if late is not None and self.failed_worker < 0:
+                self._failure, self.failed_worker = f"{self.name(worker)} {late}; killed", worker
         # All at once: 100 hung workers take 2 s, not 200. Workers ignore SIGTERM once started (PARENT_SIGNALS), so
         # terminate only stops one still starting up; kill ends the rest.
         for signal_them in ("terminate", "kill"):

@@ -201,6 +201,11 @@ class RunOptions:
     resume: bool = STOPPING(False, "continue the run in --out from its last.pt", engine="resume")
     seed: int = STOPPING(0, "data split, batch order and initialisation", check=_at_least(0), engine="seed")
     progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")
+    hang_timeout: float = STOPPING(Config.hang_timeout, "a worker without progress this long (or 20 of its median "
+                                                        "steps, if longer) is hung: named, killed, last.pt written, "
+                                                        "exit 1", metavar="SECONDS", engine="hang_timeout")
+    check_shm: bool = STOPPING(True, "do not check that /dev/shm can hold the shared parameters and optimizer state "
+                                     "before spawning", negative_flag="--no-check-shm", engine="check_shm")
     # --- multi-host (MPI): the DistConfig of hogwild.multihost, whose defaults these are ---
     distributed: str | None = MULTI_HOST(None, "exchange parameters between hosts with this algorithm",
                                          choices=ALGORITHMS, metavar="ALGO", default_text="one host",

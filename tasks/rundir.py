@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from hogwild.checkpoint import CheckpointError, load_file
 from hogwild.files import RecordLog, update_sections
 from hogwild.tasks.task_job import MODEL_FILE
 
@@ -79,9 +80,11 @@ def load_trained(run_dir: str | Path, checkpoint: str = "best") -> tuple[dict, d
     if path is None:
         raise RunDirError(f"--checkpoint {run_dir}: no {' or '.join(names)} in {folder}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # noqa: BLE001 - a truncated or foreign file: say which
-        raise RunDirError(f"{path}: cannot read the checkpoint ({error})") from None
+        state = load_file(str(path))  # tensors and plain values only: a crafted file is refused, running nothing
+    except CheckpointError as error:
+        raise RunDirError(str(error)) from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise RunDirError(f"{path}: not a hogwild checkpoint (no 'model' entry)")
     return json.loads(spec_path.read_text(encoding="utf-8")), state["model"], path
 
 

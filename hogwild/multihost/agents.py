@@ -21,6 +21,7 @@ from .dist_config import DistConfig, ranks_with
 from .math import DownpourTracker, FlatParams, elastic_difference, pair_average_delta, partition_bounds, ring_pairing
 from .protocol import BYE, ELASTIC, FETCH, MIX, POLL_SECONDS, PUSH, TAG_MIX, TAG_MIX_REPLY, TAG_REPLY, TAG_SERVER, \
     TAG_STOP, TAG_TESTER, TAG_TESTER_REPLY, message
+from .transport import TransportFailure
 
 class _Exchange:
     """One exchange in flight: its requests, what to do when they complete, and a name for error messages.
@@ -51,6 +52,7 @@ class HostAgent:
         self.timeout = dist.timeout_seconds
         self.next_step = dist.period
         self._pending: _Exchange | None = None
+        self.failed: str | None = None  # a deferred transport failure (a dead or silent peer): the engine stops
         self._thread = threading.Thread(target=self._main, name=f"hogwild-agent-{transport.rank}", daemon=True)
         # the first host answers the tester's requests for the latest averaged model (no servers to ask)
         self._serve_tester = self.tester is not None and not self.servers and self.index == 0
@@ -85,6 +87,8 @@ class HostAgent:
                 elif self.tick(self.local_done.is_set()) and self._tester_gone:
                     return
                 time.sleep(POLL_SECONDS)
+        except TransportFailure as failure:  # deferred (a training host): the engine checkpoints, then aborts
+            self.failed = str(failure)
         except BaseException:  # noqa: BLE001 - any failure in the agent must end the whole job, not hang it
             self.t.abort(f"communication agent failed:\n{traceback.format_exc()}")
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..checkpoint import save_checkpoint
+from ..checkpoint import CheckpointError, load_file, save_checkpoint
 from .math import partition_bounds
 
 
@@ -54,7 +54,9 @@ class DistributedCheckpoint:
         if not os.path.exists(path):
             raise FileNotFoundError(f"resume: {path} does not exist (was the previous job run with the same "
                                     f"checkpoint_dir, algorithm and number of servers?)")
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = load_file(path)  # tensors and plain values only: a crafted file is refused, running nothing
+        if not isinstance(state, dict) or not isinstance(state.get("center"), torch.Tensor):
+            raise CheckpointError(f"{path}: not a hogwild parameter-server checkpoint (no 'center' entry)")
         if state.get("numel") != self.numel or tuple(state.get("bounds", ())) != tuple(self.bounds[index]):
             raise ValueError(f"resume: {path} holds partition {state.get('bounds')} of a {state.get('numel')}-"
                              f"parameter model, but this job needs partition {self.bounds[index]} of {self.numel} "

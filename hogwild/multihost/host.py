@@ -149,7 +149,12 @@ class HostCommunication(CommunicationAgent):
         self._keepalive.join()  # from here on only the agent thread talks to MPI
         self.flat = FlatParams(state.params)
         self.agent = make_agent(self.t, self.flat, self.dist, self.roles, steps=state.global_updates)
+        self.t.defer_aborts_in(self.agent._thread)  # a dead peer: this host writes last.pt before the job aborts
         self.agent.start()
+
+    def failure(self) -> str | None:
+        """Another rank died, went silent or failed an exchange: the engine stops, writes last.pt and raises."""
+        return None if self.agent is None or self.agent.failed is None else f"multi-host: {self.agent.failed}"
 
     def stop(self, state) -> None:
         if state.failure:  # a local worker failed: no closing protocol, train() raises, we abort

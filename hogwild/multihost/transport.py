@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -34,6 +35,10 @@ def say(line: str, stream=None) -> None:
     stream = stream or sys.stdout
     stream.write(line + "\n")
     stream.flush()
+
+
+class TransportFailure(RuntimeError):
+    """A failure met on a thread whose aborts are deferred (MPITransport.defer_aborts_in); the message names it."""
 
 
 class _Request:
@@ -68,13 +73,22 @@ class MPITransport:
         self._last_seen = {q: time.monotonic() for q in self.peers}
         self._last_beat = 0.0
         self._gone: set[int] = set()
+        self._deferred: threading.Thread | None = None  # defer_aborts_in
 
     # ---- naming and aborting ---------------------------------------------------------------------------------------
     def describe(self, rank: int) -> str:
         pid, host = self.where[rank]
         return f"rank {rank} ({self.roles[rank]}, pid {pid} on {host})"
 
+    def defer_aborts_in(self, thread: threading.Thread) -> None:
+        """A training host's agent thread: a failure it meets (a dead or silent peer, a failed exchange) raises
+        TransportFailure there instead of aborting at once, so that the host's engine stops its workers and writes
+        last.pt first (HostCommunication.failure); the engine's error then aborts the job, naming the same cause."""
+        self._deferred = thread
+
     def abort(self, reason: str) -> NoReturn:
+        if threading.current_thread() is self._deferred:
+            raise TransportFailure(reason)
         say(f"hogwild.distributed: {self.describe(self.rank)} aborts the job: {reason}", sys.stderr)
         # MPICH's launcher tears the job down at once on Abort and can drop the line above before forwarding it
         # (seen in about 1 of 8 test runs); a short pause lets it reach the user's terminal first.

@@ -172,3 +172,9 @@ def fails_late_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
     """Raises after 2 s in its first step: a worker that fails while the run is already stopping."""
     time.sleep(2.0)
     raise ValueError("deliberate failure in the last step")
+
+
+def many_tensors_model(layers: int = 40) -> nn.Module:
+    """A regression model of many tiny tensors (4x4 weights, 4 biases): in /dev/shm each takes a whole page."""
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)], nn.Linear(4, 1))

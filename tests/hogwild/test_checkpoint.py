@@ -1,4 +1,6 @@
-"""hogwild.checkpoint: atomic writes, exact resume (same data order, same final parameters), shape refusal."""
+"""hogwild.checkpoint: atomic writes, exact resume (same data order, same final parameters), shape refusal; files
+read without unpickling anything but tensors and plain values; every tensor written on the CPU."""
+import io
 import os
 
 import pytest
@@ -81,3 +83,75 @@ def test_partition_mode_resumes_every_worker_at_its_own_shard_position(tmp_path)
     hogwild.train(second, H.counting_loss, H.id_batches(30),
                   config(tmp_path, optimizer="sgd", workers=2, data_assignment="partition", epochs=1, resume=True))
     assert second.seen.tolist() == [1] * 30
+
+
+class CreatesAFile:
+    """A crafted pickle: unpickling it calls open(path, 'w'), i.e. runs code of the file's choosing."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_crafted_checkpoint_is_refused_without_running_its_code(tmp_path):
+    marker = tmp_path / "created-by-the-pickle"
+    path = tmp_path / "last.pt"
+    torch.save({"format": C.FORMAT, "model": {"w": torch.zeros(1)}, "payload": CreatesAFile(marker)}, path)
+    with pytest.raises(C.CheckpointError, match=rf"^{path}: not a hogwild checkpoint \(it needs io\.open "
+                                                r"unpickled; refused: loading it could run code\)"):
+        C.read_checkpoint(str(path))
+    assert not marker.exists()
+    torch.load(path, weights_only=False)  # what the engine once did: the payload runs
+    assert marker.exists()
+
+
+def test_a_foreign_pt_file_is_named(tmp_path):
+    path = tmp_path / "last.pt"
+    torch.save(H.regression_model().state_dict(), path)  # a plain state_dict: readable, but not ours
+    with pytest.raises(C.CheckpointError, match=rf"^{path}: not a hogwild checkpoint \(no 'format': 1 entry\)"):
+        C.read_checkpoint(str(path))
+
+
+def test_our_checkpoints_load_safely_with_the_rng_states_exact(tmp_path):
+    import random
+
+    import numpy as np
+    random.seed(3)
+    np.random.seed(4)
+    torch.manual_seed(5)
+    C.save_checkpoint(str(tmp_path / "c.pt"), {"model": {"w": torch.arange(3.0)}, "rng": C.rng_states()})
+    expected = (random.random(), np.random.random(), torch.rand(1).item())
+    state = C.read_checkpoint(str(tmp_path / "c.pt"))  # weights_only, with numpy's RNG array allowed
+    assert state["model"]["w"].tolist() == [0.0, 1.0, 2.0]
+    C.restore_rng_states(state["rng"])
+    assert (random.random(), np.random.random(), torch.rand(1).item()) == expected
+
+
+def test_every_tensor_written_is_a_cpu_tensor(tmp_path, monkeypatch):
+    """A GPU snapshot (the evaluator's, with eval_device on a GPU) goes to best.pt as CPU tensors. Without a GPU
+    here, fake tensors stand in for CUDA ones (they carry the device, not the data), and torch.save is replaced by
+    a function that keeps what it was given."""
+    fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
+    with fake_tensor.FakeTensorMode():
+        on_gpu = torch.zeros(2, device="cuda:0")
+    written = {}
+    monkeypatch.setattr(C, "write_atomic", lambda path, write: write(io.BytesIO()))
+    monkeypatch.setattr(C.torch, "save", lambda obj, file: written.update(obj))
+    state = {"model": {"w": on_gpu}, "optimizer": {"state": [{"exp_avg": on_gpu}]}, "rng": (1, [on_gpu])}
+    C.save_checkpoint(str(tmp_path / "best.pt"), state)
+    devices = [written["model"]["w"].device.type, written["optimizer"]["state"][0]["exp_avg"].device.type,
+               written["rng"][1][0].device.type]
+    assert devices == ["cpu", "cpu", "cpu"] and written["format"] == C.FORMAT
+    assert state["model"]["w"].device.type == "cuda"  # what it was given is left as it was
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_best_pt_of_a_gpu_evaluation_loads_without_map_location(tmp_path):
+    result = hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=8),
+                           config(tmp_path, max_steps=4, eval_every=2, eval_device="cuda:0"),
+                           evaluate=lambda model: {"loss": -H.dataset_loss(model, H.regression_batches(n=2))})
+    for path in (result.best_checkpoint, result.checkpoint):
+        state = torch.load(path, weights_only=False)  # no map_location: tensors load where they were saved
+        assert all(t.device.type == "cpu" for t in state["model"].values()), path

@@ -118,11 +118,13 @@ def test_resume_restores_every_rank(tmp_path):
     assert first[0]["loss"] < 0.1
 
 
-def _launch_slow_job(tmp_path, timeout: float, flags: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict[int, int]]:
-    """A downpour job (1 server, 2 hosts) slowed to ~20 steps/s per host; returns it once every rank is up."""
+def _launch_slow_job(tmp_path, timeout: float, flags: tuple[str, ...] = (), algorithm: str = "downpour",
+                     extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict[int, int]]:
+    """A downpour job (1 server, 2 hosts; or 3 hosts of another algorithm) slowed to ~20 steps/s per host; returns it
+    once every rank is up."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    command = [str(MPIEXEC), *flags, "-n", "3", sys.executable, str(SCRIPTS / "train_tiny.py"), "downpour", "--out",
-               str(tmp_path), "--epochs", "50", "--sleep-per-step", "0.05", "--timeout", str(timeout)]
+    command = [str(MPIEXEC), *flags, "-n", "3", sys.executable, str(SCRIPTS / "train_tiny.py"), algorithm, "--out",
+               str(tmp_path), "--epochs", "50", "--sleep-per-step", "0.05", "--timeout", str(timeout), *extra]
     job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pids: dict[int, int] = {}
     lines = []
@@ -138,6 +140,15 @@ def _launch_slow_job(tmp_path, timeout: float, flags: tuple[str, ...] = ()) -> t
         time.sleep(0.1)
     time.sleep(1.0)  # ... and exchanging
     return job, pids
+
+
+def _kill_all(pids: dict[int, int]) -> None:
+    """Leave no rank behind (a stopped one included)."""
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _finish(job: subprocess.Popen, seconds: float) -> tuple[str, float]:
@@ -170,6 +181,28 @@ def test_a_killed_rank_ends_the_job(tmp_path):
         assert "Killed (signal 9)" in output, output
 
 
+def test_the_survivors_of_a_hung_rank_write_last_pt_before_the_job_aborts(tmp_path):
+    """A training host stopped with SIGSTOP (alive, silent): each other training host's agent notices its silent
+    heartbeat, the host's engine stops its workers and writes last.pt, then the job aborts naming the hung rank and
+    the checkpoint. (A rank killed with -9 cannot be survived: MPICH's launcher ends the job at once.)"""
+    run = tmp_path / "run"
+    job, pids = _launch_slow_job(tmp_path, 3.0, algorithm="allreduce", extra=("--checkpoint-dir", str(run)))
+    try:
+        os.kill(pids[2], signal.SIGSTOP)
+        output, seconds = _finish(job, 30.0)
+    finally:
+        _kill_all(pids)
+    assert job.returncode != 0 and seconds < 3.0 + 20.0, output
+    found = re.search(r"rank ([01]) \(worker, pid \d+ on .*\) aborts the job: WorkerFailed\('training stopped: "
+                      rf"multi-host: no heartbeat from rank 2 \(worker, pid {pids[2]} on .*\) for more than 3\.0 s: "
+                      r"dead or hung\\ncheckpoint written to (.*/host([01])/last\.pt)", output)
+    assert found and found.group(1) == found.group(3), output
+    assert pathlib.Path(found.group(2)) == run / f"host{found.group(1)}" / "last.pt"
+    from hogwild.checkpoint import read_checkpoint
+    assert read_checkpoint(found.group(2))["global_step"] > 0
+    assert not list(tmp_path.glob("rank*.json"))
+
+
 def test_a_failing_local_worker_aborts_the_job_naming_its_rank(tmp_path):
     # rank 1 is paced (10 epochs x 32 steps x 20 ms, > 6 s) so that it is still training when rank 2 fails at its
     # 3rd step, however late rank 2 starts on a busy machine (unpaced, rank 1 could finish first: a clean end)
@@ -186,11 +219,7 @@ def test_a_hung_rank_is_detected_by_heartbeats_and_named(tmp_path):
         os.kill(pids[2], signal.SIGSTOP)  # a training host hangs (alive, silent)
         output, seconds = _finish(job, 30.0)
     finally:
-        for pid in pids.values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill_all(pids)
     assert job.returncode != 0
     assert re.search(rf"no heartbeat from rank 2 \(worker, pid {pids[2]} on .*\) for more than 3.0 s: dead or hung",
                      output), output

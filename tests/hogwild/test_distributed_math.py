@@ -121,3 +121,29 @@ def test_distributed_checkpoint_partitions_round_trip_and_refuse_another_layout(
         other.load_partition(1)
     with pytest.raises(FileNotFoundError, match=r"server0\.pt does not exist"):
         store.load_partition(0)
+
+
+class _CreatesAFile:
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):  # unpickling calls open(path, 'w'): code of the file's choosing
+        return (open, (self.path, "w"))
+
+
+def test_a_crafted_or_foreign_server_checkpoint_is_refused_naming_it(tmp_path):
+    import torch
+
+    from hogwild.checkpoint import CheckpointError
+    from hogwild.multihost.distributed_checkpoint import DistributedCheckpoint
+    store = DistributedCheckpoint(str(tmp_path), "easgd", numel=10, servers=1)
+    path, marker = tmp_path / "distributed" / "server0.pt", tmp_path / "created-by-the-pickle"
+    path.parent.mkdir()
+    torch.save({"center": torch.zeros(10), "numel": 10, "x": _CreatesAFile(marker)}, path)
+    with pytest.raises(CheckpointError, match=r"server0\.pt: not a hogwild checkpoint \(it needs io\.open unpickled"):
+        store.load_partition(0)
+    assert not marker.exists()
+    torch.save({"weights": torch.zeros(10)}, path)
+    with pytest.raises(CheckpointError, match=r"server0\.pt: not a hogwild parameter-server checkpoint \(no "
+                                              r"'center' entry\)"):
+        store.load_partition(0)

@@ -376,3 +376,48 @@ def test_eval_at_start_scores_the_starting_parameters_while_training_begins():
     assert not torch.equal(seen[1]["0.weight"], initial["0.weight"])
     with pytest.raises(ValueError, match=r"^Config\.eval_at_start: must be True or False"):
         hogwild.Config(eval_at_start=1)
+
+
+def test_a_nan_evaluation_never_becomes_best():
+    best_calls = []
+    evaluator = Evaluator(torch.nn.Linear(2, 1), scripted([float("nan"), 0.4, float("nan"), 0.3], []),
+                          hogwild.Config(best_metric="acc"), on_best=lambda state, m, updates: best_calls.append(updates))
+    for updates in (10, 20, 30, 40):
+        evaluator(updates)
+    assert best_calls == [20] and evaluator.best_value == 0.4 and evaluator.evaluations_without_improvement == 2
+
+
+def test_an_evaluate_returning_nan_is_warned_about_and_the_run_goes_on(tmp_path, capsys):
+    """NaN once gave no best.pt and no word: now each NaN evaluation is a metrics.jsonl event and a warning, the run
+    goes on, and best.pt holds the best finite evaluation (here the first evaluation, of the starting parameters,
+    is NaN and every later one 0.4)."""
+    calls = []
+
+    def evaluate(model):
+        calls.append(1)
+        return {"acc": float("nan") if len(calls) == 1 else 0.4, "loss": 1.0}
+
+    result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), hogwild.Config(
+        workers=1, max_steps=10, lr=0.01, eval_every=5, eval_at_start=True, best_metric="acc", progress=False,
+        tensorboard=False, checkpoint_dir=str(tmp_path), eval_budget=None), evaluate=evaluate)
+    assert result.stop_reason == "max_steps" and result.updates == 10
+    assert result.best_metrics == {"acc": 0.4, "loss": 1.0} and result.best_step > 0
+    assert torch.load(result.best_checkpoint, weights_only=False)["metrics"] == {"acc": 0.4, "loss": 1.0}
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["updates"], r["metrics"], r["final"]) for r in records if r["kind"] == "nan_metrics"] == [
+        (0, ["acc"], False)]
+    err = capsys.readouterr().err
+    assert ("warning: evaluate() returned NaN for acc at update 0: not a candidate for best.pt (the best finite "
+            "value is kept); training goes on") in err
+
+
+def test_a_run_whose_evaluations_are_all_nan_writes_no_best_pt_but_says_so(tmp_path, capsys):
+    result = hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=8), hogwild.Config(
+        workers=1, max_steps=4, lr=0.01, eval_at_start=True, progress=False, tensorboard=False,
+        checkpoint_dir=str(tmp_path)), evaluate=lambda model: {"loss": float("nan")})
+    assert result.best_checkpoint is None and not (tmp_path / "best.pt").exists()
+    assert result.updates == 4 and (tmp_path / "last.pt").exists()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    warned = [(r["updates"], r["final"]) for r in records if r["kind"] == "nan_metrics"]
+    assert warned == [(0, False), (4, True)]  # the start and the final evaluation
+    assert capsys.readouterr().err.count("warning: evaluate() returned NaN for loss") == 2

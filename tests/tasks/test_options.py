@@ -90,6 +90,7 @@ def test_bad_values_are_rejected_naming_the_flag(changes, message):
     ({"optimizer": "msgd", "momentum": -0.5}, "--momentum: must be in [0, 1)"),  # RunOptions' own check first
     ({"optimizer": "rmsprop", "fused_step": True}, "--fused-step: torch has a fused CPU kernel only for sgd"),
     ({"mode": "sync", "data_assignment": "partition"}, "--data-assignment: mode='sync' deals batches in lockstep"),
+    ({"hang_timeout": 0.0}, "--hang-timeout: must be > 0, got 0.0"),
 ])
 def test_the_engines_refusals_name_the_flag(changes, message):
     """hogwild.Config checks the values it takes, once; its error reaches the user naming the flag."""
@@ -109,8 +110,10 @@ def test_every_engine_field_passes_through_one_declaration():
     options = RunOptions(task="pos", optimizer="msgd", momentum=0.5, steps=7, epochs=3, time_limit=9.0,
                          eval_every=4, eval_every_seconds=2.0, patience=2, checkpoint_every=5, log_every=6,
                          out="/tmp/x", resume=True, seed=3, progress=False, threads_per_worker=2, clip_norm=0.25,
-                         amp="bf16", mode="single", data_assignment="partition").resolved()
+                         amp="bf16", mode="single", data_assignment="partition", hang_timeout=5.0,
+                         check_shm=False).resolved()
     config = options.engine_config(["cpu"], "accuracy")
+    assert (config.hang_timeout, config.check_shm) == (5.0, False)
     direct = {name: option.engine for name, option in declared().items()
               if option.engine and option.engine not in ("devices", "optimizer_args", "decay_per_epoch", "min_lr",
                                                          "decay_updates", "warmup_steps", "eval_budget",

@@ -3,6 +3,7 @@ directories."""
 import json
 
 import pytest
+import torch
 
 from hogwild.tasks.rundir import RunDirError, load_trained, read_curves, write_config
 
@@ -73,8 +74,53 @@ def test_load_trained_errors_name_what_is_missing(tmp_path):
         load_trained(tmp_path)
 
 
+class CreatesAFile:
+    """A crafted best.pt: unpickling it calls open(path, 'w'), i.e. runs code of the file's choosing."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_load_trained_refuses_a_crafted_checkpoint_and_names_a_foreign_one(tmp_path):
+    (tmp_path / "model.json").write_text('{"task": "pos"}')
+    marker = tmp_path / "created-by-the-pickle"
+    torch.save({"format": 1, "model": {"w": torch.zeros(1)}, "x": CreatesAFile(marker)}, tmp_path / "best.pt")
+    with pytest.raises(RunDirError, match=r"best\.pt: not a hogwild checkpoint \(it needs io\.open unpickled; "
+                                          r"refused: loading it could run code\)"):
+        load_trained(tmp_path)
+    assert not marker.exists()
+    torch.save({"w": torch.ones(2)}, tmp_path / "best.pt")  # a harmless foreign file: once a bare KeyError 'model'
+    with pytest.raises(RunDirError, match=rf"^{tmp_path}/best\.pt: not a hogwild checkpoint \(no 'model' entry\)$"):
+        load_trained(tmp_path)
+    torch.save({"format": 1, "model": {"w": torch.ones(2)}}, tmp_path / "best.pt")
+    spec, state, path = load_trained(tmp_path)
+    assert spec == {"task": "pos"} and state["w"].tolist() == [1.0, 1.0] and path == tmp_path / "best.pt"
+
+
 def test_write_config_keeps_the_engines_part(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"config": {"lr": 0.1}, "command": ["run.py"]}))
     write_config(tmp_path, run={"task": "pos"})
     assert json.loads((tmp_path / "config.json").read_text()) == {"config": {"lr": 0.1}, "command": ["run.py"],
                                                                   "run": {"task": "pos"}}
+
+
+def test_run_py_tag_on_a_crafted_best_pt_runs_nothing_and_exits_1(tmp_path):
+    """The reported case, end to end: `run.py tag --checkpoint R` once unpickled R/best.pt, running its payload."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "model.json").write_text('{"task": "pos"}')
+    marker = tmp_path / "created-by-the-pickle"
+    torch.save({"format": 1, "model": {"w": torch.zeros(1)}, "x": CreatesAFile(marker)}, tmp_path / "best.pt")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "run.py"), "tag", "--checkpoint", str(tmp_path)], cwd=root,
+                          input="a b\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"run.py tag: error: {tmp_path}/best.pt: not a hogwild checkpoint (it needs io.open unpickled; refused: "
+        f"loading it could run code)")
+    assert not marker.exists()
