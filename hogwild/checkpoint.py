@@ -6,9 +6,10 @@ Serves step 1 of `hogwild.train` (validate: a resumed last.pt is read and checke
 (share: it is loaded into the shared model, optimizer and counters) and steps 4-5 (supervise, result: last.pt and
 best.pt are written).
 
-A checkpoint holds the model's parameters and buffers, the shared optimizer state, the worker counters (global
-step, staleness, losses), the data position (epoch and next batch, or every worker's shard position), the RNG
-states of the parent and the config. Loading into a model of a different shape is refused naming the tensor.
+A checkpoint holds the model's parameters (frozen ones included; a tied one stored once) and buffers (any dtype),
+the shared optimizer state (of the trained parameters only), the worker counters (global step, staleness, losses),
+the data position (epoch and next batch, or every worker's shard position), the RNG states of the parent and the
+config. Loading into a model of a different shape is refused naming the tensor.
 A missing, truncated or foreign file is refused naming it (CheckpointError), as is resuming with other data.
 Every tensor is written as a CPU tensor. Checkpoints are read with `torch.load(weights_only=True)`: tensors, plain containers and numbers, plus the numpy
 array of the RNG state (`SAFE_GLOBALS`); a file that needs any other Python object unpickled (a crafted file whose
@@ -38,6 +39,7 @@ from .config import Config
 from .counters import READY, SharedCounters
 from .feed import partition_positions, resume_seq
 from .files import update_sections, write_atomic
+from .model_tensors import private_copy
 
 FORMAT = 1
 
@@ -113,7 +115,7 @@ def build_checkpoint(model_state: dict[str, torch.Tensor], optimizer_state: dict
                      data_position: dict[str, Any], config: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The checkpoint dictionary (tensors are private copies, safe to save while workers train)."""
     return {
-        "model": {name: tensor.detach().clone() for name, tensor in model_state.items()},
+        "model": private_copy(model_state),  # a tied weight once: it loads back tied
         "shapes": {name: tuple(tensor.shape) for name, tensor in model_state.items()},
         "optimizer": optimizer_state,
         "counters": {name: torch.from_numpy(np.array(value)) for name, value in counters.items()},

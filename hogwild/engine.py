@@ -31,6 +31,7 @@ from .counters import EXAMPLES, SKIPPED, UPDATES, StepBudget
 from .evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .feed import BatchFeed, as_sequence
 from .metrics import MetricsLog, phase_milliseconds, staleness_summary
+from .model_tensors import trainable_parameters
 from .parent_loop import ParentLoop, natural_reason, start_workers, total_updates
 from .process_prelude import WorkerSpec
 from .shared_run import SharedRun, share
@@ -67,7 +68,10 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
           agent: CommunicationAgent | None = None) -> TrainResult:
     """Train `model` with lock-free asynchronous workers (or synchronously, per `config.mode`).
 
-    model: an nn.Module on the CPU (workers place replicas on config.devices). loss_fn(model, batch) -> scalar
+    model: an nn.Module on the CPU (workers place replicas on config.devices). Its parameters that require grad
+    are trained, a tied one (one Parameter in two modules) once per step; frozen ones (requires_grad=False) are
+    shared and checkpointed but get no gradient, optimizer state or update; buffers of any dtype are shared and
+    checkpointed, and what forward writes into them reaches the shared model. loss_fn(model, batch) -> scalar
     loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: a sequence (or
     re-iterable, read once) of CPU batches - tensors, tuples or dicts of tensors. evaluate(model) -> dict of metrics,
     or evaluate(model, final) (final=False: periodic check, True: the run's last evaluation), run in this process
@@ -104,6 +108,8 @@ def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config) ->
     if any(t.device.type != "cpu" for t in model.state_dict().values()):
         raise ValueError("model must be on the CPU: the parent keeps the shared copy; workers put replicas on "
                          "Config.devices")
+    if not trainable_parameters(model):
+        raise ValueError("model has no parameter with requires_grad=True: every parameter is frozen, nothing to train")
     batches = as_sequence(batches)
     if config.data_assignment == "partition" and len(batches) < config.workers:
         raise ValueError(f"Config.data_assignment='partition' needs at least one batch per worker: "

@@ -8,6 +8,10 @@ the shared optimizer. Each dense gradient's copy starts the moment backward has 
 grad hook; on a GPU on a side stream), so the copies overlap the rest of backward. With two buffer sets, update k
 can read one set while backward k+1 fills the other.
 
+Only the parameters that require grad are pulled, hooked and pushed, each tied Parameter once (model_tensors.py).
+Frozen parameters reach a replica when it is made (a copy of the shared model, resumed values included) and, like
+the buffers, are never given a gradient; nothing changes them during a run, so no step pulls them again.
+
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
 Usage: `params = make_parameters(model, "cpu-replica"); net = params.pull(batch); ...backward...;
@@ -21,6 +25,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from .model_tensors import trainable_parameters
 
 
 def torch_device(device: str) -> torch.device:
@@ -51,10 +57,11 @@ def batch_ids(batch: Any) -> Tensor:
 
 
 def sparse_tables(model: nn.Module) -> dict[int, nn.Module]:
-    """Parameter index -> the nn.Embedding / nn.EmbeddingBag(sparse=True) that owns it (its gradient is sparse)."""
-    index = {id(param): i for i, param in enumerate(model.parameters())}
+    """Index in trainable_parameters(model) -> the trainable nn.Embedding / nn.EmbeddingBag(sparse=True) that owns
+    it (its gradient is sparse); frozen tables get no gradient."""
+    index = {id(param): i for i, param in enumerate(trainable_parameters(model))}
     return {index[id(m.weight)]: m for m in model.modules()
-            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse}
+            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse and id(m.weight) in index}
 
 
 class SharedParameters:
@@ -62,7 +69,7 @@ class SharedParameters:
 
     def __init__(self, model: nn.Module):
         self.model = model
-        self.shared = list(model.parameters())
+        self.shared = trainable_parameters(model)
         self.grad_params = self.shared  # the tensors whose .grad backward fills
         self.device = torch.device("cpu")
 
@@ -90,10 +97,11 @@ class DeviceReplica:
                  sparse_rows: bool = False):
         self.device = torch_device(device)
         self.cuda = self.device.type == "cuda"
-        self.shared = list(model.parameters())
+        self.shared = trainable_parameters(model)
         self.shared_buffers = list(model.buffers())
-        self.replica = copy.deepcopy(model).to(self.device)  # deepcopy: private storage, never shared
-        self.grad_params = list(self.replica.parameters())
+        # deepcopy: private storage, never shared; it keeps tied parameters tied and copies the frozen ones' values
+        self.replica = copy.deepcopy(model).to(self.device)
+        self.grad_params = trainable_parameters(self.replica)
         self.replica_buffers = list(self.replica.buffers())
         self.tables = sparse_tables(self.replica)
         # Page-locked host buffers for the dense gradients only: sparse gradients' row sets vary per step.

@@ -15,6 +15,7 @@ from torch import nn
 from .checkpoint import RunCheckpoints, StartPosition, resume
 from .config import Config
 from .counters import SharedCounters, StepBudget
+from .model_tensors import trainable_parameters, unique_nbytes
 from .resources import check_resources, shared_memory_need, tensor_nbytes
 from .run_control import RunControl
 from .shared_optim import SharedOptimizer
@@ -39,10 +40,10 @@ def share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | N
     """Move the model and the optimizer state to shared memory and load a resumed run into them."""
     for param in model.parameters():
         param.grad = None  # a .grad would otherwise be moved to shared memory and summed into by every worker
-    params = list(model.parameters())
+    params = trainable_parameters(model)  # frozen parameters are shared with the model but get no optimizer state
     n_batches = len(batches)
     optimizer_bytes = SharedOptimizer.state_nbytes(params, config.optimizer, **config.optimizer_args)
-    check_resources(config.devices, config.threads_per_worker, tensor_nbytes(model.state_dict()), optimizer_bytes,
+    check_resources(config.devices, config.threads_per_worker, unique_nbytes(model.state_dict()), optimizer_bytes,
                     tensor_nbytes(list(batches)))
     if config.check_shm:
         check_shared_memory(shared_memory_need(
