@@ -63,6 +63,10 @@ class Config:
     fused_step: bool | None = None  # torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on
     #                              for 'cuda' workers; True: every worker (refused for optimizers without one)
     amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    update_threads: int | None = None  # torch threads of the background update thread (overlap_update) that runs
+    #                              the shared CPU optimizer step; None: for 'cuda' workers each one's share of the
+    #                              cores, (cores - 1) // workers - 1 (the parent and the worker's own main thread
+    #                              keep one each), for others threads_per_worker. Bit-identical results either way
     pin_shared: bool = True  # 'cuda' workers register the shared parameters page-locked (true async pulls)
     sparse_pull: bool = False  # pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the
     #                              batch's integer tensors (exact when the model embeds only ids from its batch)
@@ -228,6 +232,14 @@ class Config:
         if self.fused_step and self.optimizer not in FUSED_OPTIMIZERS:
             _fail("fused_step", f"torch has a fused CPU kernel only for {', '.join(FUSED_OPTIMIZERS)}, "
                                 f"not {self.optimizer!r}")
+        _integer("update_threads", self.update_threads)
+        _positive("update_threads", self.update_threads)
+        overlapped = self.mode != "sync" and any(
+            d.startswith("cuda") if self.overlap_update is None else d != "cpu" for d in self.devices)
+        if self.update_threads is not None and not (overlapped and self.overlap_update is not False):
+            _fail("update_threads", "sets the threads of the background update thread, which only device workers "
+                                    "with overlap_update have ('cuda:N' by default, 'cpu-replica' with "
+                                    "overlap_update=True; not in mode='sync')")
         if self.amp not in AMP_DTYPES:
             _fail("amp", f"must be None or one of {tuple(a for a in AMP_DTYPES if a)}, got {self.amp!r}")
 

@@ -172,3 +172,15 @@ def fails_late_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
     """Raises after 2 s in its first step: a worker that fails while the run is already stopping."""
     time.sleep(2.0)
     raise ValueError("deliberate failure in the last step")
+
+
+class CudaContextProbe:
+    """mse_loss that also records, in flags[0] (a shared tensor), whether its process holds a CUDA context on
+    cuda:0 (checked at every step: after the first one, the update thread has run too)."""
+
+    def __init__(self, flags: torch.Tensor):
+        self.flags = flags
+
+    def __call__(self, model: nn.Module, batch: tuple) -> torch.Tensor:
+        self.flags[0] = max(float(self.flags[0]), float(torch._C._cuda_hasPrimaryContext(0)))
+        return mse_loss(model, batch)
