@@ -145,8 +145,8 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
         best = copy.deepcopy(job.model)
         if result.best_checkpoint:
             best.load_state_dict(read_checkpoint(result.best_checkpoint)["model"])
-        # the final (beam) decoding runs where the periodic evaluations ran: the GPU when the workers are on GPUs
-        heldout = job.finish(best.to(config.evaluation_device()).eval(), run_dir)
+        # the final (beam) decoding runs where the final evaluation ran: a GPU when the workers were on GPUs
+        heldout = job.finish(best.to(config.evaluation_device(after_training=True)).eval(), run_dir)
     summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info,
                            prior_seconds=segment_start(engine_dir) if start_updates else 0.0)
     summary["hosts"] = hosts
