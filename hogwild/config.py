@@ -103,12 +103,13 @@ class Config:
     # --- evaluation, best model, early stopping ---
     eval_every: int | None = None  # evaluate a snapshot every this many shared updates
     eval_every_seconds: float | None = None  # ... and/or every this many seconds
-    eval_device: str = "auto"  # where the parent evaluates its snapshot: 'cpu', 'cuda:N' or 'auto' (see
-    #                            evaluation_device). A GPU evaluates much faster than the CPU, but one that hosts a
-    #                            worker lends it memory and compute (that worker alone slows down) and refuses a
-    #                            second process in exclusive-process mode; the CPU never fails that way but is
-    #                            slower and shares the cores with the workers' update threads. eval_budget keeps
-    #                            either within its share of the wall time. 'auto': no worker's GPU while training
+    eval_device: str = "auto"  # where the parent evaluates its snapshot: 'cpu', 'cuda:N' or 'auto'. A GPU
+    #                            evaluates much faster than the CPU, but one that hosts a worker lends it memory and
+    #                            compute (that worker alone slows down) and refuses a second process in
+    #                            exclusive-process mode; the CPU never fails that way but is slower and shares the
+    #                            cores with the workers' update threads. eval_budget keeps either within its share
+    #                            of the wall time. 'auto' (evaluation_device): a GPU no worker uses, else the CPU
+    #                            while training; the first worker's GPU for the final evaluation, after training
     eval_budget: float | None = 0.1  # periodic evaluations may take at most this share of the wall time since training
     #                            started (the next one waits until the measured evaluation time allows it); None or
     #                            0: no cap. Evaluations run on a thread beside the parent's loop, one at a time
