@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from .lr_schedule import SCHEDULES, LRSchedule, make_schedule
 from .shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS, SharedOptimizer
 
@@ -19,6 +21,11 @@ BEST_MODES = ("max", "min")
 AMP_DTYPES = (None, "bf16")  # Config.amp: autocast dtypes of the forward
 # 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
+
+
+def _gpu_index(device: str) -> int:
+    """'cuda:N' -> N; 'cuda' is cuda:0 in a fresh process (a worker's, the parent's)."""
+    return int(device.partition(":")[2] or 0)
 
 
 class ConfigError(ValueError):
@@ -63,6 +70,10 @@ class Config:
     fused_step: bool | None = None  # torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on
     #                              for 'cuda' workers; True: every worker (refused for optimizers without one)
     amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    update_threads: int | None = None  # torch threads of the background update thread (overlap_update) that runs
+    #                              the shared CPU optimizer step; None: for 'cuda' workers each one's share of the
+    #                              cores, (cores - 1) // workers - 1 (the parent and the worker's own main thread
+    #                              keep one each), for others threads_per_worker. Bit-identical results either way
     pin_shared: bool = True  # 'cuda' workers register the shared parameters page-locked (true async pulls)
     sparse_pull: bool = False  # pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the
     #                              batch's integer tensors (exact when the model embeds only ids from its batch)
@@ -92,8 +103,13 @@ class Config:
     # --- evaluation, best model, early stopping ---
     eval_every: int | None = None  # evaluate a snapshot every this many shared updates
     eval_every_seconds: float | None = None  # ... and/or every this many seconds
-    eval_device: str = "auto"  # where the evaluation snapshot lives (parent process): 'auto' = the first worker's
-    #                            GPU when workers are on GPUs, else 'cpu'; or 'cpu' / 'cuda:N'
+    eval_device: str = "auto"  # where the parent evaluates its snapshot: 'cpu', 'cuda:N' or 'auto'. A GPU
+    #                            evaluates much faster than the CPU, but one that hosts a worker lends it memory and
+    #                            compute (that worker alone slows down) and refuses a second process in
+    #                            exclusive-process mode; the CPU never fails that way but is slower and shares the
+    #                            cores with the workers' update threads. eval_budget keeps either within its share
+    #                            of the wall time. 'auto' (evaluation_device): a GPU no worker uses, else the CPU
+    #                            while training; the first worker's GPU for the final evaluation, after training
     eval_budget: float | None = 0.1  # periodic evaluations may take at most this share of the wall time since training
     #                            started (the next one waits until the measured evaluation time allows it); None or
     #                            0: no cap. Evaluations run on a thread beside the parent's loop, one at a time
@@ -187,6 +203,9 @@ class Config:
             self.epochs = 1
         if not isinstance(self.eval_device, str) or not (self.eval_device == "auto" or _DEVICE.match(self.eval_device)):
             _fail("eval_device", f"unknown device {self.eval_device!r} (use 'auto', 'cpu' or 'cuda:N')")
+        if self.eval_device.startswith("cuda") and _gpu_index(self.eval_device) >= torch.cuda.device_count():
+            _fail("eval_device", f"{self.eval_device} does not exist: {torch.cuda.device_count()} CUDA GPU(s) visible "
+                                 f"(use 'auto', 'cpu' or 'cuda:N' with N below that)")
         _positive("eval_budget", self.eval_budget, allow_zero=True)
         if self.eval_budget is not None and self.eval_budget > 1:
             _fail("eval_budget", f"is a share of the wall time, in [0, 1]; got {self.eval_budget!r}")
@@ -232,6 +251,14 @@ class Config:
         if self.fused_step and self.optimizer not in FUSED_OPTIMIZERS:
             _fail("fused_step", f"torch has a fused CPU kernel only for {', '.join(FUSED_OPTIMIZERS)}, "
                                 f"not {self.optimizer!r}")
+        _integer("update_threads", self.update_threads)
+        _positive("update_threads", self.update_threads)
+        overlapped = self.mode != "sync" and any(
+            d.startswith("cuda") if self.overlap_update is None else d != "cpu" for d in self.devices)
+        if self.update_threads is not None and not (overlapped and self.overlap_update is not False):
+            _fail("update_threads", "sets the threads of the background update thread, which only device workers "
+                                    "with overlap_update have ('cuda:N' by default, 'cpu-replica' with "
+                                    "overlap_update=True; not in mode='sync')")
         if self.amp not in AMP_DTYPES:
             _fail("amp", f"must be None or one of {tuple(a for a in AMP_DTYPES if a)}, got {self.amp!r}")
 
@@ -242,12 +269,24 @@ class Config:
                              warmup_steps=self.warmup_steps, workers=self.workers, min_lr=self.min_lr,
                              decay_updates=self.decay_updates or 0)
 
-    def evaluation_device(self) -> str:
-        """The torch device of the evaluation snapshot: eval_device, with 'auto' resolved to the first worker's GPU
-        (or 'cpu' when no worker is on a GPU) and 'cpu-replica' to 'cpu'."""
-        if self.eval_device == "auto":
-            return next((device for device in self.devices if device.startswith("cuda")), "cpu")
-        return "cpu" if self.eval_device == "cpu-replica" else self.eval_device
+    def evaluation_device(self, after_training: bool = False, visible_gpus: int | None = None) -> str:
+        """The torch device the parent evaluates on: eval_device ('cpu-replica' is 'cpu'), or for 'auto':
+        - no worker on a GPU: 'cpu';
+        - while training: a visible GPU that hosts no worker if there is one (fast, and nobody's GPU is shared),
+          else 'cpu': a worker's GPU would slow that worker alone and fails in exclusive-process mode;
+        - after training (the final evaluation and decoding; the workers have exited): that free GPU, else the
+          first worker's.
+        visible_gpus: torch.cuda.device_count() (which opens no CUDA context)."""
+        if self.eval_device != "auto":
+            return "cpu" if self.eval_device == "cpu-replica" else self.eval_device
+        used = [_gpu_index(device) for device in self.devices if device.startswith("cuda")]
+        if not used:
+            return "cpu"
+        visible = torch.cuda.device_count() if visible_gpus is None else visible_gpus
+        free = [index for index in range(visible) if index not in used]
+        if free:
+            return f"cuda:{free[0]}"
+        return f"cuda:{used[0]}" if after_training else "cpu"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (for config.json and checkpoints)."""

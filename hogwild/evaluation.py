@@ -84,6 +84,7 @@ class Evaluator:
         self.metric, self.mode, self.patience = config.best_metric, config.best_mode, config.patience
         self.target = config.target
         self.device = torch.device(config.evaluation_device())
+        self.final_device = torch.device(config.evaluation_device(after_training=True))  # the workers have exited
         self.private = copy.deepcopy(model).to(self.device)  # private storage
         self.best_value: float | None = None
         self.best_metrics: dict[str, float] | None = None
@@ -132,7 +133,11 @@ class Evaluator:
         return metrics
 
     def __call__(self, updates: int, final: bool = False) -> dict[str, float]:
-        """Snapshot, evaluate and record, in this thread."""
+        """Snapshot, evaluate and record, in this thread. The final evaluation (called once the workers have exited)
+        runs on Config.evaluation_device(after_training=True), which may be a GPU a worker used."""
+        if final and self.final_device != self.device:
+            self.device = self.final_device
+            self.private.to(self.device)
         self.snapshot()
         return self.record(updates, self.run(final), final)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,11 +50,21 @@ class WorkerSpec:
     start_seq: int = 0  # sync mode: the first ticket to train (resume)
 
 
+_bound = threading.local()  # the device bind_device gave each thread
+
+
 def bind_device(device: torch.device) -> None:
-    """Make a GPU worker's device the current one: torch.cuda.manual_seed (seed_batch) and any allocation
-    without an explicit device go to the current device, which is otherwise cuda:0 in every process."""
+    """Make a worker's device the current one in the calling thread (the current CUDA device is per thread): its
+    main thread at start, its update thread (updates.py) too. torch.cuda.manual_seed (seed_batch), CUDA events and
+    any allocation without an explicit device go to the current device, which is otherwise cuda:0 in every thread."""
     if device.type == "cuda":
         torch.cuda.set_device(0 if device.index is None else device.index)  # 'cuda' is cuda:0 in a fresh process
+    _bound.device = device
+
+
+def bound_device() -> torch.device | None:
+    """The device bind_device bound in the calling thread (None: none was bound here)."""
+    return getattr(_bound, "device", None)
 
 
 def exit_now(code: int) -> NoReturn:

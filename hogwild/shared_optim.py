@@ -24,7 +24,9 @@ gradients to torch, whose update is already row-wise.
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import warnings
 from typing import Any, Sequence
 
 import torch
@@ -38,8 +40,10 @@ _CLASSES: dict[str, type[torch.optim.Optimizer]] = {
     "adam": torch.optim.Adam, "adamax": torch.optim.Adamax,
 }
 # torch has fused CPU kernels for these (Adam, Adagrad, SGD): one multi-threaded pass per tensor instead of
-# foreach's several. Plain SGD gains nothing (its direct path is one add per tensor) and keeps that path.
+# foreach's several. Plain SGD gains nothing (its direct path is one add per tensor) and keeps that path. They
+# arrived in torch 2.4 (pyproject.toml's floor); a torch without one steps unfused (fused_kernel_available).
 FUSED_OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adam")
+_FALLBACK_REPORTED: set[str] = set()  # optimizers whose missing fused kernel was reported in this process
 _NAME_DEFAULTS: dict[str, dict[str, Any]] = {
     "msgd": {"momentum": 0.9}, "nesterov": {"momentum": 0.9, "nesterov": True},
 }
@@ -63,6 +67,19 @@ def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
     except (ValueError, RuntimeError) as error:
         raise ValueError(f"optimizer {name!r}: invalid hyperparameter: {error}") from None
     return merged
+
+
+@functools.cache
+def fused_kernel_available(name: str) -> bool:
+    """Whether this torch steps optimizer `name` (one of FUSED_OPTIMIZERS) with its fused kernel on CPU tensors:
+    one step of torch.optim's fused=True on a throwaway tensor, once per process."""
+    param = torch.zeros(2, requires_grad=True)
+    param.grad = torch.ones(2)
+    try:
+        _CLASSES[name]([param], lr=0.1, fused=True, **_NAME_DEFAULTS.get(name, {})).step()
+    except (RuntimeError, TypeError, AttributeError, NotImplementedError):
+        return False
+    return True
 
 
 def _state_layout(name: str, hyper: dict[str, Any]) -> dict[str, str]:
@@ -145,6 +162,13 @@ class SharedOptimizer:
         self._params = params
         hyper = self.hyper
         plain = self.name == "sgd" and not any(self.hyper.get(k) for k in ("momentum", "weight_decay", "maximize"))
+        if fused and not plain and not fused_kernel_available(self.name):
+            if self.name not in _FALLBACK_REPORTED:
+                _FALLBACK_REPORTED.add(self.name)
+                warnings.warn(f"torch {torch.__version__} has no fused CPU kernel for optimizer {self.name!r} (torch "
+                              f">= 2.4 has): stepping unfused, the same arithmetic up to the last bits of rounding",
+                              RuntimeWarning, stacklevel=2)
+            fused = False
         if fused and not plain and not self.hyper.get("fused"):  # plain SGD's direct path is already one add
             hyper = {**{k: v for k, v in self.hyper.items() if k != "foreach"}, "fused": True}
         self._optimizer = _CLASSES[self.name](params, lr=0.0, **hyper)  # step(lr) sets the group's lr

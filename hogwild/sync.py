@@ -11,6 +11,13 @@ in Hogwild mode. Averaging them densely made every step all-reduce and apply the
 the POS tagger (28,775 x 128 words) against 41.5 by rows and 129 steps/s of one worker (docs/benchmarks.md).
 Stopping is decided collectively (every step all workers vote) so no worker waits forever.
 
+A rank that dies (killed, out of memory) leaves its peers inside a collective. Over gloo the collective fails at
+once; the peer then waits up to PEER_GRACE seconds for the parent, which notices the dead rank within a tick, to stop
+the run, and exits quietly, so that the run's failure names the rank that died, not the collateral errors of its
+peers. Over NCCL the collective blocks instead; the parent stops the run within Config.join_timeout (it kills ranks
+that do not finish their step). NCCL ranks (one GPU each) bind their process group to their device (`device_id`)
+and, like the Hogwild GPU workers, register the shared parameters page-locked so that every pull is asynchronous DMA.
+
 Serves step 3 of `hogwild.train` (spawn): the process the engine spawns per device in mode='sync'. It shares a
 step's arithmetic (gradients.py) and its process prelude (process_prelude.py) with the Hogwild worker.
 
@@ -19,7 +26,8 @@ Usage (engine.py): `ctx.Process(target=sync_main, args=(spec, "file:///tmp/x/ren
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
@@ -28,7 +36,30 @@ import torch.distributed as dist
 from .feed import epoch_order
 from .gradients import NonFiniteStreak, batch_seed, call_loss, seed_batch, usable_gradients
 from .process_prelude import WorkerSpec, run_worker_process
-from .replica import make_parameters, move_batch, sparse_tables
+from .replica import (DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch, sparse_tables,
+                      torch_device)
+
+PEER_GRACE = 5.0  # seconds a rank whose collective failed waits for the parent to stop the run (a peer died)
+INIT_TIMEOUT = timedelta(seconds=120)  # the rendezvous waits this long for every rank to start
+
+
+class PeerLost(Exception):
+    """A collective failed and the run was stopped meanwhile: a peer rank died, which the parent reports."""
+
+
+@contextmanager
+def collective(stopped: Callable[[], bool]) -> Iterator[None]:
+    """Around collectives: a RuntimeError followed within PEER_GRACE seconds by the parent's stop becomes PeerLost
+    (the rank ends quietly and the parent names the rank that died); otherwise the error is this rank's own."""
+    try:
+        yield
+    except RuntimeError as error:
+        deadline = time.monotonic() + PEER_GRACE
+        while not stopped() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if stopped():
+            raise PeerLost(str(error)) from error
+        raise
 
 
 def _flat_gradients(params: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -92,11 +123,21 @@ def average_gradients(params: list[torch.Tensor], sparse: set[int], count: float
 
 def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     """One rank of synchronous data-parallel training."""
+    # Gradients are averaged on the device first, so they are copied to the host at push(), not during backward.
+    params = make_parameters(spec.model, spec.device, copy_in_backward=False)
+    pinned = PageLocked(params.shared + params.shared_buffers) \
+        if params.device.type == "cuda" and spec.config.pin_shared else None  # pulls as the Hogwild GPU workers'
+    try:
+        _train_steps(spec, stopped, params)
+    finally:
+        if pinned is not None:
+            pinned.close()
+
+
+def _train_steps(spec: WorkerSpec, stopped: Callable[[], bool], params: SharedParameters | DeviceReplica) -> None:
     config = spec.config
     rank, world = spec.worker, config.workers
     view, batches = spec.counters.worker_view(rank), spec.store.load()
-    # Gradients are averaged on the device first, so they are copied to the host at push(), not during backward.
-    params = make_parameters(spec.model, spec.device, copy_in_backward=False)
     sparse, backend = set(sparse_tables(spec.model)), dist.get_backend()
     spec.optimizer.attach(params.shared)
     n = len(batches)
@@ -113,7 +154,8 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
             over = (config.max_steps is not None and view.global_updates() >= config.max_steps) or (
                 deadline is not None and time.time() >= deadline)
             votes[0], votes[1] = float(stopped() or over), float(mine < n)
-            dist.all_reduce(votes)
+            with collective(stopped):
+                dist.all_reduce(votes)
             if votes[0] > 0:
                 return
             read_version, loss, start = view.global_updates(), None, time.perf_counter()
@@ -125,7 +167,8 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
                 loss, examples = call_loss(spec.loss_fn, params.pull(), batch)
                 loss.backward()
             computed = time.perf_counter()
-            average_gradients(params.grad_params, sparse, float(votes[1]), backend)  # the 'push' phase of a step
+            with collective(stopped):
+                average_gradients(params.grad_params, sparse, float(votes[1]), backend)  # the 'push' phase of a step
             if rank == 0:
                 if usable_gradients(params.grad_params, config.clip_norm, config.skip_nonfinite):
                     pushed = time.perf_counter()
@@ -144,7 +187,8 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
                 view.contributed(examples, loss.item())
             params.clear()
             view.finished()
-            dist.barrier()  # the update has landed before any rank reads the parameters again
+            with collective(stopped):
+                dist.barrier()  # the update has landed before any rank reads the parameters again
         epoch, first = epoch + 1, 0
 
 
@@ -165,9 +209,13 @@ def sync_main(spec: WorkerSpec, init_method: str) -> None:
 
 def _join_and_train(spec: WorkerSpec, init_method: str, stopped: Callable[[], bool]) -> None:
     config = spec.config
-    dist.init_process_group(process_group_backend(config.devices), init_method=init_method, rank=spec.worker,
-                            world_size=config.workers, timeout=timedelta(seconds=120))
+    backend = process_group_backend(config.devices)
+    bound = {"device_id": torch_device(spec.device)} if backend == "nccl" else {}  # one GPU per rank: bind it
+    dist.init_process_group(backend, init_method=init_method, rank=spec.worker, world_size=config.workers,
+                            timeout=INIT_TIMEOUT, **bound)
     try:
         sync_loop(spec, stopped)
+    except PeerLost:
+        pass  # a peer died: the parent reports that rank and has stopped the run
     finally:
         dist.destroy_process_group()

@@ -8,6 +8,12 @@ since an update's staleness is the number of updates that landed between its pul
 worker the result is exactly the serial arithmetic with a one-step delay (update k is computed on parameters that
 lack update k-1), because each pull completes before the previous update starts.
 
+The background thread is bound to the worker's device (`process_prelude.bind_device`: without it the thread's
+current CUDA device is cuda:0, where any CUDA call would open a context in every worker) and runs the CPU optimizer
+step with `threads` torch threads of its own (`update_threads`: by default a GPU worker's share of the machine's
+cores, since its main thread mostly waits for the GPU). The step's arithmetic is elementwise, so the result is
+bit-identical whatever the thread count (tests/hogwild/test_update_threads.py).
+
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
 Usage (worker.py): `updater.submit(Update(...))` after push; `updater.release(event)` after the next pull;
@@ -21,10 +27,32 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
+from .config import Config
 from .counters import WorkerView
 from .gradients import scale_gradients
+from .process_prelude import bind_device
+from .resources import usable_cores
+
+
+def update_threads(config: Config, device: str, cores: int | None = None) -> int:
+    """Torch threads of a worker's background update thread: Config.update_threads, or automatically, for a GPU
+    worker, its share of the cores left after the parent's one, less one for its own main thread (at least 1);
+    for other workers threads_per_worker (their main thread computes on the CPU too). `cores`: this machine's."""
+    if config.update_threads is not None:
+        return config.update_threads
+    if not device.startswith("cuda"):
+        return config.threads_per_worker
+    cores = usable_cores() if cores is None else cores
+    return max(1, (cores - 1) // config.workers - 1)
+
+
+def start_update_thread(device: torch.device, threads: int) -> None:
+    """The background update thread's first act: bind the worker's device, set its own torch thread count."""
+    bind_device(device)
+    torch.set_num_threads(threads)  # this thread's OpenMP team; the worker's main thread keeps its own count
 
 
 @dataclass
@@ -45,9 +73,15 @@ class Updater:
     """Applies Updates with the shared optimizer and records them in the worker's counters."""
 
     def __init__(self, optimizer: Any, shared: list[Tensor], schedule: Callable[[int, int], float],
-                 view: WorkerView, background: bool):
+                 view: WorkerView, background: bool, device: torch.device = torch.device("cpu"), threads: int = 1):
         self.optimizer, self.shared, self.schedule, self.view = optimizer, shared, schedule, view
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="hogwild-update") if background else None
+        self.executor = None
+        if background:
+            # The main thread fixes its own thread count now: a thread's count is set lazily from the last
+            # torch.set_num_threads of any thread, which will be the update thread's.
+            torch.get_num_threads()
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="hogwild-update", initializer=start_update_thread,
+                                               initargs=(device, threads))
         self.waiting: Update | None = None  # submitted; held until the next pull has read the parameters
         self.running: Future | None = None
 

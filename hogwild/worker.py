@@ -26,7 +26,7 @@ from .gradients import GradientCheck, NonFiniteStreak, batch_seed, call_loss, gr
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch
 from .shared_optim import FUSED_OPTIMIZERS
-from .updates import Update, Updater
+from .updates import Update, Updater, update_threads
 
 
 def device_options(config: Config, device: str, optimizer: str) -> dict[str, bool]:
@@ -48,7 +48,8 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
     pinned = PageLocked(params.shared + params.shared_buffers) if options["pin"] else None  # pin: device workers
     try:
         spec.optimizer.attach(params.shared, fused=options["fused"])
-        updater = Updater(spec.optimizer, params.shared, spec.schedule, view, background=options["overlap"])
+        updater = Updater(spec.optimizer, params.shared, spec.schedule, view, background=options["overlap"],
+                          device=params.device, threads=update_threads(config, spec.device))
         try:
             batches = spec.store.load()
             view.ready()

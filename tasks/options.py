@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from functools import cache
@@ -90,6 +91,11 @@ def _inside_unit(value: float) -> str | None:
     return None if 0.0 < value < 1.0 else f"must be in (0, 1), got {value}"
 
 
+def _eval_device(value: str) -> str | None:
+    return None if value in ("auto", "cpu") or re.fullmatch(r"cuda:\d+", value) else \
+        f"must be auto, cpu or cuda:N, got {value!r}"
+
+
 def _separator(value: str) -> str | None:
     return None if value and not any(c.isspace() for c in value) else \
         f"must be a non-empty string without spaces, got {value!r}"
@@ -121,6 +127,10 @@ class RunOptions:
     fused_step: bool = TASK(False, "CPU workers step with torch's fused optimizer kernel too (GPU workers do by "
                                    "default; docs/benchmarks.md); the last bits of rounding may differ",
                             engine="fused_step")
+    update_threads: int | None = TASK(None, "torch threads of each GPU worker's CPU update (the shared optimizer "
+                                            "step, applied while the next step computes); results are identical "
+                                            "for any count", metavar="N", check=_at_least(1),
+                                      default_text="(cores - 1) // workers - 1", engine="update_threads")
     data_assignment: str = TASK("queue", "queue: workers share one batch queue; partition: a fixed shard per worker",
                                 choices=("queue", "partition"), engine="data_assignment")
     # --- data ---
@@ -188,6 +198,11 @@ class RunOptions:
                                                 default_text="see --eval-every", engine="eval_every_seconds")
     eval_budget: float = STOPPING(0.1, "periodic evaluations take at most this share of the wall time (0: no cap)",
                                   metavar="SHARE", engine="eval_budget")
+    eval_device: str = STOPPING("auto", "where the parent evaluates: a GPU is fast but, if a worker trains on it, "
+                                        "slows that worker and fails in exclusive-process mode; the CPU is slower "
+                                        "and shares the cores. auto: a GPU no worker uses, else the CPU while "
+                                        "training, the first worker's GPU after it", metavar="DEVICE",
+                                check=_eval_device, engine="eval_device")
     patience: int | None = STOPPING(None, "stop after this many evaluations without a new best", default_text="off",
                                     engine="patience")
     beam: int = STOPPING(5, "nmt: beam size of the final held-out translations (evaluations during training are "

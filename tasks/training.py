@@ -147,7 +147,7 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     with FinalSignals() as signals:  # a signal from here on stops the final evaluation, not the summary
         heldout = None
         if not interrupted:
-            # the final (beam) decoding runs where the periodic evaluations ran: the GPU when the workers are on GPUs
+            # the final (beam) decoding runs where the periodic evaluations ran: a GPU when the workers were on GPUs
             heldout = signals.run(lambda: job.finish(_best_model(job, result.best_checkpoint, config), run_dir))
         summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info,
                                prior_seconds=segment_start(engine_dir) if start_updates else 0.0)
@@ -176,7 +176,7 @@ def _best_model(job: TaskJob, best_checkpoint: str | None, config: hogwild.Confi
     best = copy.deepcopy(job.model)
     if best_checkpoint:
         best.load_state_dict(read_checkpoint(best_checkpoint)["model"])
-    return best.to(config.evaluation_device()).eval()
+    return best.to(config.evaluation_device(after_training=True)).eval()
 
 
 def _finish_only(job: TaskJob, config: hogwild.Config, previous: dict[str, Any], run_dir: Path, engine_dir: Path,

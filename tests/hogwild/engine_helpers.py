@@ -178,3 +178,15 @@ def many_tensors_model(layers: int = 40) -> nn.Module:
     """A regression model of many tiny tensors (4x4 weights, 4 biases): in /dev/shm each takes a whole page."""
     torch.manual_seed(0)
     return nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)], nn.Linear(4, 1))
+
+
+class CudaContextProbe:
+    """mse_loss that also records, in flags[0] (a shared tensor), whether its process holds a CUDA context on
+    cuda:0 (checked at every step: after the first one, the update thread has run too)."""
+
+    def __init__(self, flags: torch.Tensor):
+        self.flags = flags
+
+    def __call__(self, model: nn.Module, batch: tuple) -> torch.Tensor:
+        self.flags[0] = max(float(self.flags[0]), float(torch._C._cuda_hasPrimaryContext(0)))
+        return mse_loss(model, batch)

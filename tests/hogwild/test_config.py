@@ -1,5 +1,6 @@
 """hogwild.config: defaults, the workers/devices shorthand, and ValueErrors naming the field."""
 import pytest
+import torch
 
 from hogwild import Config
 
@@ -85,9 +86,17 @@ def test_decay_updates_reaches_the_workers_schedule():
 
 def test_evaluation_device_and_budget():
     assert Config(workers=2).evaluation_device() == "cpu"
-    assert Config(devices=["cuda:1", "cuda:0"]).evaluation_device() == "cuda:1"  # 'auto': the first worker's GPU
+    gpus = Config(devices=["cuda:1", "cuda:0"])
+    assert gpus.evaluation_device(visible_gpus=3) == "cuda:2"  # 'auto': a GPU no worker uses
+    assert gpus.evaluation_device(after_training=True, visible_gpus=3) == "cuda:2"
+    assert gpus.evaluation_device(visible_gpus=2) == "cpu"  # every GPU trains: not a worker's GPU while training
+    assert gpus.evaluation_device(after_training=True, visible_gpus=2) == "cuda:1"  # the first worker's, after
+    assert Config(devices=["cuda", "cuda"]).evaluation_device(visible_gpus=2) == "cuda:1"  # 'cuda' is cuda:0
     assert Config(devices=["cuda:0"], eval_device="cpu").evaluation_device() == "cpu"
     assert Config(eval_device="cpu-replica").evaluation_device() == "cpu"
+    missing = f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(ValueError, match=rf"^Config\.eval_device: {missing} does not exist: "):
+        Config(eval_device=missing)
     assert Config().eval_budget == 0.1 and Config(eval_budget=0).eval_budget == 0
     for bad in (1.5, -0.1, float("nan"), "x"):
         with pytest.raises(ValueError, match=r"^Config\.eval_budget: "):

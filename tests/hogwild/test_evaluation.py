@@ -166,7 +166,7 @@ def test_the_snapshot_lives_on_the_evaluation_device():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_auto_evaluates_on_the_first_worker_gpu_with_cpu_batches():
+def test_auto_evaluates_beside_training_on_the_cpu_and_finally_on_the_worker_gpu():
     from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
     from hogwild.models.nmt_eval import heldout_loss, translate
     from tests.models.conftest import nmt_batch
@@ -175,14 +175,20 @@ def test_auto_evaluates_on_the_first_worker_gpu_with_cpu_batches():
     model = AttentionNMT(NMTConfig(src_words=25, tgt_words=25, embedding=8, hidden=8, attention=8, readout=8))
     batch = nmt_batch([5, 3], [4, 2], seed=1)
 
-    def evaluate(snapshot):
-        assert next(snapshot.parameters()).device.type == "cuda"
+    devices = []
+
+    def evaluate(snapshot, final):
+        devices.append(next(snapshot.parameters()).device.type)
         return {"loss": heldout_loss(snapshot, [batch], nmt_loss)["loss"],
                 "words": float(sum(map(len, translate(snapshot, [batch], beam_size=2))))}
 
-    on_gpu = Evaluator(model, evaluate, hogwild.Config(devices=["cuda:0"]))(1)
-    on_cpu = heldout_loss(model, [batch], nmt_loss)["loss"]
-    assert on_gpu["loss"] == pytest.approx(on_cpu, rel=1e-4)
+    # every visible GPU hosts a worker: periodic evaluations stay off it, the final one (workers gone) uses it
+    evaluator = Evaluator(model, evaluate, hogwild.Config(devices=[f"cuda:{i}" for i in range(
+        torch.cuda.device_count())]))
+    on_cpu = evaluator(1)
+    on_gpu = evaluator(2, final=True)
+    assert devices == ["cpu", "cuda"]
+    assert on_gpu["loss"] == pytest.approx(on_cpu["loss"], rel=1e-4)
 
 
 def test_budget_spaces_evaluations_by_their_measured_time():

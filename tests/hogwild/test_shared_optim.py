@@ -1,5 +1,6 @@
 """hogwild.shared_optim: SharedOptimizer against serial torch.optim, shared memory, pickling, sparse rows."""
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -394,3 +395,35 @@ def test_attach_fused_is_refused_without_a_fused_kernel():
     params = [p.requires_grad_() for p in shared_params()]
     with pytest.raises(ValueError, match="no fused kernel"):
         SharedOptimizer(params, "rmsprop").attach(params, fused=True)
+
+
+@pytest.mark.parametrize("name, kernel", [("adam", "_fused_adam_"), ("msgd", "_fused_sgd_"),
+                                          ("adagrad", "_fused_adagrad_")])
+def test_a_missing_fused_kernel_falls_back_unfused_with_one_message(monkeypatch, name, kernel):
+    from hogwild import shared_optim
+
+    assert shared_optim.fused_kernel_available(name)  # this torch (>= 2.4, pyproject.toml) has every kernel
+    monkeypatch.delattr(torch, kernel)  # as a torch without the CPU kernel
+    monkeypatch.setattr(shared_optim, "_FALLBACK_REPORTED", set())
+    shared_optim.fused_kernel_available.cache_clear()
+    try:
+        assert not shared_optim.fused_kernel_available(name)
+        runs = []
+        for fused in (True, True, False):
+            params = [p.requires_grad_() for p in shared_params()]
+            opt = SharedOptimizer(params, name)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                opt.attach(params, fused=fused)
+            runs.append([str(w.message) for w in caught])
+            for lr, (x, y) in zip(LRS, batches()):
+                backward(params, x, y)
+                opt.step(lr)
+            runs[-1] = (runs[-1], [p.detach().clone() for p in params])
+    finally:
+        shared_optim.fused_kernel_available.cache_clear()
+    (first, fused_params), (second, _), (unfused_messages, unfused_params) = runs
+    assert len(first) == 1 and f"no fused CPU kernel for optimizer {name!r}" in first[0]
+    assert second == [] and unfused_messages == []  # one message per process
+    for got, expected in zip(fused_params, unfused_params):
+        assert torch.equal(got, expected)  # the unfused step, exactly

@@ -4,6 +4,7 @@ import dataclasses
 import re
 
 import pytest
+import torch
 
 from hogwild.tasks.defaults import default_lr
 from hogwild.tasks.options import OptionError, RunOptions, declared, engine_fields
@@ -68,6 +69,8 @@ def test_engine_config_carries_every_training_choice():
     ({"task": "nmt", "tag": "upos"}, "--task: --word-column, --tag-column and --tag apply to --task pos only"),
     ({"distributed": "gossip"}, "--distributed: must be one of allreduce"),
     ({"alpha": 1.0}, "--alpha: must be in (0, 1), got 1.0"),
+    ({"eval_device": "gpu"}, "--eval-device: must be auto, cpu or cuda:N, got 'gpu'"),
+    ({"update_threads": 0}, "--update-threads: must be >= 1, got 0"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
     ({"seed": -1}, "--seed: must be >= 0, got -1"),
@@ -91,6 +94,9 @@ def test_bad_values_are_rejected_naming_the_flag(changes, message):
     ({"optimizer": "rmsprop", "fused_step": True}, "--fused-step: torch has a fused CPU kernel only for sgd"),
     ({"mode": "sync", "data_assignment": "partition"}, "--data-assignment: mode='sync' deals batches in lockstep"),
     ({"hang_timeout": 0.0}, "--hang-timeout: must be > 0, got 0.0"),
+    ({"update_threads": 2}, "--update-threads: sets the threads of the background update thread"),
+    ({"eval_device": f"cuda:{torch.cuda.device_count()}"}, f"--eval-device: cuda:{torch.cuda.device_count()} does "
+                                                            "not exist"),
 ])
 def test_the_engines_refusals_name_the_flag(changes, message):
     """hogwild.Config checks the values it takes, once; its error reaches the user naming the flag."""
