@@ -3,6 +3,7 @@ hogwild.Config for the engine's, reported by the flag), task defaults, and the m
 import dataclasses
 
 import pytest
+import torch
 
 from hogwild.tasks.defaults import default_lr
 from hogwild.tasks.options import OptionError, RunOptions, declared, engine_fields
@@ -69,6 +70,10 @@ def test_engine_config_carries_every_training_choice():
     ({"alpha": 1.0}, "--alpha: must be in (0, 1), got 1.0"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
+    ({"compile": "max-autotune"}, "--compile: must be one of off, default, reduce-overhead"),
+    ({"pull_every": 0}, "--pull-every: must be >= 1, got 0"),
+    ({"task": "nmt", "length_bucket": 0}, "--length-bucket: must be >= 1, got 0"),
+    ({"task": "pos", "length_bucket": 8}, "--length-bucket: applies to --task nmt only"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(changes, message):
     with pytest.raises(OptionError) as error:
@@ -88,6 +93,8 @@ def test_bad_values_are_rejected_naming_the_flag(changes, message):
     ({"optimizer": "msgd", "momentum": -0.5}, "--momentum: must be in [0, 1)"),  # RunOptions' own check first
     ({"optimizer": "rmsprop", "fused_step": True}, "--fused-step: torch has a fused CPU kernel only for sgd"),
     ({"mode": "sync", "data_assignment": "partition"}, "--data-assignment: mode='sync' deals batches in lockstep"),
+    ({"pull_every": 2}, "--pull-every: needs device workers"),  # 'cpu' workers pull nothing
+    ({"mode": "sync", "compile": "default"}, "--compile: applies to Hogwild workers"),
 ])
 def test_the_engines_refusals_name_the_flag(changes, message):
     """hogwild.Config checks the values it takes, once; its error reaches the user naming the flag."""
@@ -107,7 +114,8 @@ def test_every_engine_field_passes_through_one_declaration():
     options = RunOptions(task="pos", optimizer="msgd", momentum=0.5, steps=7, epochs=3, time_limit=9.0,
                          eval_every=4, eval_every_seconds=2.0, patience=2, checkpoint_every=5, log_every=6,
                          out="/tmp/x", resume=True, seed=3, progress=False, threads_per_worker=2, clip_norm=0.25,
-                         amp="bf16", mode="single", data_assignment="partition").resolved()
+                         amp="bf16", mode="single", data_assignment="partition", compile="reduce-overhead",
+                         tf32=True).resolved()
     config = options.engine_config(["cpu"], "accuracy")
     direct = {name: option.engine for name, option in declared().items()
               if option.engine and option.engine not in ("devices", "optimizer_args", "decay_per_epoch", "min_lr",
@@ -138,3 +146,19 @@ def test_resolved_is_a_copy_that_keeps_what_was_given():
     assert given.optimizer is None and given.batch_size == 3  # the original is left as it was
     assert (resolved.optimizer, resolved.lr, resolved.batch_size, resolved.extra) == ("adam", 0.5, 3, {"label": "x"})
     assert dataclasses.replace(resolved, optimizer=None).resolved().optimizer == "adam"
+
+
+def test_nmt_batches_are_padded_to_length_buckets_by_default_only_when_compiling():
+    from hogwild.tasks.nmt_task import nmt_job
+    assert RunOptions(task="pos").resolved().length_bucket is None
+    assert RunOptions(task="nmt").resolved().length_bucket == 1
+    assert RunOptions(task="nmt", compile="default").resolved().length_bucket == 8
+    assert RunOptions(task="nmt", compile="default", length_bucket=4).resolved().length_bucket == 4
+    plain = nmt_job(RunOptions(task="nmt", synthetic_size=200).resolved()).batches
+    bucketed = nmt_job(RunOptions(task="nmt", synthetic_size=200, compile="default").resolved()).batches
+    assert len(plain) == len(bucketed)
+    assert any(batch["tgt"].shape[1] % 8 for batch in plain)
+    for tight, padded in zip(plain, bucketed):
+        for key in ("src", "tgt"):
+            size = tight[key].shape[1]
+            assert padded[key].shape[1] == -(-size // 8) * 8 and torch.equal(padded[key][:, :size], tight[key])
