@@ -22,7 +22,11 @@ Variants (--variants), run --repeats times each, the order rotating by one varia
   engine              hogwild.train with K workers sharing the device, K from --workers (Config(devices=[dev] * K)),
                       run.py's engine options (on a GPU: page-locked shared parameters, the update on the CPU
                       overlapped with the next step, the fused CPU optimizer kernel)
-  engine-tf32         the same, the workers' loss function turning TF32 matrix products on
+  engine-tf32         the same with TF32 matrix products in the workers (Config.tf32)
+  engine-compiled     the same with the workers' step compiled (Config.compile='reduce-overhead': CUDA graphs on a
+                      GPU, inductor's kernels alone on the CPU), NMT batches padded to run.py's length buckets
+                      (more decoder steps than the other variants train: the price of shapes that repeat); its
+                      phase means include the compilations, its updates/s (the steady window) does not
 The plain variants apply every step; the engine skips non-finite ones. Printed per variant: updates/s (median and
 range over the repeats), its ratio to the best plain variant, non-finite steps (plain: loss or clipped gradient norm
 not finite, counted on the device; engine: skipped updates), the GPU's utilisation in the steady window
@@ -60,17 +64,20 @@ import hogwild  # noqa: E402
 from bench_models import POS_VOCAB  # noqa: E402
 from corpus_batches import CORPUS, bucketed, corpus_lengths, fallback_lengths, make_batch  # noqa: E402
 from gpu_timing import StampedLoss, StepSpans, UtilisationSampler, sampler_for, steady_window, tf32_matmuls  # noqa: E402
+from hogwild.data.batching import pad_lengths  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
 from hogwild.replica import move_batch, sparse_tables, torch_device  # noqa: E402
-from hogwild.tasks.defaults import RECIPES, TASK_DEFAULTS  # noqa: E402  (run.py's batch size per task)
+from hogwild.tasks.defaults import COMPILED_LENGTH_BUCKET, RECIPES, TASK_DEFAULTS  # noqa: E402  (run.py's values)
 from hogwild.tasks.options import RunOptions  # noqa: E402
 from hogwild.worker import device_options  # noqa: E402
 
 PAPER_HOURS = {1: 26.89, 2: 16.56, 3: 9.24, 4: 6.96}  # Table 1: hours per 90k updates on 1..4 GPUs
 UPDATES_90K = 90_000
 VARIANTS = {"plain": (False, False), "plain-tf32": (True, False), "plain-compile": (False, True),
-            "plain-tf32-compile": (True, True), "engine": (False, None), "engine-tf32": (True, None)}  # (tf32, compile)
+            "plain-tf32-compile": (True, True), "engine": (False, False), "engine-tf32": (True, False),
+            "engine-compiled": (False, True)}  # (tf32, compile)
+ENGINE_COMPILE = "reduce-overhead"  # the engine-compiled variant's Config.compile
 QUICK = dict(preset="small", updates=20, repeats=1, workers="1,2", vocab_size=500)  # --quick's defaults
 QUICK_NMT_BATCH = 4
 HOT_FUNCTION = {"nmt": "step", "pos": "forward"}  # the method plain-compile compiles
@@ -191,10 +198,13 @@ def run_engine(task: str, variant: str, model: nn.Module, loss_fn, batches: list
                options: RunOptions, nvml: bool) -> Measurement:
     """hogwild.train with `workers` workers sharing `device`."""
     stamps = torch.zeros(len(batches), dtype=torch.float64).share_memory_()
-    config = engine_config(options, device, workers)
+    tf32, compiled = VARIANTS[variant]
+    config = dataclasses.replace(engine_config(options, device, workers), tf32=tf32,
+                                 compile=ENGINE_COMPILE if compiled else "off")
+    if compiled and task == "nmt":  # shapes that repeat: one compilation per bucket, as run.py --compile pads
+        batches = [pad_lengths(batch, COMPILED_LENGTH_BUCKET) for batch in batches]
     with sampler_for(torch_device(device), nvml) as sampler:
-        result = hogwild.train(copy.deepcopy(model), StampedLoss(loss_fn, stamps, VARIANTS[variant][0]), batches,
-                               config)
+        result = hogwild.train(copy.deepcopy(model), StampedLoss(loss_fn, stamps), batches, config)
     rate, t0, t1 = steady_window(stamps)
     ms = result.phase_ms
     gpu = sampler.mean(t0, t1) if nvml else rate * (ms["pull"] + ms["compute"] + ms["push"]) / 10

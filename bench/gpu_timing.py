@@ -24,8 +24,13 @@ class StampedLoss:
     def __call__(self, model, batch: dict):
         if self.tf32:
             torch.backends.cuda.matmul.allow_tf32 = True
-        self.stamps[batch["index"]] = time.perf_counter()
+        self._stamp(batch["index"])
         return self.loss_fn(model, {k: v for k, v in batch.items() if k != "index"})
+
+    @torch.compiler.disable
+    def _stamp(self, index: int) -> None:
+        """Runs eagerly under a compiled step (Config.compile): one graph break, no recompilation per index."""
+        self.stamps[index] = time.perf_counter()
 
 
 def steady_window(stamps: torch.Tensor) -> tuple[float, float, float]:

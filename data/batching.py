@@ -221,3 +221,21 @@ class NmtBatcher(_Batcher):
             tgt[row, m + 1] = EOS
         src_t, tgt_t = torch.from_numpy(src), torch.from_numpy(tgt)
         return {"src": src_t, "src_mask": src_t != PAD, "tgt": tgt_t, "tgt_mask": tgt_t != PAD}
+
+
+def pad_lengths(batch: dict[str, torch.Tensor], multiple: int) -> dict[str, torch.Tensor]:
+    """An NMT batch whose source and target lengths (S, T) are padded up to multiples of ``multiple`` (pad 0, masks
+    False), so that an epoch's batches fall into a few shapes: what a compiled step needs, since it compiles once
+    per shape (run.py's --length-bucket). The loss and its gradients stay the same up to rounding: the encoder,
+    the attention and the loss mask the padding out, and the decoder is causal (padded target steps come after
+    every real one); the extra steps cost compute."""
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    padded = dict(batch)
+    for tokens, mask in (("src", "src_mask"), ("tgt", "tgt_mask")):
+        length = batch[tokens].shape[1]
+        extra = -length % multiple
+        if extra:
+            padded[tokens] = torch.nn.functional.pad(batch[tokens], (0, extra), value=PAD)
+            padded[mask] = torch.nn.functional.pad(batch[mask], (0, extra), value=False)
+    return padded

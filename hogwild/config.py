@@ -19,6 +19,9 @@ MODES = ("hogwild", "sync", "single")
 DATA_ASSIGNMENTS = ("queue", "partition")
 BEST_MODES = ("max", "min")
 AMP_DTYPES = (None, "bf16")  # Config.amp: autocast dtypes of the forward
+# Config.compile: torch.compile modes of a worker's step; 'aot_eager' captures the same graphs without generating
+# code (seconds instead of minutes to compile: tests, and checking that a model captures).
+COMPILE_MODES = ("off", "default", "reduce-overhead", "aot_eager")
 # 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
 
@@ -56,7 +59,22 @@ def _integer(name: str, value: int | None) -> None:
 
 @dataclass
 class Config:
-    """How to train. Every field has a default; invalid values raise ConfigError (a ValueError) naming the field."""
+    """How to train. Every field has a default; invalid values raise ConfigError (a ValueError) naming the field.
+
+    The step options of device workers trade exactness or start-up time for speed; each default is the exact,
+    eager path (the reference of the tests):
+    - compile: torch.compile of the loss function (forward, and backward through AOTAutograd). Fewer, fused kernels
+      per update (a launch-bound GPU step gains most; 'reduce-overhead' replays CUDA graphs), at the cost of a
+      compilation per distinct batch shape (minutes with inductor, paid in every worker process; the decoder loop
+      of a sequence model compiles once per target length, so pad lengths to buckets: run.py's --length-bucket)
+      and of results equal to eager only up to rounding (fused kernels sum in another order).
+    - tf32: TF32 matrix products on GPUs (10 mantissa bits instead of 23 inside the products, fp32 accumulation):
+      faster matmuls, slightly different arithmetic; no effect on CPU workers.
+    - pull_every: a device worker pulls the dense parameters every K-th update only (sparse rows under sparse_pull
+      every update). Saves K-1 of K host->device copies of the whole model and lets the previous update start at
+      once; the price is staleness: the skipped pulls' missed updates, its own included, count in the staleness of
+      every update computed on the old copy. K=1 is the paper's recipe exactly.
+    """
 
     # --- workers ---
     devices: list[str] | None = None  # one entry per worker: 'cpu', 'cpu-replica', 'cuda:0', ...; None -> workers x 'cpu'
@@ -77,6 +95,9 @@ class Config:
     pin_shared: bool = True  # 'cuda' workers register the shared parameters page-locked (true async pulls)
     sparse_pull: bool = False  # pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the
     #                              batch's integer tensors (exact when the model embeds only ids from its batch)
+    compile: str = "off"  # one of COMPILE_MODES: torch.compile of the worker's loss function (see above)
+    tf32: bool = False  # TF32 matrix products in every worker process (GPUs only; see above)
+    pull_every: int = 1  # device workers pull the dense parameters every this many updates (see above)
 
     # --- optimizer and learning rate ---
     optimizer: str = "sgd"  # one of OPTIMIZERS (shared optimizer state, updated lock-free)
@@ -259,6 +280,17 @@ class Config:
             _fail("update_threads", "sets the threads of the background update thread, which only device workers "
                                     "with overlap_update have ('cuda:N' by default, 'cpu-replica' with "
                                     "overlap_update=True; not in mode='sync')")
+        if self.compile not in COMPILE_MODES:
+            _fail("compile", f"must be one of {COMPILE_MODES}, got {self.compile!r}")
+        if self.compile != "off" and self.mode == "sync":
+            _fail("compile", "applies to Hogwild workers (mode 'hogwild' or 'single'), not to mode='sync'")
+        if not isinstance(self.tf32, bool):
+            _fail("tf32", f"must be True or False, got {self.tf32!r}")
+        _integer("pull_every", self.pull_every)
+        _positive("pull_every", self.pull_every)
+        if self.pull_every > 1 and (self.mode == "sync" or "cpu" in self.devices):
+            _fail("pull_every", "needs device workers ('cuda:N' or 'cpu-replica') in mode 'hogwild' or 'single'; "
+                                "'cpu' workers read the shared parameters in place and pull nothing")
         if self.amp not in AMP_DTYPES:
             _fail("amp", f"must be None or one of {tuple(a for a in AMP_DTYPES if a)}, got {self.amp!r}")
 

@@ -23,6 +23,7 @@ from torch import nn
 from .batch_store import BatchStore
 from .config import Config
 from .counters import SharedCounters, StepBudget
+from .fast_step import use_tf32
 from .replica import torch_device
 from .run_control import RunControl
 from .supervisor import PARENT_SIGNALS, die_with_parent
@@ -85,6 +86,7 @@ def run_worker_process(spec: WorkerSpec, train: Callable[[Callable[[], bool]], N
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(spec.config.threads_per_worker)
         bind_device(torch_device(spec.device))
+        use_tf32(spec.config.tf32)
         control, parent = spec.control, spec.parent_pid
 
         def stopped() -> bool:

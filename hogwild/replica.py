@@ -73,7 +73,7 @@ class SharedParameters:
         self.grad_params = self.shared  # the tensors whose .grad backward fills
         self.device = torch.device("cpu")
 
-    def pull(self, batch: Any = None) -> nn.Module:
+    def pull(self, batch: Any = None, dense: bool = True) -> nn.Module:
         return self.model
 
     def push(self) -> None:
@@ -139,9 +139,10 @@ class DeviceReplica:
         self.missing |= ~self.pulled[index][inputs[0]].all()  # on the device: no sync
 
     @torch.no_grad()
-    def pull(self, batch: Any = None) -> nn.Module:
+    def pull(self, batch: Any = None, dense: bool = True) -> nn.Module:
         """Copy the shared parameters (and buffers) host->device into the replica; with sparse_rows, only the
-        rows of the sparse tables that `batch` (on the CPU) can index."""
+        rows of the sparse tables that `batch` (on the CPU) can index. dense=False (Config.pull_every) keeps the
+        replica's other parameters and buffers as they are: only those sparse rows are pulled."""
         ids = batch_ids(batch) if self.sparse_rows else None
         for index, (replica, shared) in enumerate(zip(self.grad_params, self.shared)):
             if ids is not None and index in self.tables:
@@ -149,9 +150,9 @@ class DeviceReplica:
                 on_device = rows.to(self.device, non_blocking=self.cuda)
                 replica.index_copy_(0, on_device, shared.index_select(0, rows).to(self.device, non_blocking=self.cuda))
                 self.pulled[index].zero_().index_fill_(0, on_device, True)
-            else:
+            elif dense:
                 replica.copy_(shared, non_blocking=self.cuda)
-        for replica, shared in zip(self.replica_buffers, self.shared_buffers):
+        for replica, shared in zip(self.replica_buffers, self.shared_buffers) if dense else ():
             replica.copy_(shared, non_blocking=self.cuda)
         return self.replica
 

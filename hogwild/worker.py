@@ -21,6 +21,7 @@ import torch
 
 from .config import Config
 from .counters import PhaseClock
+from .fast_step import compiled_loss
 from .feed import PartitionReader, QueueReader
 from .gradients import GradientCheck, NonFiniteStreak, batch_seed, call_loss, gradient_stats, seed_batch
 from .process_prelude import WorkerSpec, run_worker_process
@@ -73,6 +74,8 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     clock, device = PhaseClock(params.device), params.device
     overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
+    step_loss = compiled_loss(spec.loss_fn, config.compile)
+    steps = read_version = 0  # read_version: the global update count at the last pull of the dense parameters
     while not stopped():
         if deadline is not None and time.time() >= deadline:
             break
@@ -86,14 +89,17 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         epoch, index = ticket
         batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device, True)
         seed_batch(device, batch_seed(config.seed, epoch, index))
-        read_version = view.global_updates()
+        dense = steps % config.pull_every == 0  # else the replica keeps its dense parameters (and their age)
+        steps += 1
+        if dense:
+            read_version = view.global_updates()
         clock.mark()
-        net = params.pull(batches[index])  # a replica: host->device copy of the shared parameters; 'cpu': the model
+        net = params.pull(batches[index], dense)  # a replica: host->device copies; 'cpu': the shared model itself
         clock.mark()
         if overlap:
             updater.release(clock.events[1] if clock.cuda else None)  # the previous update may now land
         with autocast:
-            loss, examples = call_loss(spec.loss_fn, net, batch)  # reads the (shared) parameters
+            loss, examples = call_loss(step_loss, net, batch)  # reads the (shared) parameters
         loss.backward()  # on a device, each gradient's copy to the host starts as soon as it is ready
         clock.mark()
         usable, scale, loss_value = gradient_stats(params.grad_params, check, config.clip_norm, loss)

@@ -45,6 +45,7 @@ TASK_DEFAULTS = {
 EPOCHS, SYNTHETIC_EPOCHS = 1, 2  # when no --steps, --epochs or --time-limit: the default job, about a minute
 SYNTHETIC_EVAL_EVERY = 250  # updates: 8 evaluations per epoch of the default job, however fast the machine
 EVAL_EVERY_SECONDS = 60.0  # real corpora
+COMPILED_LENGTH_BUCKET = 8  # nmt with --compile: a Europarl epoch's target lengths fall into 7 buckets, not 47
 
 
 def resolve_recipe(recipe: str | None, preset: str) -> str:
@@ -148,6 +149,7 @@ def fill_defaults(options) -> dict[str, Any]:
         "synthetic_size": per_task["synthetic_size"] if synthetic else None,
         "word_min_freq": default_word_min_freq(recipe, synthetic) if task == "pos" else None,
         "cpu_workers": default_cpu_workers(task, options.mode, options.workers),
+        "length_bucket": (COMPILED_LENGTH_BUCKET if options.compile != "off" else 1) if task == "nmt" else None,
     }
     if options.decay_updates is None and lr_decay and not options.warmup_steps:
         values["decay_updates"] = default_decay_updates(recipe)  # the unit of this run's linear decay
@@ -196,4 +198,5 @@ SYNTHETIC_SIZE_TEXT = _task_values("synthetic_size")
 EPOCHS_TEXT = f"{SYNTHETIC_EPOCHS} on the synthetic task, else {EPOCHS}, when no --steps or --time-limit is given"
 EVAL_EVERY_TEXT = (f"{SYNTHETIC_EVAL_EVERY} on the synthetic task, else --eval-every-seconds "
                    f"{EVAL_EVERY_SECONDS:g}")
+LENGTH_BUCKET_TEXT = f"{COMPILED_LENGTH_BUCKET} with --compile, else 1"
 CPU_WORKERS_TEXT = "replica for nmt Hogwild runs of 2+ workers, in-place otherwise"

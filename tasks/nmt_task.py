@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from hogwild.data.batching import pad_lengths
 from hogwild.data.encoders import NmtEncoder
 from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
@@ -78,7 +79,8 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
         return results
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("nmt", model, nmt_loss, dataset.train.batches(), evaluate, METRICS["nmt"], spec, dataset.save, finish,
+    batches = [pad_lengths(batch, options.length_bucket) for batch in dataset.train.batches()]
+    return TaskJob("nmt", model, nmt_loss, batches, evaluate, METRICS["nmt"], spec, dataset.save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
                         dev_truncated=full.truncated))
 

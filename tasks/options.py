@@ -120,6 +120,14 @@ class RunOptions:
     threads_per_worker: int = TASK(1, "torch threads per worker", metavar="N", engine="threads_per_worker")
     amp: str | None = TASK(None, "bf16: forward under autocast (GPU workers); parameters and optimizer state stay "
                                  "fp32", choices=("bf16",), default_text="off", engine="amp")
+    compile: str = TASK("off", "torch.compile each worker's step (reduce-overhead: also CUDA graphs on GPUs); it "
+                               "compiles once per batch shape, in every worker (see --length-bucket)",
+                        choices=("off", "default", "reduce-overhead"), engine="compile")
+    tf32: bool = TASK(False, "TF32 matrix products on GPU workers: faster, with fewer mantissa bits inside the "
+                             "products", engine="tf32")
+    pull_every: int = TASK(1, "GPU and replica workers pull the dense parameters every K updates only, saving K-1 "
+                              "of K copies of the model; the updates a copy misses count as staleness (1: the "
+                              "paper's recipe)", metavar="K", check=_at_least(1), engine="pull_every")
     cpu_workers: str | None = TASK(None, "CPU workers train in place on the shared parameters, or on a private "
                                          "replica refreshed before every step (one consistent version per step)",
                                    choices=tuple(CPU_WORKERS), default_text=defaults.CPU_WORKERS_TEXT,
@@ -158,6 +166,9 @@ class RunOptions:
                                       default_text=defaults.EVAL_SENTENCES_TEXT)
     max_len: int = DATA(50, "nmt: drop longer training pairs", metavar="N", check=_at_least(1))
     vocab_size: int = DATA(15000, "nmt: words kept per side", metavar="N", check=_at_least(1))
+    length_bucket: int | None = DATA(None, "nmt: pad source and target lengths up to multiples of N, so that batch "
+                                           "shapes repeat (a compiled step compiles once per shape); 1: no padding",
+                                     metavar="N", check=_at_least(1), default_text=defaults.LENGTH_BUCKET_TEXT)
     subwords: str | None = DATA(None, "nmt: sentencepiece subwords trained on the training side (saved in the run "
                                       "directory) instead of Moses words; BLEU is scored on the decoded text",
                                 choices=SUBWORDS, default_text="Moses words")
@@ -256,6 +267,8 @@ class RunOptions:
             raise OptionError("tgt_lang", f"must differ from --src-lang (both are {self.src_lang!r})")
         if self.task == "nmt" and (self.word_column or self.tag_column or self.tag):
             raise OptionError("task", "--word-column, --tag-column and --tag apply to --task pos only")
+        if self.length_bucket is not None and self.task != "nmt":
+            raise OptionError("length_bucket", "applies to --task nmt only")
         if self.subwords is not None and self.task != "nmt":
             raise OptionError("subwords", "applies to --task nmt only")
         if self.subwords is not None and self.synthetic:

@@ -74,6 +74,10 @@ def test_engine_config_carries_every_training_choice():
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
     ({"seed": -1}, "--seed: must be >= 0, got -1"),
+    ({"compile": "max-autotune"}, "--compile: must be one of off, default, reduce-overhead"),
+    ({"pull_every": 0}, "--pull-every: must be >= 1, got 0"),
+    ({"task": "nmt", "length_bucket": 0}, "--length-bucket: must be >= 1, got 0"),
+    ({"task": "pos", "length_bucket": 8}, "--length-bucket: applies to --task nmt only"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(changes, message):
     with pytest.raises(OptionError) as error:
@@ -97,6 +101,8 @@ def test_bad_values_are_rejected_naming_the_flag(changes, message):
     ({"update_threads": 2}, "--update-threads: sets the threads of the background update thread"),
     ({"eval_device": f"cuda:{torch.cuda.device_count()}"}, f"--eval-device: cuda:{torch.cuda.device_count()} does "
                                                             "not exist"),
+    ({"pull_every": 2}, "--pull-every: needs device workers"),  # 'cpu' workers pull nothing
+    ({"mode": "sync", "compile": "default"}, "--compile: applies to Hogwild workers"),
 ])
 def test_the_engines_refusals_name_the_flag(changes, message):
     """hogwild.Config checks the values it takes, once; its error reaches the user naming the flag."""
@@ -117,7 +123,8 @@ def test_every_engine_field_passes_through_one_declaration():
                          eval_every=4, eval_every_seconds=2.0, patience=2, checkpoint_every=5, log_every=6,
                          out="/tmp/x", resume=True, seed=3, progress=False, threads_per_worker=2, clip_norm=0.25,
                          amp="bf16", mode="single", data_assignment="partition", hang_timeout=5.0,
-                         check_shm=False).resolved()
+                         check_shm=False, compile="reduce-overhead",
+                         tf32=True).resolved()
     config = options.engine_config(["cpu"], "accuracy")
     assert (config.hang_timeout, config.check_shm) == (5.0, False)
     direct = {name: option.engine for name, option in declared().items()
@@ -172,3 +179,19 @@ def test_the_dev_help_says_how_the_held_out_set_is_split():
     text = " ".join(train_parser().format_help().split())
     assert ("held-out set (not the --train file) (default: pos: a seeded 10% of the --train sentences; nmt: a seeded "
             "10% of the --train pairs, at most 3000 (a corpus of fewer than 10 pairs is refused))") in text
+
+
+def test_nmt_batches_are_padded_to_length_buckets_by_default_only_when_compiling():
+    from hogwild.tasks.nmt_task import nmt_job
+    assert RunOptions(task="pos").resolved().length_bucket is None
+    assert RunOptions(task="nmt").resolved().length_bucket == 1
+    assert RunOptions(task="nmt", compile="default").resolved().length_bucket == 8
+    assert RunOptions(task="nmt", compile="default", length_bucket=4).resolved().length_bucket == 4
+    plain = nmt_job(RunOptions(task="nmt", synthetic_size=200).resolved()).batches
+    bucketed = nmt_job(RunOptions(task="nmt", synthetic_size=200, compile="default").resolved()).batches
+    assert len(plain) == len(bucketed)
+    assert any(batch["tgt"].shape[1] % 8 for batch in plain)
+    for tight, padded in zip(plain, bucketed):
+        for key in ("src", "tgt"):
+            size = tight[key].shape[1]
+            assert padded[key].shape[1] == -(-size // 8) * 8 and torch.equal(padded[key][:, :size], tight[key])

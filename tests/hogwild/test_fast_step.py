@@ -1,0 +1,109 @@
+"""Config.compile and Config.tf32 in real worker processes: a worker with a compiled step ends with eager's
+parameters (within rtol 1e-5, atol 1e-6: the compiled graphs may sum in another order), and the TF32 setting
+reaches every worker process. The captured graphs run with backend 'aot_eager' (Config.compile='aot_eager'), except
+in the slow test of inductor's code generation ('default'); 'reduce-overhead' needs CUDA (the last test)."""
+import os
+
+import pytest
+import torch
+
+import hogwild
+from hogwild.config import ConfigError
+from hogwild.data.batching import pad_lengths
+from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
+from tests.hogwild import engine_helpers as H
+from tests.models.conftest import nmt_batch
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+
+
+def config(**kwargs):
+    return hogwild.Config(**{"progress": False, "tensorboard": False, "seed": 3, "optimizer": "sgd", "lr": 0.05,
+                             "epochs": 2, **kwargs})
+
+
+def final_parameters(model_factory, loss_fn, batches, **kwargs):
+    model = model_factory()
+    result = hogwild.train(model, loss_fn, batches, config(**kwargs))
+    return result, [p.detach().clone() for p in model.parameters()]
+
+
+def regression_model():
+    return H.regression_model(dropout=0.0)  # a compiled step draws dropout masks with another generator
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu-replica"])
+def test_one_compiled_worker_ends_with_the_eager_workers_parameters(device):
+    batches = H.regression_batches(n=8)
+    eager, expected = final_parameters(regression_model, H.mse_loss, batches, devices=[device])
+    compiled, got = final_parameters(regression_model, H.mse_loss, batches, devices=[device], compile="aot_eager")
+    assert compiled.updates == eager.updates == 16
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, **TOLERANCE)
+    assert compiled.final_loss == pytest.approx(eager.final_loss, rel=1e-5)
+
+
+def tiny_nmt():
+    torch.manual_seed(0)
+    return AttentionNMT(NMTConfig(src_words=25, tgt_words=25, embedding=12, hidden=16, attention=14, readout=10))
+
+
+@pytest.mark.slow  # tens of seconds: the worker captures the unrolled decoder once
+def test_a_compiled_nmt_worker_on_length_buckets_ends_with_the_eager_parameters():
+    lengths = [([4, 2, 6], [3, 2, 1]), ([5, 1, 3], [2, 3, 1]), ([3, 6, 2], [1, 2, 3]), ([2, 2, 2], [3, 3, 2])]
+    batches = [pad_lengths(nmt_batch(src, tgt, seed=i), 8) for i, (src, tgt) in enumerate(lengths)]
+    assert len({(b["src"].shape, b["tgt"].shape) for b in batches}) == 1  # one bucket: one compilation
+    eager, expected = final_parameters(tiny_nmt, nmt_loss, batches, devices=["cpu-replica"], clip_norm=1.0)
+    compiled, got = final_parameters(tiny_nmt, nmt_loss, batches, devices=["cpu-replica"], clip_norm=1.0,
+                                     compile="aot_eager")
+    assert compiled.updates == eager.updates == 8
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, **TOLERANCE)
+
+
+@pytest.mark.slow  # inductor generates and compiles C++ in the worker: tens of seconds
+def test_inductor_compiled_worker_ends_with_the_eager_workers_parameters():
+    batches = H.regression_batches(n=8)
+    _, expected = final_parameters(regression_model, H.mse_loss, batches, devices=["cpu-replica"])
+    compiled, got = final_parameters(regression_model, H.mse_loss, batches, devices=["cpu-replica"],
+                                     compile="default")
+    assert compiled.updates == 16
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, **TOLERANCE)
+
+
+def tf32_checking_loss(model, batch):
+    """mse_loss that fails unless this process's TF32 setting is what $HOGWILD_TEST_TF32 says."""
+    if torch.backends.cuda.matmul.allow_tf32 != (os.environ["HOGWILD_TEST_TF32"] == "1"):
+        raise RuntimeError(f"allow_tf32 is {torch.backends.cuda.matmul.allow_tf32} in the worker")
+    return H.mse_loss(model, batch)
+
+
+@pytest.mark.parametrize("tf32", [False, True])
+def test_tf32_is_set_in_every_worker_process(monkeypatch, tf32):
+    monkeypatch.setenv("HOGWILD_TEST_TF32", "1" if tf32 else "0")
+    result = hogwild.train(regression_model(), tf32_checking_loss, H.regression_batches(n=4),
+                           config(devices=["cpu", "cpu-replica"], tf32=tf32, epochs=1))
+    assert result.updates == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(compile="max"), "must be one of"),
+    (dict(devices=["cpu", "cpu"], mode="sync", compile="default"), "not to mode='sync'"),
+    (dict(tf32=1), "True or False"),
+])
+def test_bad_step_options_are_refused(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        hogwild.Config(**kwargs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CUDA graphs; no GPU on this machine)")
+def test_reduce_overhead_gpu_worker_ends_with_the_eager_gpu_workers_parameters():
+    lengths = [([4, 2, 6], [3, 2, 1]), ([5, 1, 3], [2, 3, 1]), ([3, 6, 2], [1, 2, 3]), ([2, 2, 2], [3, 3, 2])]
+    batches = [pad_lengths(nmt_batch(src, tgt, seed=i), 8) for i, (src, tgt) in enumerate(lengths)]
+    eager, expected = final_parameters(tiny_nmt, nmt_loss, batches, devices=["cuda:0"], clip_norm=1.0)
+    graphs, got = final_parameters(tiny_nmt, nmt_loss, batches, devices=["cuda:0"], clip_norm=1.0,
+                                   compile="reduce-overhead")
+    assert graphs.updates == eager.updates == 8 and graphs.skipped_updates == 0
+    for a, b in zip(got, expected):  # cuDNN and the generated kernels: a looser bound than on the CPU
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
