@@ -87,7 +87,8 @@ main() {
 
     step env 30 5 bash -c "date -u; git rev-parse HEAD 2>/dev/null; nproc; free -g | head -2; \
         nvidia-smi 2>&1 | head -15; $PYTHON -c 'import torch; print(torch.__version__, torch.version.cuda, \
-        torch.cuda.is_available(), torch.cuda.device_count())'; ls $CORPORA 2>&1"
+        torch.cuda.is_available(), torch.cuda.device_count())'; \
+        ls $CORPORA 2>&1 || echo \"no corpora at $CORPORA: synthetic runs\""
     if [ -n "$WHEELS" ]; then
         step wheels 60 10 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/hogwild-site \
             "$WHEELS"/*.whl
