@@ -128,26 +128,29 @@ def launch(args, variant: str, out: str) -> dict:
     return json.loads(Path(out).read_text())
 
 
-PASSED = ("workers", "updates", "lr", "period", "alpha", "features", "hidden", "batches", "batch_size", "eval_every",
-          "target")
+# the run's settings, passed on to every variant's process: (flag, type, default, help)
+SETTINGS = (
+    ("--workers", int, 2, "total training workers"),
+    ("--updates", int, 4000, "total updates per run"),
+    ("--lr", float, 0.05, "learning rate"),
+    ("--period", int, 8, "local updates between exchanges"),
+    ("--alpha", float, 0.3, "EASGD elastic coefficient"),
+    ("--features", int, 64, "input size"),
+    ("--hidden", int, 256, "hidden size"),
+    ("--batches", int, 256, "batches in the data set"),
+    ("--batch-size", int, 16, "examples per batch"),
+    ("--eval-every", int, 100, "evaluate every N total updates (a host: every N / hosts of its own)"),
+    ("--target", float, 0.005, "target held-out loss"),
+)
+PASSED = tuple(flag[2:].replace("-", "_") for flag, *_ in SETTINGS)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions (default %(default)s)")
-    parser.add_argument("--workers", type=int, default=2, help="total training workers (default %(default)s)")
-    parser.add_argument("--updates", type=int, default=4000, help="total updates per run (default %(default)s)")
-    parser.add_argument("--lr", type=float, default=0.05, help="learning rate (default %(default)s)")
-    parser.add_argument("--period", type=int, default=8, help="local updates between exchanges (default %(default)s)")
-    parser.add_argument("--alpha", type=float, default=0.3, help="EASGD elastic coefficient (default %(default)s)")
-    parser.add_argument("--features", type=int, default=64, help="input size (default %(default)s)")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size (default %(default)s)")
-    parser.add_argument("--batches", type=int, default=256, help="batches in the data set (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=16, help="examples per batch (default %(default)s)")
-    parser.add_argument("--eval-every", type=int, default=100, help="evaluate every N total updates (a host: every "
-                                                                    "N / hosts of its own; default %(default)s)")
-    parser.add_argument("--target", type=float, default=0.005, help="target held-out loss (default %(default)s)")
+    for flag, kind, default, text in SETTINGS:
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="--variants single,allreduce (unless given) --rounds 1 "
                         "--updates 400: seconds (CI), measures nothing")
     parser.add_argument("--variant", help=argparse.SUPPRESS)

@@ -80,8 +80,7 @@ class EncoderOutput:
 class AttentionNMT(nn.Module):
     def __init__(self, config: NMTConfig):
         super().__init__()
-        self.config = config
-        c = config
+        self.config = c = config
         self.src_embedding = nn.Embedding(c.src_words, c.embedding, padding_idx=PAD, sparse=c.sparse_embeddings)
         self.tgt_embedding = nn.Embedding(c.tgt_words, c.embedding, padding_idx=PAD, sparse=c.sparse_embeddings)
         self.encoder = nn.GRU(c.embedding, c.hidden, batch_first=True, bidirectional=True)

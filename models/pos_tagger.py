@@ -67,8 +67,7 @@ class POSTagger(nn.Module):
 
     def __init__(self, config: POSConfig):
         super().__init__()
-        self.config = config
-        c = config
+        self.config = c = config
         self.word_embedding = nn.Embedding(c.n_words, c.word_emb, padding_idx=PAD, sparse=c.sparse_embeddings)
         self.char_embedding = nn.Embedding(c.n_chars, c.char_emb, padding_idx=PAD, sparse=c.sparse_embeddings)
         self.suffix_lstm = nn.LSTM(c.char_emb, c.char_hidden, batch_first=True)  # forward, over the suffix

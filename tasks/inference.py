@@ -49,34 +49,30 @@ def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | No
     return lines
 
 
-def _expect(spec: dict, task: str, run_dir: Path, command: str) -> None:
+def _load_trained_as(run_dir: str | Path, task: str, command: str, loader):
+    """`loader(run_dir, spec, state)` on the trained model of a run directory, refused unless it is a `task` run."""
+    run_dir = Path(run_dir)
+    spec, state, path = load_trained(run_dir)
     if spec.get("task") != task:
         raise RunDirError(f"--checkpoint {run_dir}: this is a {spec.get('task')!r} run; `run.py {command}` needs a "
                           f"{task!r} run")
+    trained = loader(run_dir, spec, state)
+    trained.checkpoint = path
+    return trained
 
 
 def load_tagger(run_dir: str | Path):
     """The trained POS tagger of a run directory (tasks.pos_task.PosTagging)."""
     from hogwild.tasks.pos_task import PosTagging
 
-    run_dir = Path(run_dir)
-    spec, state, path = load_trained(run_dir)
-    _expect(spec, "pos", run_dir, "tag")
-    tagger = PosTagging.load(run_dir, spec, state)
-    tagger.checkpoint = path
-    return tagger
+    return _load_trained_as(run_dir, "pos", "tag", PosTagging.load)
 
 
 def load_translator(run_dir: str | Path):
     """The trained translator of a run directory (tasks.nmt_task.Translator)."""
     from hogwild.tasks.nmt_task import Translator
 
-    run_dir = Path(run_dir)
-    spec, state, path = load_trained(run_dir)
-    _expect(spec, "nmt", run_dir, "translate")
-    translator = Translator.load(run_dir, spec, state)
-    translator.checkpoint = path
-    return translator
+    return _load_trained_as(run_dir, "nmt", "translate", Translator.load)
 
 
 def checkpoint_note(run_dir: str | Path, path: Path) -> tuple[str, str | None]:
