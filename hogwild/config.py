@@ -60,6 +60,92 @@ def _integer(name: str, value: int | None) -> None:
 @dataclass
 class Config:
     """How to train. Every field has a default; invalid values raise ConfigError (a ValueError) naming the field.
+    The fields, by group (each with its default):
+
+    Workers:
+    - devices = None: one entry per worker: 'cpu', 'cpu-replica', 'cuda:0', ...; None -> workers x 'cpu'
+    - workers = 1: shorthand for devices=['cpu'] * workers (ignored when devices is given)
+    - mode = "hogwild": 'hogwild' (lock-free async), 'sync' (averaged gradients every step), 'single' (1 worker)
+    - threads_per_worker = 1: torch intra-op threads in every worker process (the CPU update uses them too)
+
+    Device workers ('cuda:N', 'cpu-replica'; 'cpu' workers train in place and ignore these):
+    - overlap_update = None: apply update k on the CPU in a background thread while update k+1 computes (one more step
+      of staleness, counted); None: on for 'cuda' workers
+    - fused_step = None: torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on for 'cuda'
+      workers; True: every worker (refused for optimizers without one)
+    - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    - update_threads = None: torch threads of the background update thread (overlap_update) that runs the shared CPU
+      optimizer step; None: for 'cuda' workers each one's share of the cores, (cores - 1) // workers - 1 (the parent
+      and the worker's own main thread keep one each), for others threads_per_worker. Bit-identical results either way
+    - pin_shared = True: 'cuda' workers register the shared parameters page-locked (true async pulls)
+    - sparse_pull = False: pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the batch's
+      integer tensors (exact when the model embeds only ids from its batch)
+    - compile = "off": one of COMPILE_MODES: torch.compile of the worker's loss function (see the step options below)
+    - tf32 = False: TF32 matrix products in every worker process (GPUs only; see the step options below)
+    - pull_every = 1: device workers pull the dense parameters every this many updates (see the step options below)
+
+    Optimizer and learning rate:
+    - optimizer = "sgd": one of OPTIMIZERS (shared optimizer state, updated lock-free)
+    - lr = 0.01: learning rate: the schedule's starting value
+    - optimizer_args = {}: torch.optim kwargs: momentum, betas, eps, ...
+    - lr_schedule = "constant": 'constant' | 'linear_decay' | 'warmup_scaled'
+    - decay_per_epoch = 0.0: linear_decay: lr - decay_per_epoch * epoch
+    - decay_updates = None: linear_decay: count the decay per this many shared updates instead of per epoch (lr -
+      decay_per_epoch * step / decay_updates): a pace that does not depend on the corpus size; None: per completed
+      epoch (the paper)
+    - warmup_steps = 0: warmup_scaled: linear warm-up from lr to lr * workers over these updates
+    - min_lr = 0.0: floor of every schedule
+    - clip_norm = None: clip each update's gradient to this global L2 norm
+    - skip_nonfinite = True: skip (and count) updates whose gradient holds NaN/inf; False saves summing each gradient
+      per step when clip_norm is None (then nothing guards the model)
+    - max_nonfinite_in_a_row = 1000: a worker that skips this many updates in a row fails the run (the shared
+      parameters have diverged; skipped updates never reach max_steps); None: never
+
+    When to stop (the first one reached wins; none given -> 1 epoch):
+    - max_steps = None: total shared updates across all workers
+    - epochs = None: passes over the batches
+    - time_limit = None: wall-clock seconds of training
+
+    Evaluation, best model, early stopping:
+    - eval_every = None: evaluate a snapshot every this many shared updates
+    - eval_every_seconds = None: ... and/or every this many seconds
+    - eval_device = "auto": where the parent evaluates its snapshot: 'cpu', 'cuda:N' or 'auto'. A GPU evaluates much
+      faster than the CPU, but one that hosts a worker lends it memory and compute (that worker alone slows down) and
+      refuses a second process in exclusive-process mode; the CPU never fails that way but is slower and shares the
+      cores with the workers' update threads. eval_budget keeps either within its share of the wall time. 'auto'
+      (evaluation_device): a GPU no worker uses, else the CPU while training; the first worker's GPU for the final
+      evaluation, after training
+    - eval_budget = 0.1: periodic evaluations may take at most this share of the wall time since training started (the
+      next one waits until the measured evaluation time allows it); None or 0: no cap. Evaluations run on a thread
+      beside the parent's loop, one at a time
+    - eval_at_start = False: also evaluate the starting parameters, as the first periodic evaluation (on the thread
+      while training begins, within time_limit and eval_budget)
+    - best_metric = None: key of evaluate()'s dict deciding the best checkpoint; None -> first key
+    - best_mode = "max": 'max' (accuracy, BLEU) or 'min' (loss, perplexity)
+    - patience = None: stop after this many evaluations without improvement
+    - target = None: stop once best_metric reaches this value (>= with best_mode 'max', <= with 'min'): time-to-
+      accuracy runs (bench/bench_convergence.py)
+
+    Run directory, checkpoints, logging:
+    - checkpoint_dir = None: the run directory: config.json, metrics.jsonl, last.pt, best.pt
+    - checkpoint_every = None: write last.pt every this many shared updates (also always at the end)
+    - resume = False: continue from checkpoint_dir/last.pt when it exists
+    - log_every = 100: write a metrics record every this many shared updates
+    - progress = True: tqdm progress bar in the parent
+    - tensorboard = True: TensorBoard events in the run directory when tensorboard is installed
+
+    Data:
+    - seed = 0: batch order, per-batch RNG (dropout) and initial RNG states derive from it
+    - shuffle = True: seeded shuffle of the batch order every epoch
+    - queue_depth = 16: bounded queue between the batch producer and the workers
+    - data_assignment = "queue": 'queue': workers share one queue; 'partition': each worker has a fixed shard
+
+    Failure handling:
+    - check_shm = True: before spawning, check /dev/shm can hold parameters and optimizer state
+    - join_timeout = 10.0: seconds to wait for workers to finish their step when stopping
+    - hang_timeout = 60.0: a worker whose counters do not move for this long, or 20 of its median steps if longer, is
+      hung (stopped, deadlocked, stuck in I/O): named, killed, the run checkpointed and failed (progress_watch.py);
+      None: never
 
     The step options of device workers trade exactness or start-up time for speed; each default is the exact,
     eager path (the reference of the tests):
@@ -76,92 +162,71 @@ class Config:
       every update computed on the old copy. K=1 is the paper's recipe exactly.
     """
 
+    # each field is described, with its default, in the docstring above (help(hogwild.Config))
     # --- workers ---
-    devices: list[str] | None = None  # one entry per worker: 'cpu', 'cpu-replica', 'cuda:0', ...; None -> workers x 'cpu'
-    workers: int = 1  # shorthand for devices=['cpu'] * workers (ignored when devices is given)
-    mode: str = "hogwild"  # 'hogwild' (lock-free async), 'sync' (averaged gradients every step), 'single' (1 worker)
-    threads_per_worker: int = 1  # torch intra-op threads in every worker process (the CPU update uses them too)
+    devices: list[str] | None = None
+    workers: int = 1
+    mode: str = "hogwild"
+    threads_per_worker: int = 1
 
     # --- device workers ('cuda:N', 'cpu-replica'; 'cpu' workers train in place and ignore these) ---
-    overlap_update: bool | None = None  # apply update k on the CPU in a background thread while update k+1
-    #                              computes (one more step of staleness, counted); None: on for 'cuda' workers
-    fused_step: bool | None = None  # torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on
-    #                              for 'cuda' workers; True: every worker (refused for optimizers without one)
-    amp: str | None = None  # 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
-    update_threads: int | None = None  # torch threads of the background update thread (overlap_update) that runs
-    #                              the shared CPU optimizer step; None: for 'cuda' workers each one's share of the
-    #                              cores, (cores - 1) // workers - 1 (the parent and the worker's own main thread
-    #                              keep one each), for others threads_per_worker. Bit-identical results either way
-    pin_shared: bool = True  # 'cuda' workers register the shared parameters page-locked (true async pulls)
-    sparse_pull: bool = False  # pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the
-    #                              batch's integer tensors (exact when the model embeds only ids from its batch)
-    compile: str = "off"  # one of COMPILE_MODES: torch.compile of the worker's loss function (see above)
-    tf32: bool = False  # TF32 matrix products in every worker process (GPUs only; see above)
-    pull_every: int = 1  # device workers pull the dense parameters every this many updates (see above)
+    overlap_update: bool | None = None
+    fused_step: bool | None = None
+    amp: str | None = None
+    update_threads: int | None = None
+    pin_shared: bool = True
+    sparse_pull: bool = False
+    compile: str = "off"
+    tf32: bool = False
+    pull_every: int = 1
 
     # --- optimizer and learning rate ---
-    optimizer: str = "sgd"  # one of OPTIMIZERS (shared optimizer state, updated lock-free)
+    optimizer: str = "sgd"
     lr: float = 0.01
-    optimizer_args: dict[str, Any] = field(default_factory=dict)  # torch.optim kwargs: momentum, betas, eps, ...
-    lr_schedule: str = "constant"  # 'constant' | 'linear_decay' | 'warmup_scaled'
-    decay_per_epoch: float = 0.0  # linear_decay: lr - decay_per_epoch * epoch
-    decay_updates: int | None = None  # linear_decay: count the decay per this many shared updates instead of per
-    #                                   epoch (lr - decay_per_epoch * step / decay_updates): a pace that does not
-    #                                   depend on the corpus size; None: per completed epoch (the paper)
-    warmup_steps: int = 0  # warmup_scaled: linear warm-up from lr to lr * workers over these updates
-    min_lr: float = 0.0  # floor of every schedule
-    clip_norm: float | None = None  # clip each update's gradient to this global L2 norm
-    skip_nonfinite: bool = True  # skip (and count) updates whose gradient holds NaN/inf; False saves summing each
-    #                              gradient per step when clip_norm is None (then nothing guards the model)
-    max_nonfinite_in_a_row: int | None = 1000  # a worker that skips this many updates in a row fails the run (the
-    #                              shared parameters have diverged; skipped updates never reach max_steps); None: never
+    optimizer_args: dict[str, Any] = field(default_factory=dict)
+    lr_schedule: str = "constant"
+    decay_per_epoch: float = 0.0
+    decay_updates: int | None = None
+    warmup_steps: int = 0
+    min_lr: float = 0.0
+    clip_norm: float | None = None
+    skip_nonfinite: bool = True
+    max_nonfinite_in_a_row: int | None = 1000
 
     # --- when to stop (the first one reached wins; none given -> 1 epoch) ---
-    max_steps: int | None = None  # total shared updates across all workers
-    epochs: int | None = None  # passes over the batches
-    time_limit: float | None = None  # wall-clock seconds of training
+    max_steps: int | None = None
+    epochs: int | None = None
+    time_limit: float | None = None
 
     # --- evaluation, best model, early stopping ---
-    eval_every: int | None = None  # evaluate a snapshot every this many shared updates
-    eval_every_seconds: float | None = None  # ... and/or every this many seconds
-    eval_device: str = "auto"  # where the parent evaluates its snapshot: 'cpu', 'cuda:N' or 'auto'. A GPU
-    #                            evaluates much faster than the CPU, but one that hosts a worker lends it memory and
-    #                            compute (that worker alone slows down) and refuses a second process in
-    #                            exclusive-process mode; the CPU never fails that way but is slower and shares the
-    #                            cores with the workers' update threads. eval_budget keeps either within its share
-    #                            of the wall time. 'auto' (evaluation_device): a GPU no worker uses, else the CPU
-    #                            while training; the first worker's GPU for the final evaluation, after training
-    eval_budget: float | None = 0.1  # periodic evaluations may take at most this share of the wall time since training
-    #                            started (the next one waits until the measured evaluation time allows it); None or
-    #                            0: no cap. Evaluations run on a thread beside the parent's loop, one at a time
-    eval_at_start: bool = False  # also evaluate the starting parameters, as the first periodic evaluation (on the
-    #                            thread while training begins, within time_limit and eval_budget)
-    best_metric: str | None = None  # key of evaluate()'s dict deciding the best checkpoint; None -> first key
-    best_mode: str = "max"  # 'max' (accuracy, BLEU) or 'min' (loss, perplexity)
-    patience: int | None = None  # stop after this many evaluations without improvement
-    target: float | None = None  # stop once best_metric reaches this value (>= with best_mode 'max', <= with
-    #                              'min'): time-to-accuracy runs (bench/bench_convergence.py)
+    eval_every: int | None = None
+    eval_every_seconds: float | None = None
+    eval_device: str = "auto"
+    eval_budget: float | None = 0.1
+    eval_at_start: bool = False
+    best_metric: str | None = None
+    best_mode: str = "max"
+    patience: int | None = None
+    target: float | None = None
 
     # --- run directory, checkpoints, logging ---
-    checkpoint_dir: str | None = None  # the run directory: config.json, metrics.jsonl, last.pt, best.pt
-    checkpoint_every: int | None = None  # write last.pt every this many shared updates (also always at the end)
-    resume: bool = False  # continue from checkpoint_dir/last.pt when it exists
-    log_every: int = 100  # write a metrics record every this many shared updates
-    progress: bool = True  # tqdm progress bar in the parent
-    tensorboard: bool = True  # TensorBoard events in the run directory when tensorboard is installed
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    resume: bool = False
+    log_every: int = 100
+    progress: bool = True
+    tensorboard: bool = True
 
     # --- data ---
-    seed: int = 0  # batch order, per-batch RNG (dropout) and initial RNG states derive from it
-    shuffle: bool = True  # seeded shuffle of the batch order every epoch
-    queue_depth: int = 16  # bounded queue between the batch producer and the workers
-    data_assignment: str = "queue"  # 'queue': workers share one queue; 'partition': each worker has a fixed shard
+    seed: int = 0
+    shuffle: bool = True
+    queue_depth: int = 16
+    data_assignment: str = "queue"
 
     # --- failure handling ---
-    check_shm: bool = True  # before spawning, check /dev/shm can hold parameters and optimizer state
-    join_timeout: float = 10.0  # seconds to wait for workers to finish their step when stopping
-    hang_timeout: float | None = 60.0  # a worker whose counters do not move for this long, or 20 of its median
-    #                              steps if longer, is hung (stopped, deadlocked, stuck in I/O): named, killed, the run
-    #                              checkpointed and failed (progress_watch.py); None: never
+    check_shm: bool = True
+    join_timeout: float = 10.0
+    hang_timeout: float | None = 60.0
 
     def __post_init__(self) -> None:
         _integer("workers", self.workers)

@@ -13,6 +13,18 @@ def test_defaults_train_one_cpu_worker_for_one_epoch():
     assert config.mode == "hogwild"
 
 
+def test_the_docstring_describes_every_field_with_its_default():
+    import dataclasses
+    import re
+
+    documented = dict(re.findall(r"^    - (\w+) = (.*?): ", Config.__doc__, re.M))
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    assert set(documented) == set(fields)
+    for name, field in fields.items():
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+        assert documented[name] == ('"%s"' % default if isinstance(default, str) else repr(default)), name
+
+
 def test_workers_shorthand_and_devices():
     assert Config(workers=3).devices == ["cpu", "cpu", "cpu"]
     config = Config(devices=["cpu-replica", "cpu"])
