@@ -1,5 +1,5 @@
 """Serial (one process, plain PyTorch loop) training of the POS tagger or the NMT model on the real corpora: the
-single-process reference runs recorded in docs/results.md.
+single-process reference runs recorded in docs/results/README.md.
 
 Usage (from the repository root):
     python -m scripts.train_serial --task pos --preset small --out runs/pos-brown
@@ -40,7 +40,7 @@ from hogwild.tasks.defaults import RECIPES, default_lr, resolve_recipe, schedule
 from hogwild.tasks.options import RunOptions
 from hogwild.gradients import batch_seed
 
-SERIAL_ADAM_LR = 2e-3  # the serial reference runs' Adam rate (docs/results.md); other optimizers: the task's rule
+SERIAL_ADAM_LR = 2e-3  # the serial reference runs' Adam rate (docs/results/README.md); other optimizers: the task's rule
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
