@@ -121,11 +121,10 @@ def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: B
            scratch: str) -> Supervisor:
     """One process per device (not started yet): Hogwild workers, or synchronous ones in sync mode."""
     config, errors = shared.config, ctx.Queue()
-    schedule = config.schedule()
     budget = StepBudget(ctx, config.max_steps, shared.counters.global_updates()) if config.max_steps else None
     shared.budget = budget  # Process.start() drops its args: without this reference the lock would be unlinked
     specs = [WorkerSpec(worker=w, device=device, config=config, model=model, loss_fn=loss_fn,
-                        optimizer=shared.optimizer, schedule=schedule, store=store, counters=shared.counters,
+                        optimizer=shared.optimizer, store=store, counters=shared.counters,
                         control=shared.control, tickets=feed.queue if feed else None, errors=errors,
                         parent_pid=os.getpid(), budget=budget, partition_start=shared.start.partitions[w],
                         start_seq=shared.start.seq)

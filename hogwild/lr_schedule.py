@@ -1,6 +1,6 @@
 """Learning-rate schedules: a picklable function of (global step, epoch) that workers evaluate each update.
 
-Serves step 3 of `hogwild.train` (spawn): `Config.schedule()` builds it; every worker gets a copy.
+Serves step 3 of `hogwild.train` (spawn): every worker builds its own from the run's Config (`Config.schedule()`).
 
 Usage: `schedule = make_schedule("linear_decay", 0.03, decay_per_epoch=0.0135)`; `lr = schedule(step, epoch)`.
 

@@ -39,7 +39,6 @@ class WorkerSpec:
     model: nn.Module  # parameters and buffers in shared memory
     loss_fn: Callable
     optimizer: Any  # hogwild.shared_optim.SharedOptimizer
-    schedule: Callable[[int, int], float]  # lr = schedule(global_step, epoch)
     store: BatchStore
     counters: SharedCounters
     control: RunControl  # the run's stop and start flags

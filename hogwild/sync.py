@@ -136,6 +136,7 @@ def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
 
 def _train_steps(spec: WorkerSpec, stopped: Callable[[], bool], params: SharedParameters | DeviceReplica) -> None:
     config = spec.config
+    schedule = config.schedule()  # lr = schedule(global_step, epoch)
     rank, world = spec.worker, config.workers
     view, batches = spec.counters.worker_view(rank), spec.store.load()
     sparse, backend = set(sparse_tables(spec.model)), dist.get_backend()
@@ -175,7 +176,7 @@ def _train_steps(spec: WorkerSpec, stopped: Callable[[], bool], params: SharedPa
                     grads = params.push()  # None: already on the shared parameters ('cpu')
                     for param, grad in zip(params.shared, grads or []):
                         param.grad = grad
-                    lr = spec.schedule(read_version, epoch)
+                    lr = schedule(read_version, epoch)
                     spec.optimizer.step(lr)
                     phases = (0.0, computed - start, pushed - computed, time.perf_counter() - pushed)
                     view.applied(0, examples, loss.item(), lr, phases)

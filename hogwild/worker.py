@@ -49,7 +49,7 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
     pinned = PageLocked(params.shared + params.shared_buffers) if options["pin"] else None  # pin: device workers
     try:
         spec.optimizer.attach(params.shared, fused=options["fused"])
-        updater = Updater(spec.optimizer, params.shared, spec.schedule, view, background=options["overlap"],
+        updater = Updater(spec.optimizer, params.shared, config.schedule(), view, background=options["overlap"],
                           device=params.device, threads=update_threads(config, spec.device))
         try:
             batches = spec.store.load()
