@@ -11,11 +11,12 @@ import codecs
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Callable
 
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
 from hogwild.tasks.options import Option, OptionError, RunOptions, declared, flag, option_types
-from hogwild.tasks.options_file import OptionsFileError, read_options_file
+from hogwild.tasks.options_file import OptionsFileError, read_options_file, run_directory_options
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):
@@ -156,11 +157,18 @@ def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
     """The options of a training command line: --config FILE's options, overridden by the flags given. Bad values
     (in the file or on the command line) end with `run.py: error: ...` and exit status 2."""
     args = parser.parse_args(argv)
-    if args.config is not None:
-        try:
-            parser.set_defaults(**read_options_file(args.config))  # the file's values, under the flags given
-        except OptionsFileError as error:
-            parser.error(f"--config {error}")
+    replayed, flag_read = {}, "--config" if args.config is not None else "--resume"
+    try:
+        if args.config is not None:
+            replayed = read_options_file(args.config)  # the file's values, under the flags given
+            if args.resume and args.out is None and Path(args.config).is_dir():
+                replayed["out"] = args.config  # --config RUN --resume continues RUN itself
+        elif args.resume and args.out is not None:
+            replayed = run_directory_options(args.out) or {}  # --resume --out RUN: RUN's own options
+    except OptionsFileError as error:
+        parser.error(f"{flag_read} {error}")
+    if replayed:
+        parser.set_defaults(**replayed)
         args = parser.parse_args(argv)
     values = vars(args)
     del values["config"]

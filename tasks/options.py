@@ -224,7 +224,8 @@ class RunOptions:
                                      default_text=defaults.LOG_EVERY_TEXT, engine="log_every")
     out: str | None = STOPPING(None, "run directory", metavar="DIR", default_text="runs/TASK-DATE-TIME",
                                engine="checkpoint_dir")
-    resume: bool = STOPPING(False, "continue the run in --out from its last.pt", engine="resume")
+    resume: bool = STOPPING(False, "continue the run in --out from its last.pt, with that run's options (flags "
+                                           "given override them)", engine="resume")
     seed: int = STOPPING(0, "data split, batch order and initialisation", check=_at_least(0), engine="seed")
     progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")
     hang_timeout: float = STOPPING(Config.hang_timeout, "a worker without progress this long (or 20 of its median "
@@ -233,7 +234,8 @@ class RunOptions:
     check_shm: bool = STOPPING(True, "do not check that /dev/shm can hold the shared parameters and optimizer state "
                                      "before spawning", negative_flag="--no-check-shm", engine="check_shm")
     # --- multi-host (MPI): the DistConfig of hogwild.multihost, whose defaults these are ---
-    distributed: str | None = MULTI_HOST(None, "exchange parameters between hosts with this algorithm",
+    distributed: str | None = MULTI_HOST(None, "exchange parameters between hosts with this algorithm: "
+                                         + ", ".join(ALGORITHMS),
                                          choices=ALGORITHMS, metavar="ALGO", default_text="one host",
                                          dist="algorithm")
     servers: int = MULTI_HOST(DistConfig.servers, "parameter-server ranks (downpour/easgd/eamsgd)",

@@ -3,10 +3,11 @@ YAML, TOML or JSON file of options - which the flags on the command line then ov
 
 A run directory's config.json records every option as the run used it (`RunOptions.resolved()`), so replaying it
 trains the same run again; its `out` and `resume` are left behind (they say where that run went, not what it did):
-the replay writes a new run directory unless --out says otherwise. Its values are the resolved ones, so a flag given
-on top replaces that value alone (replaying an SGD run with --optimizer adam keeps its --lr unless --lr is given
-too). An options file holds option names as keys (`time_limit` or `time-limit`), with the values their flags take
-(`train` a list of paths, or one path).
+the replay writes a new run directory unless --out says otherwise (with --resume: the replayed directory itself).
+`--resume --out DIR` without --config replays DIR's own options, so a stopped run continues from its directory
+alone. The values are the resolved ones, so a flag given on top replaces that value alone (replaying an SGD run
+with --optimizer adam keeps its --lr unless --lr is given too). An options file holds option names as keys
+(`time_limit` or `time-limit`), with the values their flags take (`train` a list of paths, or one path).
 
 Usage: `values = read_options_file("runs/pos-20250101-120000")  # -> {"task": "pos", "lr": 0.1, ...}`
 """
@@ -47,6 +48,19 @@ def read_options_file(path: str | Path) -> dict[str, Any]:
     replay = "run" in loaded and isinstance(loaded["run"], dict)  # a run directory's config.json
     values = {key: value for key, value in loaded["run"].items() if key not in _NOT_REPLAYED} if replay else loaded
     return _checked(path, values)
+
+
+def run_directory_options(run_dir: str | Path) -> dict[str, Any] | None:
+    """The options a run directory's config.json records (as read_options_file gives them), or None when the
+    directory holds no run.py run (no config.json, or one without its `run` section): what --resume continues."""
+    path = Path(run_dir) / "config.json"
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("run"), dict):
+        return None
+    return read_options_file(path)
 
 
 def _kind(path: Path) -> str:

@@ -120,6 +120,25 @@ def test_config_replays_a_run_directory_and_flags_override_it(tmp_path):
     assert config_json == dataclasses.replace(options, out="o", steps=9)  # the flags given win
 
 
+def test_resume_continues_a_run_directory_with_its_own_options(tmp_path, capsys):
+    options, run_dir = _a_run_directory(tmp_path, task="nmt", workers=3, steps=40, lr=0.002, seed=7,
+                                        out=str(tmp_path / "run"), extra={"label": "x"})
+    resumed = run_options(train_parser(), ["--resume", "--out", str(run_dir), "--steps", "80"])
+    assert resumed == dataclasses.replace(options, out=str(run_dir), resume=True, steps=80)
+    from_config = run_options(train_parser(), ["--config", str(run_dir), "--resume"])
+    assert from_config == dataclasses.replace(options, out=str(run_dir), resume=True)
+    fresh = tmp_path / "fresh"  # no config.json yet: nothing to replay, the flags alone
+    assert run_options(train_parser(), ["--resume", "--out", str(fresh)]) == RunOptions(out=str(fresh), resume=True)
+    (tmp_path / "options.yaml").write_text("task: nmt\n")
+    with pytest.raises(SystemExit) as exit_:  # an options file is no run directory to continue
+        run_options(train_parser(), ["--config", str(tmp_path / "options.yaml"), "--resume"])
+    assert exit_.value.code == 2 and "--resume: needs --out DIR" in capsys.readouterr().err
+    (run_dir / "config.json").write_text('{"run": {"lr": "fast"}}')
+    with pytest.raises(SystemExit):
+        run_options(train_parser(), ["--resume", "--out", str(run_dir)])
+    assert f"--resume {run_dir / 'config.json'}: " in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name, text", [
     ("options.yaml", "task: nmt\ntime-limit: 30\ntrain: tests/fixtures/data/tiny\nlr: 1\n"),
     ("options.toml", 'task = "nmt"\ntime_limit = 30\ntrain = ["tests/fixtures/data/tiny"]\nlr = 1\n'),
@@ -162,3 +181,8 @@ def test_config_replays_a_real_run(tmp_path):
     runs = [json.loads((folder / "config.json").read_text()) for folder in (first, second)]
     assert runs[1]["run"] == {**runs[0]["run"], "out": str(second)}
     assert {**runs[1]["config"], "checkpoint_dir": None} == {**runs[0]["config"], "checkpoint_dir": None}
+    done = run_py("--resume", "--out", str(first), "--steps", "8", timeout=240)  # the run's own options, continued
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resuming {first / 'last.pt'} at update 4" in done.stdout
+    summary = json.loads((first / "summary.json").read_text())
+    assert (summary["updates"], summary["segments"], summary["lr"]) == (8, 2, 0.05)

@@ -72,7 +72,7 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
     ("eamsgd with plain sgd", [*SMALL, "--distributed", "eamsgd", "--optimizer", "sgd"], 2,
      r"run\.py: error: --optimizer: --distributed eamsgd needs a momentum optimizer \(msgd or nesterov\), got "
      r"'sgd'; use --distributed easgd for plain SGD"),
-    ("more workers than memory", [*SMALL, "--workers", "4000", "--out", "{root}/run", "--resume"], 1,
+    ("more workers than memory", [*SMALL, "--workers", "4000", "--steps", "40", "--out", "{root}/run", "--resume"], 1,
      r"run\.py: error: --workers: 4000 workers need about \d+\.\d GiB of memory \(150 MiB per process .*\), but "
      r"\d+\.\d GiB is available; about \d+ workers fit"),
     ("empty --separator", [*SMALL, "--separator", ""], 2,
