@@ -28,6 +28,7 @@ import pickle
 import random
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -184,9 +185,14 @@ LAST, BEST = "last.pt", "best.pt"
 
 def prepare_run_dir(config: Config) -> str | None:
     """Create config.checkpoint_dir and write its config.json sections "config" and "command" (the engine's; other
-    sections, e.g. run.py's `run`, are kept: each section has one writer). None when the run has no directory."""
+    sections, e.g. run.py's `run`, are kept: each section has one writer). None when the run has no directory. A fresh
+    run (not config.resume) in a directory that holds a run's last.pt is warned about: it replaces that run."""
     if config.checkpoint_dir is None:
         return None
+    if not config.resume and os.path.exists(os.path.join(config.checkpoint_dir, LAST)):
+        warnings.warn(f"{config.checkpoint_dir} holds a run's {LAST}: this fresh run replaces its last.pt and best.pt "
+                      f"and appends to its metrics.jsonl (Config(resume=True) continues that run instead)",
+                      stacklevel=3)
     os.makedirs(config.checkpoint_dir, exist_ok=True)
     update_sections(os.path.join(config.checkpoint_dir, "config.json"), config=config.to_dict(), command=sys.argv)
     return config.checkpoint_dir

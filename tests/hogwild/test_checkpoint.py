@@ -155,3 +155,12 @@ def test_best_pt_of_a_gpu_evaluation_loads_without_map_location(tmp_path):
     for path in (result.best_checkpoint, result.checkpoint):
         state = torch.load(path, weights_only=False)  # no map_location: tensors load where they were saved
         assert all(t.device.type == "cpu" for t in state["model"].values()), path
+
+
+def test_a_fresh_run_in_a_directory_holding_a_run_is_warned_about(tmp_path, recwarn):
+    C.prepare_run_dir(hogwild.Config(checkpoint_dir=str(tmp_path)))  # an empty directory: nothing to replace
+    (tmp_path / C.LAST).write_bytes(b"a run's checkpoint")
+    C.prepare_run_dir(hogwild.Config(checkpoint_dir=str(tmp_path), resume=True))  # continuing it: no warning
+    assert not recwarn.list
+    with pytest.warns(UserWarning, match=rf"{tmp_path} holds a run's last.pt: this fresh run replaces its last.pt"):
+        C.prepare_run_dir(hogwild.Config(checkpoint_dir=str(tmp_path)))
