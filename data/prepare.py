@@ -168,9 +168,14 @@ def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: 
     code = code or UD_CODES.get(treebank)
     counts = {}
     if source and not _is_url(source):
+        if not Path(source).is_dir():
+            raise CorpusError("no such folder (give --source a folder of .conllu files, or a URL)", path=source)
         files = sorted(p for p in Path(source).glob("*.conllu*") if strip_compression(p.name).endswith(".conllu"))
         if not files:
             raise CorpusError("no .conllu files in folder", path=source)
+        if not any("-train." in p.name for p in files):
+            print(f"note: {source} has no training split (*-train.conllu): only "
+                  f"{', '.join(p.name for p in files)} copied", file=sys.stderr)
         for path in files:
             shutil.copyfile(path, out / path.name)
             counts[path.name] = len(read_tagged(out / path.name, format="conllu"))

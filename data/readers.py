@@ -129,7 +129,7 @@ def read_tagged(path: str | os.PathLike, format: str = "auto", tag: str | None =
     if format == "conllu" and (word_column or tag_column or feats_column):
         option = "word_column" if word_column else "tag_column" if tag_column else "feats_column"
         raise CorpusError("is CoNLL-U, whose columns are fixed: word, tag and feats columns apply to CoNLL column "
-                          "files only (choose UPOS or XPOS with the tag instead)", path=corpus_files(path)[0],
+                          "files only (choose UPOS or XPOS with the tag option: run.py --tag upos|xpos)", path=corpus_files(path)[0],
                           option=option)
     if format == "slash" and tag not in (None, "xpos"):
         raise ValueError(f"slash-tagged text has a single tag per word; tag={tag!r} does not apply")

@@ -107,7 +107,9 @@ class Config:
     - time_limit = None: wall-clock seconds of training
 
     Evaluation, best model, early stopping:
-    - eval_every = None: evaluate a snapshot every this many shared updates
+    - eval_every = None: evaluate a snapshot once this many shared updates have passed since the last evaluation
+      started: a spacing, not a schedule (evaluations run one at a time beside training and within eval_budget, so a
+      run that updates faster than it evaluates evaluates less often than every eval_every updates)
     - eval_every_seconds = None: ... and/or every this many seconds
     - eval_device = "auto": where the parent evaluates its snapshot: 'cpu', 'cuda:N' or 'auto'. A GPU evaluates much
       faster than the CPU, but one that hosts a worker lends it memory and compute (that worker alone slows down) and

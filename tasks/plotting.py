@@ -30,8 +30,9 @@ def plot_curves(curves: Sequence[Curves], out: str | Path, title: str | None = N
     metric_label = " / ".join(_METRIC_NAMES.get(m, m) for m in metrics) or "held-out metric"
     figure, axes = plt.subplots(2, 2, figsize=(11, 7.5), squeeze=False)
     for curve in curves:
-        axes[0][0].plot([s / scale for s in curve.loss_seconds], curve.loss, label=curve.name)
-        axes[0][1].plot(curve.loss_updates, curve.loss, label=curve.name)
+        single = {"marker": "o", "markersize": 3} if len(curve.loss) == 1 else {}  # one record: a point, not a line
+        axes[0][0].plot([s / scale for s in curve.loss_seconds], curve.loss, label=curve.name, **single)
+        axes[0][1].plot(curve.loss_updates, curve.loss, label=curve.name, **single)
         axes[1][0].plot([s / scale for s in curve.eval_seconds], curve.values, marker="o", markersize=3,
                         label=curve.name)
         axes[1][1].plot(curve.eval_updates, curve.values, marker="o", markersize=3, label=curve.name)

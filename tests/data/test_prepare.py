@@ -75,7 +75,7 @@ def test_europarl_local_folder(tmp_path):
     assert (tmp_path / "out" / "train.fr").read_bytes() == (FIXTURES / "tiny.fr").read_bytes()
 
 
-def test_ud_local_folder_and_file_url(tmp_path):
+def test_ud_local_folder_and_file_url(tmp_path, capsys):
     source = tmp_path / "ud"
     source.mkdir()
     for split in ("dev", "test"):
@@ -83,6 +83,10 @@ def test_ud_local_folder_and_file_url(tmp_path):
     manifest = prepare_ud("UD_Xx-Tiny", tmp_path / "out", str(source))
     assert {name: entry["count"] for name, entry in manifest["files"].items()} == {
         "xx_tiny-ud-dev.conllu": 2, "xx_tiny-ud-test.conllu": 2}
+    assert capsys.readouterr().err == (f"note: {source} has no training split (*-train.conllu): only "
+                                       "xx_tiny-ud-dev.conllu, xx_tiny-ud-test.conllu copied\n")
+    with pytest.raises(CorpusError, match=r"missing: no such folder \(give --source a folder of \.conllu files"):
+        prepare_ud("UD_Xx-Tiny", tmp_path / "out4", str(tmp_path / "missing"))
     by_url = prepare_ud("UD_Xx-Tiny", tmp_path / "out2", source.as_uri(), code="xx_tiny")  # no train file: skipped
     assert sorted(by_url["files"]) == ["xx_tiny-ud-dev.conllu", "xx_tiny-ud-test.conllu"]
     with pytest.raises(ValueError, match="unknown treebank 'UD_Xx-Tiny': pass --code"):
