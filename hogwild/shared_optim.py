@@ -128,10 +128,7 @@ class SharedOptimizer:
     @staticmethod
     def state_nbytes(params: Sequence[Tensor], name: str, **hyper: Any) -> int:
         """Bytes of shared state SharedOptimizer(params, name, **hyper) allocates (without the parameters)."""
-        layout = _state_layout(name, _hyperparameters(name, hyper))
-        step_size = torch.zeros((), dtype=_step_dtype(hyper)).element_size()
-        per_param = sum(1 for kind in layout.values() if kind == "param")
-        return sum(per_param * p.numel() * p.element_size() + step_size for p in params)
+        return sum(SharedOptimizer.state_tensor_nbytes(params, name, **hyper))
 
     @staticmethod
     def state_tensor_nbytes(params: Sequence[Tensor], name: str, **hyper: Any) -> list[int]:
