@@ -190,3 +190,13 @@ class CudaContextProbe:
     def __call__(self, model: nn.Module, batch: tuple) -> torch.Tensor:
         self.flags[0] = max(float(self.flags[0]), float(torch._C._cuda_hasPrimaryContext(0)))
         return mse_loss(model, batch)
+
+
+def wait_for(condition, timeout: float = 60.0) -> bool:
+    """Poll condition() every 50 ms until it holds (True) or timeout seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False

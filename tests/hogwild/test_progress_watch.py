@@ -14,7 +14,7 @@ import hogwild
 from hogwild.counters import LOSS_COUNT, TAKEN, UPDATES
 from hogwild.progress_watch import HANG_STEPS, ProgressWatch
 from tests.hogwild import engine_helpers as H
-from tests.hogwild.test_supervisor import alive, config, trained_updates, wait_for
+from tests.hogwild.test_supervisor import alive, config, trained_updates
 
 
 class FakeClock:
@@ -83,7 +83,7 @@ def test_a_late_worker_is_hung_only_when_it_had_stalled_for_twenty_of_its_steps(
 def stop_worker_once_it_trained(run_dir, stopped: dict, updates: int = 4) -> None:
     def target():
         return [p for p in multiprocessing.active_children() if p.name == "hogwild-worker-1"]
-    if wait_for(lambda: target() and trained_updates(run_dir) >= updates, timeout=120):
+    if H.wait_for(lambda: target() and trained_updates(run_dir) >= updates, timeout=120):
         stopped["pid"] = target()[0].pid
         os.kill(stopped["pid"], signal.SIGSTOP)
         stopped["time"] = time.monotonic()

@@ -25,15 +25,6 @@ def config(run_dir, **kwargs):
                              "checkpoint_dir": str(run_dir), **kwargs})
 
 
-def wait_for(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def trained_updates(run_dir) -> int:
     path = pathlib.Path(run_dir) / "metrics.jsonl"
     if not path.exists():
@@ -92,7 +83,7 @@ def test_a_worker_killed_by_a_signal_is_named(tmp_path):
     def kill_worker_one():
         def target():
             return [p for p in multiprocessing.active_children() if p.name == "hogwild-worker-1"]
-        if wait_for(lambda: target() and trained_updates(tmp_path) >= 2):
+        if H.wait_for(lambda: target() and trained_updates(tmp_path) >= 2):
             killed["time"] = time.monotonic()
             os.kill(target()[0].pid, signal.SIGKILL)
 
@@ -109,7 +100,7 @@ def test_sigint_and_sigterm_stop_gracefully_with_a_checkpoint(tmp_path, signum):
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
         sent = time.monotonic()
         process.send_signal(signum)
         out, err = process.communicate(timeout=30)
@@ -129,7 +120,7 @@ def test_sigterm_to_the_whole_process_group_stops_gracefully(tmp_path):
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
         os.killpg(process.pid, signal.SIGTERM)
         out, err = process.communicate(timeout=30)
     finally:
@@ -144,12 +135,12 @@ def test_killing_the_parent_leaves_no_orphan_workers(tmp_path):
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
-        assert wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
         workers = children_of(process.pid)
         assert len(workers) >= 2
         process.kill()  # SIGKILL: no handler, no cleanup in the parent
         process.wait(10)
-        assert wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10), "orphan workers remain"
+        assert H.wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10), "orphan workers remain"
     finally:
         process.kill()
 

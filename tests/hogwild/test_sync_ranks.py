@@ -14,15 +14,6 @@ from hogwild import sync
 from tests.hogwild import engine_helpers as H
 
 
-def wait_for(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("victim", [0, 1])  # rank 0 applies the update; rank 1 only contributes
 def test_a_killed_sync_rank_ends_the_run_within_seconds_naming_it(tmp_path, victim):
     killed = {}
@@ -30,7 +21,7 @@ def test_a_killed_sync_rank_ends_the_run_within_seconds_naming_it(tmp_path, vict
     def kill_rank():
         def target():
             return [p for p in multiprocessing.active_children() if p.name == f"hogwild-sync-{victim}"]
-        if wait_for(lambda: target() and (tmp_path / "metrics.jsonl").exists()
+        if H.wait_for(lambda: target() and (tmp_path / "metrics.jsonl").exists()
                     and '"updates": 3' in (tmp_path / "metrics.jsonl").read_text()):
             killed["time"] = time.monotonic()
             os.kill(target()[0].pid, signal.SIGKILL)
@@ -84,7 +75,7 @@ def test_a_killed_nccl_rank_ends_the_run_within_the_join_timeout(tmp_path):
     def kill_rank():
         def target():
             return [p for p in multiprocessing.active_children() if p.name == "hogwild-sync-1"]
-        if wait_for(lambda: target() and (tmp_path / "metrics.jsonl").exists()
+        if H.wait_for(lambda: target() and (tmp_path / "metrics.jsonl").exists()
                     and '"updates": 3' in (tmp_path / "metrics.jsonl").read_text()):
             killed["time"] = time.monotonic()
             os.kill(target()[0].pid, signal.SIGKILL)
