@@ -4,7 +4,9 @@ Table 1 beyond the training runs themselves.
 A run's best checkpoint translates each test set once (beam search, on the given device). The translations and
 their sacreBLEU score stay in the run directory (`test.<name>.beam<K>.hyp` and `.json`), so a stopped or repeated
 report decodes nothing twice. `paired_bootstrap` is sacreBLEU's paired bootstrap resampling (the `sacrebleu
---paired-bs` test) of one baseline against other systems on the same sentences.
+--paired-bs` test) of one baseline against other systems on the same sentences; beside each p-value it gives the
+smallest BLEU difference the same test, on the same resamples, would have called significant (p < 0.05): the size
+of difference a "no significant difference" could have missed.
 
 Usage:
     europarl = TestSet("europarl", "../shared/corpora/europarl-fr-en/test", "fr", "en")
@@ -101,6 +103,43 @@ def paired_bootstrap(references: Sequence[str], systems: Sequence[tuple[str, Seq
             os.environ.pop("SACREBLEU_SEED", None)
         else:
             os.environ["SACREBLEU_SEED"] = previous
-    rows = [{"system": name, "bleu": result.score, "mean": result.mean, "ci95": result.ci, "p_value": result.p_value}
-            for name, result in zip(scores["System"], scores["BLEU"])]
+    differences = resampled_differences(references, systems, samples, seed)
+    rows = [{"system": name, "bleu": result.score, "mean": result.mean, "ci95": result.ci, "p_value": result.p_value,
+             "detectable": None if centered is None else smallest_significant(centered)}
+            for name, result, centered in zip(scores["System"], scores["BLEU"], [None, *differences])]
     return rows, str(signatures["BLEU"])
+
+
+def resampled_differences(references: Sequence[str], systems: Sequence[tuple[str, Sequence[str]]], samples: int,
+                          seed: int) -> list[Any]:
+    """For each system after the first, sacreBLEU's bootstrap statistic against the first: |BLEU(system) -
+    BLEU(baseline)| on each resample, less its mean. The resamples are sacreBLEU's own (the same generator, seed and
+    draw as `PairedTest`), so its p-value is (the count of these above the real difference + 1) / (samples + 1)."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(references=[list(references)])
+    picks = np.random.default_rng(seed).choice(len(references), size=(samples, len(references)), replace=True)
+
+    def resampled(hypotheses):
+        stats = np.array(metric._extract_corpus_statistics(list(hypotheses), None), dtype="float32")
+        return np.array([metric._compute_score_from_stats(sample.sum(0)).score for sample in stats[picks]])
+
+    baseline = resampled(systems[0][1])
+    differences = []
+    for _, hypotheses in systems[1:]:
+        spread = np.abs(resampled(hypotheses) - baseline)
+        differences.append(spread - spread.mean())
+    return differences
+
+
+def smallest_significant(centered, alpha: float = 0.05) -> float | None:
+    """The smallest real BLEU difference that sacreBLEU's paired bootstrap, given these resampled statistics
+    (resampled_differences), calls significant: p = (count above it + 1) / (samples + 1) < alpha. None when no
+    difference can be (too few samples)."""
+    import math
+
+    most_above = math.ceil(alpha * (len(centered) + 1) - 1) - 1  # the largest count above that keeps p < alpha
+    if most_above < 0:
+        return None
+    return float(sorted(centered, reverse=True)[most_above])

@@ -236,6 +236,8 @@ def seeds_report(args, plan, results, rows, tests, scores, columns, command, out
             verdict = "" if row["p_value"] is None else (
                 f"; p = {row['p_value']:.4f}: " + ("a significant difference (p < 0.05)" if row["p_value"] < 0.05
                                                    else "no significant difference from the baseline (p >= 0.05)"))
+            if row.get("detectable") is not None:
+                verdict += f"; this test calls a difference of {row['detectable']:.2f} BLEU or more significant"
             lines.append(f"- {row['system']}: BLEU {row['bleu']:.2f} (bootstrap mean {row['mean']:.2f} +- "
                          f"{row['ci95']:.2f}){verdict}")
         notes.append("\n".join(lines))

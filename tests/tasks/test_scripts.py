@@ -112,6 +112,7 @@ def test_reproduce_nmt_seeds_sync_test_sets_and_bootstrap(tiny_nmt, tmp_path):
     assert "| 1 worker | 2 |" in seeds and "| 2 workers, sync | 2 |" in seeds
     assert "Paired bootstrap on dev (20 sentences; sacreBLEU nrefs:1|bs:50|" in seeds
     assert seeds.count("p = ") == 2  # the 2-worker and sync systems against the best 1-worker one
+    assert seeds.count("this test calls a difference of ") == 2  # the size of difference it could have seen
     stamps = {p: p.stat().st_mtime for p in runs.glob("*/*") if p.name in ("summary.json", "test.dev.beam2.hyp")}
     assert _script("reproduce_nmt").main(argv + ["--only-report"]) == 0
     assert {p: p.stat().st_mtime for p in stamps} == stamps
