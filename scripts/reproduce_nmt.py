@@ -5,8 +5,10 @@ run's best checkpoint on test sets (Europarl test, newstest2014), mean +- std ov
 bootstrap between the best 1-worker system and the best of the others.
 
 Writes <out>/nmt_table1.md and nmt_table1.csv (one row per run), nmt_table1_seeds.md (mean +- std per
-configuration and the significance test) and nmt_figure2.png (loss and BLEU vs time and vs updates). Finished runs
-and decoded test sets are kept: `--reuse` trains only what is missing, `--only-report` trains and decodes nothing.
+configuration and the significance test), nmt_figure2.png (loss and BLEU vs time and vs updates) and the held-out
+loss at equal updates (nmt_heldout_loss.md and .csv per run, nmt_heldout_loss_seeds.md per configuration,
+nmt_heldout_loss.png). Finished runs and decoded test sets are kept: `--reuse` trains only what is missing,
+`--only-report` trains and decodes nothing.
 Defaults fit a 2-core CPU machine (small model, 6,000-word vocabularies, pairs of <= 30 words, 1 and 2 workers,
 1,500 updates of 32 pairs each, one seed, BLEU on 200 held-out sentences, no test sets); issue #13's setting:
     python -m scripts.reproduce_nmt --recipe default --vocab-size 15000 --max-len 50 --batch-size 64 --updates 12000 \
@@ -25,13 +27,16 @@ from pathlib import Path
 from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
+from hogwild.tasks.rundir import read_curves
 
 if __package__:  # python -m scripts.reproduce_nmt (the documented form)
     from .nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from .series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from .series import (finished, run_series, script_argv, script_entry, seed_summary, value_at, write_runs_json,
+                         write_table)
 else:  # python scripts/reproduce_nmt.py with the project installed: this folder is sys.path[0]
     from nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from series import (finished, run_series, script_argv, script_entry, seed_summary, value_at, write_runs_json,
+                        write_table)
 
 PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
 
@@ -178,6 +183,7 @@ def main(argv=None) -> int:
     text = write_table(rows, columns, out / "nmt_table1.md", out / "nmt_table1.csv",
                        title="NMT: Table 1 of the Hogwild paper, one row per run", notes=notes, argv=command)
     text += "\n" + seeds_report(args, plan, results, rows, tests, scores, columns, command, out)
+    text += "\n" + heldout_loss_report(args, plan, results, command, out)
     write_runs_json(results, out / "nmt_table1.runs.json")
     print(text)
     return 0
@@ -195,6 +201,31 @@ def run_row(args, config: str, seed: int, r, tests: list[TestSet], scores: dict)
     for test in tests:
         row[f"{test.name} BLEU (beam {args.beam})"] = (scores.get((r.run_dir, test.name)) or {}).get("bleu")
     return row
+
+
+def heldout_loss_report(args, plan, results, command, out: Path) -> str:
+    """Held-out loss at equal updates: each run's periodic evaluations read at six evenly spaced update counts
+    (value_at: between evaluations at most two spacings apart), per run and as mean +- std per configuration, with
+    the curves in nmt_heldout_loss.png."""
+    curves = [read_curves(r.run_dir, metric="loss", name=r.label) for r in results]
+    plot_curves(curves, out / "nmt_heldout_loss.png", minutes=True,
+                title=f"NMT {args.src_lang}->{args.tgt_lang}: held-out loss, {args.updates} updates per run")
+    spacing = max(args.updates // 6, 1)
+    marks = list(range(spacing, args.updates + 1, spacing))
+    columns = [f"at {mark}" for mark in marks]
+    rows = [{"run": config, "seed": options.seed,
+             **{column: value_at(curve.eval_updates, curve.values, mark, 2 * spacing)
+                for column, mark in zip(columns, marks)}}
+            for (config, _, _, options), curve in zip(plan, curves)]
+    summary_rows = seed_summary([config for config, *_ in plan], rows, columns)
+    notes = [f"Held-out loss (per token, the first {args.dev_limit or 'all'} sentences of {Path(args.dev).name}) at "
+             f"equal updates: the evaluation at that update count, or the straight line between the two either side "
+             f"of it when they are at most {2 * spacing} updates apart (else -). Figure: nmt_heldout_loss.png."]
+    write_table(rows, ["run", "seed", *columns], out / "nmt_heldout_loss.md", out / "nmt_heldout_loss.csv",
+                title="NMT: held-out loss at equal updates, one row per run", notes=notes, argv=command)
+    return write_table(summary_rows, ["configuration", "runs", *columns], out / "nmt_heldout_loss_seeds.md",
+                       title="NMT: held-out loss at equal updates, mean +- std per configuration", notes=notes,
+                       argv=command)
 
 
 def heldout_bleu(r) -> float:

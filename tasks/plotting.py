@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hogwild.tasks.rundir import Curves, read_curves
 
-_METRIC_NAMES = {"accuracy": "held-out accuracy", "bleu": "held-out BLEU"}
+_METRIC_NAMES = {"accuracy": "held-out accuracy", "bleu": "held-out BLEU", "loss": "held-out loss"}
 
 
 def plot_curves(curves: Sequence[Curves], out: str | Path, title: str | None = None,

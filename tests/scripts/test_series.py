@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from hogwild.tasks.plotting import plot_curves
-from scripts.series import RunResult, command_line, script_argv, write_table
+from scripts.series import RunResult, command_line, script_argv, value_at, write_table
 from hogwild.tasks.rundir import Curves
 
 
@@ -28,6 +28,18 @@ def test_time_to_target_is_the_first_evaluation_reaching_it():
     result = RunResult("x", Path("."), {"best": {"value": 0.8}, "wall_seconds": 90.0}, curves)
     assert (result.time_to(0.8), result.time_to(0.5), result.time_to(0.9)) == (20.0, 10.0, None)
     assert (result.heldout(), result.minutes) == (0.8, 1.5)
+
+
+def test_value_at_reads_a_curve_at_equal_updates():
+    updates, losses = [0, 250, 500, 1600, 1600, 1850], [9.0, 6.0, 5.0, 4.5, 4.4, 4.0]
+    assert value_at(updates, losses, 250, gap=500) == 6.0  # an evaluation made there
+    assert value_at(updates, losses, 400, gap=500) == pytest.approx(5.4)  # on the line from 250 to 500
+    assert value_at(updates, losses, 1000, gap=500) is None  # 500 -> 1600 is a longer gap than 500
+    assert value_at(updates, losses, 1000, gap=1100) == pytest.approx(5.0 + (4.4 - 5.0) * 500 / 1100)
+    assert value_at(updates, losses, 1600, gap=500) == 4.4  # a replayed update count: the later evaluation
+    assert value_at(updates, losses, 1700, gap=500) == pytest.approx(4.4 - 0.4 * 100 / 250)
+    assert value_at(updates, losses, 1900, gap=500) is None  # past the curve's end
+    assert value_at([], [], 0, gap=500) is None
 
 
 def test_plot_curves_writes_a_png_and_needs_runs(tmp_path):

@@ -113,6 +113,13 @@ def test_reproduce_nmt_seeds_sync_test_sets_and_bootstrap(tiny_nmt, tmp_path):
     assert "Paired bootstrap on dev (20 sentences; sacreBLEU nrefs:1|bs:50|" in seeds
     assert seeds.count("p = ") == 2  # the 2-worker and sync systems against the best 1-worker one
     assert seeds.count("this test calls a difference of ") == 2  # the size of difference it could have seen
+    heldout = _rows(out / "nmt_heldout_loss.csv")  # evaluations at 0, 2, 4: every column read, 4 exactly
+    assert [(r["run"], r["seed"]) for r in heldout] == [(r["run"], r["seed"]) for r in rows]
+    assert list(heldout[0]) == ["run", "seed", "at 1", "at 2", "at 3", "at 4"]
+    final = json.loads((runs / "workers-1-seed1" / "summary.json").read_text())["final_metrics"]["loss"]
+    assert float(heldout[3]["at 4"]) == pytest.approx(final)
+    assert "| 2 workers, sync | 2 |" in (out / "nmt_heldout_loss_seeds.md").read_text()
+    assert (out / "nmt_heldout_loss.png").read_bytes()[:4] == b"\x89PNG"
     stamps = {p: p.stat().st_mtime for p in runs.glob("*/*") if p.name in ("summary.json", "test.dev.beam2.hyp")}
     assert _script("reproduce_nmt").main(argv + ["--only-report"]) == 0
     assert {p: p.stat().st_mtime for p in stamps} == stamps
