@@ -205,8 +205,8 @@ def run_row(args, config: str, seed: int, r, tests: list[TestSet], scores: dict)
 
 def heldout_loss_report(args, plan, results, command, out: Path) -> str:
     """Held-out loss at equal updates: each run's periodic evaluations read at six evenly spaced update counts
-    (value_at: between evaluations at most two spacings apart), per run and as mean +- std per configuration, with
-    the curves in nmt_heldout_loss.png."""
+    (value_at: between evaluations at most one spacing apart, since a line across the steep start would invent
+    losses), per run and as mean +- std per configuration, with the curves in nmt_heldout_loss.png."""
     curves = [read_curves(r.run_dir, metric="loss", name=r.label) for r in results]
     plot_curves(curves, out / "nmt_heldout_loss.png", minutes=True,
                 title=f"NMT {args.src_lang}->{args.tgt_lang}: held-out loss, {args.updates} updates per run")
@@ -214,13 +214,13 @@ def heldout_loss_report(args, plan, results, command, out: Path) -> str:
     marks = list(range(spacing, args.updates + 1, spacing))
     columns = [f"at {mark}" for mark in marks]
     rows = [{"run": config, "seed": options.seed,
-             **{column: value_at(curve.eval_updates, curve.values, mark, 2 * spacing)
+             **{column: value_at(curve.eval_updates, curve.values, mark, spacing)
                 for column, mark in zip(columns, marks)}}
             for (config, _, _, options), curve in zip(plan, curves)]
     summary_rows = seed_summary([config for config, *_ in plan], rows, columns)
     notes = [f"Held-out loss (per token, the first {args.dev_limit or 'all'} sentences of {Path(args.dev).name}) at "
              f"equal updates: the evaluation at that update count, or the straight line between the two either side "
-             f"of it when they are at most {2 * spacing} updates apart (else -). Figure: nmt_heldout_loss.png."]
+             f"of it when they are at most {spacing} updates apart (else -). Figure: nmt_heldout_loss.png."]
     write_table(rows, ["run", "seed", *columns], out / "nmt_heldout_loss.md", out / "nmt_heldout_loss.csv",
                 title="NMT: held-out loss at equal updates, one row per run", notes=notes, argv=command)
     return write_table(summary_rows, ["configuration", "runs", *columns], out / "nmt_heldout_loss_seeds.md",
