@@ -16,6 +16,7 @@ Usage:
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,8 +138,6 @@ def smallest_significant(centered, alpha: float = 0.05) -> float | None:
     """The smallest real BLEU difference that sacreBLEU's paired bootstrap, given these resampled statistics
     (resampled_differences), calls significant: p = (count above it + 1) / (samples + 1) < alpha. None when no
     difference can be (too few samples)."""
-    import math
-
     most_above = math.ceil(alpha * (len(centered) + 1) - 1) - 1  # the largest count above that keeps p < alpha
     if most_above < 0:
         return None

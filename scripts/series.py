@@ -164,10 +164,11 @@ def value_at(updates: Sequence[int], values: Sequence[float], at: int, gap: int)
     side of it when they are at most `gap` updates apart; None otherwise (outside the curve, or across a longer gap,
     where a line would invent the shape). Of two evaluations at one update count (a resumed run that replayed it)
     the later is kept."""
-    points = sorted(dict(zip(updates, values)).items())
-    for (u0, v0), (u1, v1) in zip(points, points[1:] + points[-1:]):
-        if u0 == at:
-            return v0
+    evaluated = dict(zip(updates, values))
+    if at in evaluated:
+        return evaluated[at]
+    points = sorted(evaluated.items())
+    for (u0, v0), (u1, v1) in zip(points, points[1:]):
         if u0 < at < u1:
             return v0 + (v1 - v0) * (at - u0) / (u1 - u0) if u1 - u0 <= gap else None
     return None
