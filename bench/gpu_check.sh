@@ -98,7 +98,7 @@ main() {
 
     local tests device run_gpu pos_data nmt_data bench_args bench_nmt bench_pos
     if [ "$CPU_MODE" = 1 ]; then
-        tests=(tests/hogwild/test_gpu.py)   # skipped without CUDA: the step itself is what is tested here
+        tests=(-m cuda tests/hogwild/test_gpu.py)   # skipped without CUDA: the step itself is what is tested here
         device=cpu
         bench_args=(--quick --variants plain,engine --workers 1)
         bench_nmt=() bench_pos=()
@@ -111,9 +111,9 @@ main() {
                 | tee -a "$OUT/summary.txt"
             exit 3
         fi
-        # The test files that test for CUDA; test_bench_gpu.py's GPU case is what the bench steps below run in full
-        # (and its slow cases run this script).
-        mapfile -t tests < <(grep -rlE "cuda\.is_available\(\)" tests --include='test_*.py' | grep -v test_bench_gpu | sort)
+        # The tests that need CUDA (marked `cuda` by tests/conftest.py from their skip reason); test_bench_gpu.py's
+        # GPU case is what the bench steps below run in full.
+        tests=(-m cuda --deselect tests/bench/test_bench_gpu.py::test_quick_run_on_a_gpu_with_every_variant tests)
         device=cuda:0
         bench_args=(--workers 1,2,4 --repeats 2)
         bench_nmt=(--updates 60) bench_pos=(--updates 150)

@@ -1,5 +1,8 @@
 """Shared test fixtures: the location of the real corpora, and deterministic single-threaded torch.
 
+Tests that need a GPU skip with a reason naming CUDA; that reason also marks them `cuda`, so that a GPU machine runs
+exactly those (`pytest -m cuda`, bench/gpu_check.sh).
+
 The real corpora (../shared/corpora, or $HOGWILD_CORPORA) are for tests marked `corpora` (or using the `corpus`
 fixture, which marks them): those skip, saying why, when the corpora are absent. Every other test runs with the
 corpora hidden ($HOGWILD_CORPORA pointing at a folder that does not exist, inherited by its subprocesses), so a test
@@ -20,6 +23,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "corpus" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.corpora)
+        if any("CUDA" in mark.kwargs.get("reason", "") for mark in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.cuda)  # bench/gpu_check.sh runs these: `pytest -m cuda`
 
 
 @pytest.fixture(autouse=True)
