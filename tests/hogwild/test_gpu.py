@@ -62,7 +62,7 @@ def test_one_gpu_worker_equals_the_serial_gpu_loop(name, lr, factory, overlap):
     model = H.regression_model()
     result = hogwild.train(model, H.mse_loss, batches, config(optimizer=name, lr=lr, epochs=2,
                                                                overlap_update=overlap, fused_step=name == "adam"))
-    assert result.updates == 20
+    assert result.updates == 20, (result.stop_reason, result.worker_updates, result.wall_seconds)
     assert result.staleness_histogram[:2] == ([1, 19] if overlap else [20, 0])
     assert all(ms > 0 for ms in result.phase_ms.values())  # CUDA events timed every phase
     for got, expected in zip(model.parameters(), gpu_reference(batches, factory, delayed=overlap)):
