@@ -83,6 +83,10 @@ QUICK_NMT_BATCH = 4
 HOT_FUNCTION = {"nmt": "step", "pos": "forward"}  # the method plain-compile compiles
 
 
+class IncompleteRun(RuntimeError):
+    """An engine run that did not train every batch: it is reported, not timed."""
+
+
 @dataclasses.dataclass
 class Measurement:
     """One run of one variant."""
@@ -205,6 +209,9 @@ def run_engine(task: str, variant: str, model: nn.Module, loss_fn, batches: list
         batches = [pad_lengths(batch, COMPILED_LENGTH_BUCKET) for batch in batches]
     with sampler_for(torch_device(device), nvml) as sampler:
         result = hogwild.train(copy.deepcopy(model), StampedLoss(loss_fn, stamps), batches, config)
+    if result.updates != len(batches):  # one epoch, nothing asked to stop it
+        raise IncompleteRun(f"the run ended after {result.updates} of {len(batches)} updates (stop reason "
+                            f"{result.stop_reason!r}, per worker {result.worker_updates}, {result.wall_seconds:.1f} s)")
     rate, t0, t1 = steady_window(stamps)
     ms = result.phase_ms
     gpu = sampler.mean(t0, t1) if nvml else rate * (ms["pull"] + ms["compute"] + ms["push"]) / 10
@@ -346,10 +353,14 @@ def bench_task(task: str, args: argparse.Namespace, nvml: bool) -> list[Measurem
     for repeat in range(args.repeats):
         shift = repeat % len(runs)
         for variant, workers in runs[shift:] + runs[:shift]:
-            if variant.startswith("engine"):
-                m = run_engine(task, variant, model, loss_fn, batches, engine_device, workers, options, nvml)
-            else:
-                m = run_plain(task, variant, model, loss_fn, batches, device, options, nvml)
+            try:
+                if variant.startswith("engine"):
+                    m = run_engine(task, variant, model, loss_fn, batches, engine_device, workers, options, nvml)
+                else:
+                    m = run_plain(task, variant, model, loss_fn, batches, device, options, nvml)
+            except IncompleteRun as error:  # said and left out of the table; the other runs still measure
+                print(f"    [{repeat + 1}/{args.repeats}] {variant} x{workers}: NOT MEASURED: {error}", flush=True)
+                continue
             print(f"    [{repeat + 1}/{args.repeats}] {variant} x{workers}: {m.rate:.2f} updates/s", flush=True)
             measured.append(m)
     overlap = device_options(engine_config(options, engine_device, 1), engine_device, options.optimizer)["overlap"]

@@ -36,6 +36,8 @@ class StampedLoss:
 def steady_window(stamps: torch.Tensor) -> tuple[float, float, float]:
     """(updates/s, start, end) over the middle 80% of the stamped updates (unstamped slots are 0)."""
     times = stamps[stamps > 0].sort().values
+    if len(times) < 2:
+        raise ValueError(f"{len(times)} of {len(stamps)} batches were stamped: no steady window to time")
     first, last = int(0.1 * len(times)), max(int(0.9 * len(times)) - 1, 1)
     start, end = float(times[first]), float(times[last])
     return (last - first) / max(end - start, 1e-9), start, end

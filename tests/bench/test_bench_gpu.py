@@ -4,8 +4,10 @@ the docstring shows it, and gpu_check.sh's budget (a step past its limit is cut 
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -87,6 +89,37 @@ def test_both_sides_get_run_py_recipe_and_the_plain_loop_splits_sparse_tables():
     assert [p.shape for p in sparse.param_groups[0]["params"]] == [model.word_embedding.weight.shape,
                                                                     model.char_embedding.weight.shape]
     assert type(B.plain_optimizers(model, "adam", 1e-3, torch.device("cpu"))[1]) is torch.optim.SparseAdam
+
+
+def test_steady_window_refuses_a_run_with_fewer_than_two_stamps():
+    with pytest.raises(ValueError, match="^1 of 5 batches were stamped: no steady window to time$"):
+        steady_window(torch.tensor([0.0, 3.0, 0.0, 0.0, 0.0], dtype=torch.float64))
+
+
+def test_an_engine_run_stopped_before_its_epoch_is_named_and_the_bench_goes_on(monkeypatch, capsys):
+    """A SIGINT during the workers' start-up stops the run with no update: run_engine says so (IncompleteRun, with
+    the stop reason) instead of timing it, and bench_task reports that run and measures the others."""
+    args = B.parse(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain,engine", "--workers", "1"])
+    options = B.run_options("pos", args)
+    model, loss_fn, batches, _ = B.build("pos", options, 20, Path("/nonexistent"), 0)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(B.IncompleteRun, match=r"^the run ended after 0 of 20 updates \(stop reason "
+                                                  r"'signal SIGINT', per worker \[0\], "):
+            B.run_engine("pos", "engine", model, loss_fn, batches, "cpu-replica", 1, options, nvml=False)
+    finally:
+        timer.cancel()
+
+    def incomplete(*_args):
+        raise B.IncompleteRun("the run ended after 3 of 20 updates")
+
+    monkeypatch.setattr(B, "run_engine", incomplete)
+    measured = B.bench_task("pos", args, nvml=False)
+    out = capsys.readouterr().out
+    assert "[1/1] engine x1: NOT MEASURED: the run ended after 3 of 20 updates" in out
+    assert [(m.variant, m.workers) for m in measured] == [("plain", 1)]
+
 
 
 @pytest.mark.slow
