@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # bench/gpu_check.sh - the project's checks on one GPU machine (16 cores, no internet), inside a time budget it
-# enforces: the CUDA tests, bench/bench_gpu.py for both models, run.py --gpus 1 end to end for both tasks, and the
-# trained runs' checkpoints used by `run.py tag` / `run.py translate` in a CPU-only process (CUDA_VISIBLE_DEVICES=).
+# enforces: the CUDA tests, bench/bench_gpu.py for both models, run.py --gpus 1 end to end for both tasks, the
+# trained runs' checkpoints used by `run.py tag` / `run.py translate` in a CPU-only process (CUDA_VISIBLE_DEVICES=),
+# then, while the budget lasts, the compiled NMT engine step and NMT with Adam.
 #
 # Run from the repository root:
 #   OUT=/tmp/gpu-check HOGWILD_CORPORA=/path/to/corpora HOGWILD_WHEELS=/path/to/wheels bash bench/gpu_check.sh
 #   HOGWILD_GPU_CHECK_CPU=1 BUDGET_S=300 bash bench/gpu_check.sh    # every step on the CPU, tiny sizes: tests this
 #                                                                    # script where there is no GPU
-# Writes under $OUT: <step>.log for every step, bench-pos.json / bench-nmt.json (every measurement), runs/<task>/
+# Writes under $OUT: <step>.log for every step, bench-{pos,nmt,compiled,adam}.json (every measurement), runs/<task>/
 # (summary.json, config.json, metrics.jsonl; the checkpoints stay in a temporary folder), gpu-samples.csv
 # (nvidia-smi every 0.5 s, GPU mode) and summary.txt: one line per step, `<step> <ok|failed (rc N)|timed out|
 # skipped (why)> <seconds>s`, then the total. Exit status 0 when no step failed or timed out, else 1.
@@ -111,9 +112,12 @@ main() {
                 | tee -a "$OUT/summary.txt"
             exit 3
         fi
-        # The tests that need CUDA (marked `cuda` by tests/conftest.py from their skip reason); test_bench_gpu.py's
-        # GPU case is what the bench steps below run in full.
-        tests=(-m cuda --deselect tests/bench/test_bench_gpu.py::test_quick_run_on_a_gpu_with_every_variant tests)
+        # The tests that need CUDA (marked `cuda` by tests/conftest.py from their skip reason), less two that the
+        # steps below run in full: test_bench_gpu.py's GPU case (the bench steps) and run.py --gpus 1 end to end with
+        # tag/translate on a CPU-only process (run-pos, run-nmt, tag, translate, on the real corpora).
+        tests=(-m cuda --deselect tests/bench/test_bench_gpu.py::test_quick_run_on_a_gpu_with_every_variant
+               --deselect tests/hogwild/test_gpu.py::test_run_py_gpus_1_end_to_end_then_tag_or_translate_on_a_cpu_only_process
+               tests)
         device=cuda:0
         bench_args=(--workers 1,2,4 --repeats 2)
         bench_nmt=(--updates 60) bench_pos=(--updates 150)
@@ -145,6 +149,13 @@ main() {
         > "$runs/nmt-input.txt"
     step translate 60 10 env CUDA_VISIBLE_DEVICES= "$PYTHON" run.py translate --checkpoint "$runs/nmt" --beam 2 \
         "$runs/nmt-input.txt"
+    if [ "$CPU_MODE" != 1 ]; then  # as the budget allows: the compiled engine step (CUDA graphs per length bucket)
+        # against the plain loop, and the engine with Adam (run beside bench-nmt's SGD: Adam's cost per update)
+        step bench-compiled 150 60 "$PYTHON" bench/bench_gpu.py --device "$device" --tasks nmt --updates 60 \
+            --variants plain,engine-compiled --workers 1 --repeats 1 --json "$OUT/bench-compiled.json"
+        step bench-adam 90 40 "$PYTHON" bench/bench_gpu.py --device "$device" --tasks nmt --updates 60 \
+            --variants engine --workers 1 --optimizer adam --repeats 2 --json "$OUT/bench-adam.json"
+    fi
     rm -rf "$runs"
     exit "$FAILED"
 }
