@@ -120,7 +120,8 @@ main() {
                tests)
         device=cuda:0
         bench_args=(--workers 1,2,4 --repeats 2)
-        bench_nmt=(--updates 60) bench_pos=(--updates 150)
+        # POS without the compiled plain loop: its compilation took most of the step's 90 s (2026-11-26)
+        bench_nmt=(--updates 60) bench_pos=(--updates 150 --variants plain,plain-tf32,engine)
         run_gpu=(--gpus 1)
         pos_data=(--preset paper --time-limit 30 --dev-limit 200 --eval-every 100000)
         nmt_data=(--preset paper --time-limit 30 --dev-limit 100 --eval-every 100000 --beam 2)
