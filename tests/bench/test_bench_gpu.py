@@ -121,7 +121,6 @@ def test_an_engine_run_stopped_before_its_epoch_is_named_and_the_bench_goes_on(m
     assert [(m.variant, m.workers) for m in measured] == [("plain", 1)]
 
 
-
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["pos", "nmt"])
 def test_plain_loop_and_one_engine_worker_make_the_same_updates(task):

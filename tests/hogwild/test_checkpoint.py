@@ -8,6 +8,7 @@ import torch
 
 import hogwild
 from hogwild import checkpoint as C
+from hogwild.replica import move_batch
 from tests.hogwild import engine_helpers as H
 
 
@@ -148,17 +149,14 @@ def test_every_tensor_written_is_a_cpu_tensor(tmp_path, monkeypatch):
     assert state["model"]["w"].device.type == "cuda"  # what it was given is left as it was
 
 
-def on_device_of(model, n):
-    """n regression batches on the device of model's parameters (the evaluation snapshot's: cuda:0 here)."""
-    device = next(model.parameters()).device
-    return [tuple(t.to(device) for t in batch) for batch in H.regression_batches(n=n)]
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_best_pt_of_a_gpu_evaluation_loads_without_map_location(tmp_path):
+    def evaluate(model):  # the snapshot lives on cuda:0: its batches go there too
+        batches = move_batch(H.regression_batches(n=2), next(model.parameters()).device)
+        return {"loss": -H.dataset_loss(model, batches)}
+
     result = hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=8),
-                           config(tmp_path, max_steps=4, eval_every=2, eval_device="cuda:0"),
-                           evaluate=lambda model: {"loss": -H.dataset_loss(model, on_device_of(model, 2))})
+                           config(tmp_path, max_steps=4, eval_every=2, eval_device="cuda:0"), evaluate=evaluate)
     for path in (result.best_checkpoint, result.checkpoint):
         state = torch.load(path, weights_only=False)  # no map_location: tensors load where they were saved
         assert all(t.device.type == "cpu" for t in state["model"].values()), path
