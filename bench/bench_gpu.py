@@ -67,10 +67,10 @@ from gpu_timing import StampedLoss, StepSpans, UtilisationSampler, sampler_for, 
 from hogwild.data.batching import pad_lengths  # noqa: E402
 from hogwild.data.corpora import corpora_dir  # noqa: E402
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset  # noqa: E402
-from hogwild.replica import move_batch, sparse_tables, torch_device  # noqa: E402
 from hogwild.tasks.defaults import COMPILED_LENGTH_BUCKET, RECIPES, TASK_DEFAULTS  # noqa: E402  (run.py's values)
 from hogwild.tasks.options import RunOptions  # noqa: E402
-from hogwild.worker import device_options  # noqa: E402
+from hogwild.worker.replica import move_batch, sparse_tables, torch_device  # noqa: E402
+from hogwild.worker.worker import device_options  # noqa: E402
 
 PAPER_HOURS = {1: 26.89, 2: 16.56, 3: 9.24, 4: 6.96}  # Table 1: hours per 90k updates on 1..4 GPUs
 UPDATES_90K = 90_000

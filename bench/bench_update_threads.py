@@ -4,7 +4,7 @@ Usage: `python -m bench.bench_update_threads --threads 1,2,4,8 --steps 20 --roun
        `python -m bench.bench_update_threads --quick` (small model, 3 steps, 1 round: checks it runs, measures nothing)
 
 A GPU worker applies each update on the CPU, in its background update thread, to the shared parameters: the shared
-optimizer's step over the model's every tensor (hogwild/updates.py). This times exactly that path - an `Updater`
+optimizer's step over the model's every tensor (hogwild/worker/updates.py). This times exactly that path - an `Updater`
 with background=True and `threads` torch threads, fed host gradients - for the paper NMT model's parameter shapes
 (`--preset paper`, 15k-word vocabularies: 28.7M parameters) with plain SGD (the paper's recipe) and Adam with the
 fused CPU kernel (what GPU workers use). Thread counts run in rounds whose order rotates; the median ms per update
@@ -20,11 +20,11 @@ import torch
 
 from bench import command_line
 from hogwild import Config
-from hogwild.counters import SharedCounters
+from hogwild.share.counters import SharedCounters
 from hogwild.models import AttentionNMT, nmt_preset
-from hogwild.resources import usable_cores
+from hogwild.share.resources import usable_cores
 from hogwild.shared_optim import SharedOptimizer
-from hogwild.updates import Update, Updater, update_threads
+from hogwild.worker.updates import Update, Updater, update_threads
 
 OPTIMIZERS = (("sgd", False), ("adam", True))  # (name, fused): the paper's SGD; Adam as GPU workers step it
 

@@ -7,7 +7,7 @@ A corpus is held as flat int64 numpy arrays plus sentence offsets (cheap to cach
 a batcher turns a list of example indices into a small dict of CPU tensors, so a worker receives batches, never the
 corpus. A batcher forms its batches once: ``plan()`` is a pure function of the seed (training batchers group the
 examples in a seeded order) or the file order (``shuffle=False``: held-out sets). The order in which the batches are
-trained, epoch after epoch, is the engine's alone (``hogwild.feed.epoch_order``): one shuffling mechanism, which
+trained, epoch after epoch, is the engine's alone (``hogwild.share.feed.epoch_order``): one shuffling mechanism, which
 ``scripts/train_serial.py``'s serial loop follows too.
 
 The batch contract (what ``models.pos_loss`` / ``models.nmt_loss`` read; every tensor on the CPU, int64 unless said):

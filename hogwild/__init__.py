@@ -12,12 +12,12 @@ from ._checkout import install_if_checkout as _install_if_checkout
 
 _install_if_checkout(_Path(__file__).resolve().parent)
 
-from .agent import CommunicationAgent, SharedTrainingState
-from .checkpoint import CheckpointMismatch
 from .config import Config, ConfigError
 from .engine import TrainResult, train
-from .evaluation import EvaluationFailed
-from .supervisor import WorkerFailed
+from .parent.agent import CommunicationAgent, SharedTrainingState
+from .parent.evaluation import EvaluationFailed
+from .parent.supervisor import WorkerFailed
+from .share.checkpoint import CheckpointMismatch
 
 __all__ = ["Config", "ConfigError", "train", "TrainResult", "WorkerFailed", "EvaluationFailed", "CheckpointMismatch",
            "CommunicationAgent", "SharedTrainingState"]

@@ -3,11 +3,12 @@
 Usage: `result = hogwild.train(model, loss_fn, batches, hogwild.Config(workers=2, lr=0.1), evaluate=evaluate)`
 
 This file holds only the five steps; each module under it says in its docstring which step it serves:
-1. validate  the arguments here; resources.py, checkpoint.py (a resumed last.pt, checked before anything is written)
-2. share     shared_run.py (shared model and optimizer state, counters, run_control.py's flags, the resumed run)
-3. spawn     batch_store.py, feed.py; in each process process_prelude.py, then worker.py (or sync.py), gradients.py,
-             replica.py, updates.py, shared_optim.py, counters.py
-4. supervise parent_loop.py (with supervisor.py, metrics.py, evaluation.py, checkpoint.py and an agent.py agent)
+1. validate  the arguments here; config.py; share/resources.py, share/checkpoint.py (a resumed last.pt, checked
+             before anything is written)
+2. share     share/ (shared_run.py's `share`: shared model and optimizer state, the run state, the resumed run)
+3. spawn     share/batch_store.py, share/feed.py; in each process worker/ (process_prelude.py, then worker.py or
+             sync.py, with gradients.py, replica.py, updates.py)
+4. supervise parent/ (parent_loop.py with supervisor.py, metrics.py, evaluation.py, checkpoints and an agent.py agent)
 5. result    the final evaluation and last.pt, then a TrainResult
 """
 from __future__ import annotations
@@ -23,20 +24,20 @@ from typing import Any
 import torch.multiprocessing as mp
 from torch import nn
 
-from .agent import AttachedAgent, CommunicationAgent, SharedTrainingState
-from .batch_store import BatchStore
-from .checkpoint import load_resume_state, prepare_run_dir
 from .config import Config
-from .counters import EXAMPLES, SKIPPED, UPDATES, StepBudget
-from .evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
-from .feed import BatchFeed, as_sequence
-from .metrics import MetricsLog, phase_milliseconds, staleness_summary
-from .model_tensors import trainable_parameters
-from .parent_loop import ParentLoop, natural_reason, start_workers, total_updates
-from .process_prelude import WorkerSpec
-from .shared_run import SharedRun, share
-from .supervisor import Supervisor, WorkerFailed, graceful_signals
-from .worker import worker_main
+from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
+from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
+from .parent.metrics import MetricsLog, phase_milliseconds, staleness_summary
+from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
+from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals
+from .share.batch_store import BatchStore
+from .share.checkpoint import load_resume_state, prepare_run_dir
+from .share.counters import EXAMPLES, SKIPPED, UPDATES, StepBudget
+from .share.feed import BatchFeed, as_sequence
+from .share.shared_run import SharedRun, share
+from .shared_optim import trainable_parameters
+from .worker.process_prelude import WorkerSpec
+from .worker.worker import worker_main
 
 
 @dataclass
@@ -130,7 +131,7 @@ def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: B
                         start_seq=shared.start.seq)
              for w, device in enumerate(config.devices)]
     if config.mode == "sync":
-        from .sync import sync_main
+        from .worker.sync import sync_main
         init = f"file://{os.path.join(scratch, 'rendezvous')}"
         processes = [ctx.Process(target=sync_main, args=(spec, init), name=f"hogwild-sync-{spec.worker}")
                      for spec in specs]

@@ -21,6 +21,16 @@ touched rows only; the per-parameter step counter advances once per step. The to
 updated by the same torch.optim class, and written back (the parameter by adding the row delta, so
 concurrent Hogwild writers to the same row accumulate instead of overwriting). Plain SGD leaves sparse
 gradients to torch, whose update is already row-wise.
+
+Which of a model's tensors the engine trains (`trainable_parameters`), and which it only shares and saves.
+Trained: the parameters that require grad, each once. A Parameter tied into two modules (lm_head.weight is
+decoder.embed_tokens.weight) is one tensor: one gradient, one optimizer state, one update per step, as
+`model.parameters()` lists it once. Shared only: frozen parameters (requires_grad=False: sinusoidal position
+tables, frozen embeddings, everything outside a few fine-tuned layers) and buffers of any dtype (running statistics,
+int64 counters, bool masks). These live in shared memory, reach every replica and are saved in checkpoints like the
+trained ones, but never get a hook, a gradient, optimizer state or an update. The optimizer is built over the
+trained ones (step 2), each worker attaches to them and hooks them (step 3), checkpoints keep a tied tensor once
+(steps 4-5): `params = trainable_parameters(model)`; `state = private_copy(model.state_dict())`.
 """
 from __future__ import annotations
 
@@ -30,7 +40,7 @@ import warnings
 from typing import Any, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adadelta", "rmsprop", "adam", "adamax")
 
@@ -318,3 +328,33 @@ def _check_param(p: Tensor, index: int) -> None:
     if not p.is_shared():
         raise ValueError(f"parameter {index} {tuple(p.shape)} is not in shared memory; "
                          "call model.share_memory() before building the SharedOptimizer")
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters the workers train: requires_grad, each tied Parameter once, in `model.parameters()` order."""
+    return [param for param in model.parameters() if param.requires_grad]
+
+
+def _storage_key(tensor: Tensor) -> tuple:
+    """Equal for two views of the same memory with the same layout (the names of one tied weight)."""
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
+            tensor.dtype, tensor.device)
+
+
+def private_copy(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A detached copy of a state_dict in private memory. Names of one tensor (a tied weight appears under every
+    module that holds it) share one copy, so a checkpoint stores it once and loads back tied."""
+    copies: dict[tuple, Tensor] = {}
+    result = {}
+    for name, tensor in state.items():
+        key = _storage_key(tensor)
+        if key not in copies:
+            copies[key] = tensor.detach().clone()
+        result[name] = copies[key]
+    return result
+
+
+def unique_nbytes(state: dict[str, Tensor]) -> int:
+    """Bytes of a state_dict's tensors, a tied tensor counted once."""
+    unique = {_storage_key(tensor): tensor for tensor in state.values()}
+    return sum(tensor.numel() * tensor.element_size() for tensor in unique.values())

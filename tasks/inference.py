@@ -78,7 +78,7 @@ def load_translator(run_dir: str | Path):
 def checkpoint_note(run_dir: str | Path, path: Path) -> tuple[str, str | None]:
     """(which checkpoint and the update it holds, a warning when a run still trains in run_dir, else None): a
     best.pt read while training goes on is only the best so far, possibly the untrained update-0 model."""
-    from hogwild.checkpoint import read_checkpoint
+    from hogwild.share.checkpoint import read_checkpoint
 
     state = read_checkpoint(str(path))
     update = state.get("best_step", state.get("global_step"))

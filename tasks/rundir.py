@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from hogwild.checkpoint import CheckpointError, load_file
 from hogwild.files import RecordLog, update_sections
+from hogwild.share.checkpoint import CheckpointError, load_file
 from hogwild.tasks.task_job import MODEL_FILE
 
 

@@ -20,9 +20,9 @@ import torch
 from tqdm.auto import tqdm
 
 import hogwild
-from hogwild.checkpoint import check_fits, check_resumable, read_checkpoint
 from hogwild.files import write_atomic
-from hogwild.resources import check_resources, tensor_nbytes
+from hogwild.share.checkpoint import check_fits, check_resumable, read_checkpoint
+from hogwild.share.resources import check_resources, tensor_nbytes
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.devices import worker_devices
 from hogwild.tasks.final_signals import FinalSignals

@@ -7,7 +7,7 @@
                                holds the job's final model)
 
 Resume (Config.resume=True) restores every rank: servers their partitions, hosts their engine state.
-Files are written atomically (hogwild.checkpoint.save_checkpoint: write, fsync, rename).
+Files are written atomically (hogwild.share.checkpoint.save_checkpoint: write, fsync, rename).
 
 Usage: `store = DistributedCheckpoint(run_dir, "easgd", numel, servers=2); store.save_partition(0, center, updates)`
 """
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..checkpoint import CheckpointError, load_file, save_checkpoint
+from ..share.checkpoint import CheckpointError, load_file, save_checkpoint
 from .math import partition_bounds
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from torch import nn
 
-from ..agent import CommunicationAgent
+from ..parent.agent import CommunicationAgent
 from .agents import make_agent
 from .dist_config import DistConfig, ranks_with
 from .distributed_checkpoint import DistributedCheckpoint

@@ -7,8 +7,8 @@ import time
 import torch
 from torch import nn
 
-from hogwild.feed import epoch_order
-from hogwild.gradients import batch_seed
+from hogwild.share.feed import epoch_order
+from hogwild.worker.gradients import batch_seed
 
 
 def regression_batches(n: int = 24, size: int = 8, features: int = 4, seed: int = 0) -> list[tuple]:

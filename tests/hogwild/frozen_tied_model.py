@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hogwild.feed import epoch_order
-from hogwild.gradients import batch_seed
+from hogwild.share.feed import epoch_order
+from hogwild.worker.gradients import batch_seed
 
 VOCAB, DIM, LENGTH = 12, 8, 6
 TRAINABLE = ("embed.weight", "hidden.weight", "hidden.bias")  # model.parameters() order; out.weight is embed.weight

@@ -198,7 +198,7 @@ def test_the_survivors_of_a_hung_rank_write_last_pt_before_the_job_aborts(tmp_pa
                       r"dead or hung\\ncheckpoint written to (.*/host([01])/last\.pt)", output)
     assert found and found.group(1) == found.group(3), output
     assert pathlib.Path(found.group(2)) == run / f"host{found.group(1)}" / "last.pt"
-    from hogwild.checkpoint import read_checkpoint
+    from hogwild.share.checkpoint import read_checkpoint
     assert read_checkpoint(found.group(2))["global_step"] > 0
     assert not list(tmp_path.glob("rank*.json"))
 

@@ -134,7 +134,7 @@ class _CreatesAFile:
 def test_a_crafted_or_foreign_server_checkpoint_is_refused_naming_it(tmp_path):
     import torch
 
-    from hogwild.checkpoint import CheckpointError
+    from hogwild.share.checkpoint import CheckpointError
     from hogwild.multihost.distributed_checkpoint import DistributedCheckpoint
     store = DistributedCheckpoint(str(tmp_path), "easgd", numel=10, servers=1)
     path, marker = tmp_path / "distributed" / "server0.pt", tmp_path / "created-by-the-pickle"

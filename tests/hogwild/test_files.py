@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from hogwild import checkpoint as C
 from hogwild.files import RecordLog, WriteFailed, repair_torn_tail, update_sections, write_text_atomic
+from hogwild.share import checkpoint as C
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ import pytest
 import torch
 
 import hogwild
-from hogwild import checkpoint as C
-from hogwild.gradients import GradientCheck
-from hogwild.model_tensors import private_copy, trainable_parameters, unique_nbytes
-from hogwild.replica import make_parameters, sparse_tables
-from hogwild.shared_optim import SharedOptimizer
+from hogwild.share import checkpoint as C
+from hogwild.shared_optim import SharedOptimizer, private_copy, trainable_parameters, unique_nbytes
+from hogwild.worker.gradients import GradientCheck
+from hogwild.worker.replica import make_parameters, sparse_tables
 from tests.hogwild import engine_helpers as H
 from tests.hogwild import frozen_tied_model as F
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import hogwild
-from hogwild.gradients import batch_seed, seed_batch
-from hogwild.process_prelude import bind_device
-from hogwild.replica import PageLocked
+from hogwild.worker.gradients import batch_seed, seed_batch
+from hogwild.worker.process_prelude import bind_device
+from hogwild.worker.replica import PageLocked
 from tests.hogwild import engine_helpers as H
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (no GPU on this machine)")

@@ -1,5 +1,5 @@
-"""The models' losses under torch.compile (hogwild.fast_step.compiled_loss, what a worker with Config.compile runs)
-give eager's loss and gradients, and NMT batches padded to length buckets (data.batching.pad_lengths) give the
+"""The models' losses under torch.compile (hogwild.worker.gradients.compiled_loss, what a worker with Config.compile
+runs) give eager's loss and gradients, and NMT batches padded to length buckets (data.batching.pad_lengths) give the
 unpadded batch's. The captured graphs run with backend 'aot_eager' here (inductor's code generation takes minutes
 per model on a busy CPU): the same capture, AOTAutograd's backward and the same graph breaks as a compiled worker.
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from hogwild.data.batching import pad_lengths
-from hogwild.fast_step import compiled_loss
 from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
+from hogwild.worker.gradients import compiled_loss
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 

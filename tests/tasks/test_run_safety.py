@@ -56,7 +56,7 @@ def test_a_second_run_on_the_same_out_is_refused_and_a_killed_runs_lock_is_taken
 
 
 def torch_step(path):
-    from hogwild.checkpoint import read_checkpoint
+    from hogwild.share.checkpoint import read_checkpoint
     return int(read_checkpoint(str(path))["global_step"])
 
 

@@ -1,6 +1,6 @@
 """Trains H.many_tensors_model with Adam for 4 updates (2 workers); run under a small /dev/shm by
-tests/hogwild/test_resources.py. Prints the result as JSON, or the error on stderr with exit status 1; then lists the
-torch_* files left in /dev/shm.
+tests/hogwild/share/test_resources.py. Prints the result as JSON, or the error on stderr with exit status 1; then lists
+the torch_* files left in /dev/shm.
 
 Usage: python tests/hogwild/engine_scripts/train_in_small_shm.py RUN_DIR CHECK_SHM(1|0)
 """

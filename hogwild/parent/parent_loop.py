@@ -1,0 +1,176 @@
+"""The parent's side of a run: start the workers, wait until they are ready, then the loop that alone decides when to
+log, evaluate, checkpoint and stop, while watching for failures (evaluations run on a thread beside it).
+
+Serves step 4 of `hogwild.train` (supervise); `total_updates` and `natural_reason` also serve steps 3 and 5.
+
+Usage (engine.py): `loop = ParentLoop(shared, supervisor, metrics, attached_agent)`;
+`failure = loop.wait_until_ready()`; `failure, records = loop.run(periodic, deadline)`.
+"""
+from __future__ import annotations
+
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ..config import Config
+from ..share.counters import READY
+from ..share.shared_run import SharedRun
+from .agent import AttachedAgent
+from .evaluation import PeriodicEvaluation
+from .metrics import MetricsLog
+from .progress_watch import ProgressWatch
+from .supervisor import PARENT_SIGNALS, Supervisor
+
+TICK = 0.1  # seconds between the parent's checks
+START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
+STARTUP_GRACE = 30.0  # with a time limit, start-up may take that limit plus this before the run is stopped (2
+# workers took 12 s to start on a 2-core machine busy with other test runs; 100 workers on 2 cores take minutes)
+STARTUP_QUIET = 2.0  # a start-up shorter than this prints nothing; a longer one prints progress every:
+STARTUP_EVERY = 5.0
+
+
+def start_workers(supervisor: Supervisor) -> None:
+    """Spawn the workers; a model, loss_fn or batch that cannot be pickled gets an error saying what to change.
+
+    SIGINT is blocked while spawning: the workers inherit the blocked mask, so a Ctrl-C (sent by the terminal to
+    the whole process group) during their seconds of start-up does not kill them mid-import with a traceback each;
+    the parent receives it once unblocked, and stops the run."""
+    try:
+        with _sigint_blocked():
+            supervisor.start()
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        if "pickle" not in str(error).lower():
+            raise
+        raise TypeError(f"cannot send the model, loss_fn or batches to the spawned workers: {error}. Define loss_fn "
+                        f"(and custom batch classes) at module level, not as lambdas or nested functions") from error
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(PARENT_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def total_updates(config: Config, n_batches: int) -> int | None:
+    """The number of updates the run will make if nothing stops it early (None: no bound but time)."""
+    per_epoch = -(-n_batches // config.workers) if config.mode == "sync" else n_batches
+    totals = [t for t in (config.max_steps, config.epochs and config.epochs * per_epoch) if t]
+    return min(totals) if totals else None
+
+
+def natural_reason(config: Config, updates: int, deadline: float | None) -> str:
+    """Why a run whose workers all finished on their own stopped."""
+    if config.max_steps is not None and updates >= config.max_steps:
+        return "max_steps"
+    if deadline is not None and time.time() >= deadline:
+        return "time_limit"
+    return "epochs"
+
+
+class ParentLoop:
+    """Only the parent decides when to log, evaluate, checkpoint and stop (workers only report counters)."""
+
+    def __init__(self, shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog,
+                 agent: AttachedAgent | None = None) -> None:
+        self.config, self.counters, self.control = shared.config, shared.counters, shared.control
+        self.checkpoints = shared.checkpoints
+        self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
+        self.watch = ProgressWatch(self.counters.workers, self.config.hang_timeout)
+        supervisor.describe_late = self.watch.describe_late
+
+    def _failure(self) -> str | None:
+        failure = self.supervisor.wait(TICK)
+        if failure is None and self.agent is not None:
+            self.agent.poll()
+            failure = self.agent.failure()
+        return failure
+
+    def wait_until_ready(self) -> str | None:
+        """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
+        races ahead of the others and wall time and time limits count training only. Returns a failure or None.
+
+        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (a failure naming the workers still starting:
+        the run made no update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start
+        shows its progress."""
+        counters, supervisor, workers = self.counters, self.supervisor, self.counters.workers
+        began = time.monotonic()
+        limit = START_TIMEOUT
+        if self.config.time_limit:  # the training clock starts once all are ready; start-up gets limit + grace
+            limit = min(START_TIMEOUT, self.config.time_limit + STARTUP_GRACE)
+        next_note, noted = began + STARTUP_QUIET, False
+        while self.control.stop_reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
+            failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
+            if failure is not None:
+                return failure
+            if supervisor.all_exited():
+                return "every worker exited before training started"
+            now = time.monotonic()
+            ready = int(counters.ints[:, READY].sum())
+            if now >= next_note:
+                self.metrics.note(f"starting workers: {ready}/{workers} ready after {now - began:.0f} s")
+                next_note, noted = now + STARTUP_EVERY, True
+            if now - began > limit:
+                late = [w for w in range(workers) if counters.ints[w, READY] != 1]
+                if limit < START_TIMEOUT:  # a run of zero updates is a failure, not a run that reached its limit
+                    return (f"time limit: workers still starting after {now - began:.0f} s (the limit of "
+                            f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), {ready}/{workers} "
+                            f"ready: stopped before the first update. Use fewer workers (each spawned worker imports "
+                            f"torch and maps the batches) or a longer time limit")
+                return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
+        if noted and self.control.stop_reason is None:
+            self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
+        return None
+
+    def run(self, periodic: PeriodicEvaluation | None,
+            deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
+        """Supervise training until it ends. Returns (failure or None, the 'train' metrics records written).
+        Periodic evaluations run beside this loop (evaluation.py), which goes on ticking while they do; one that
+        fails raises EvaluationFailed (the caller stops the workers and checkpoints)."""
+        config, metrics, control = self.config, self.metrics, self.control
+        start = self.counters.global_updates()
+        next_log = start + config.log_every
+        next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
+        records = []
+        while True:
+            failure = self._failure()
+            if failure is not None:
+                return failure, records
+            if self.supervisor.all_exited() or control.stop_reason is not None:
+                # a worker may have exited with an error since the check above: its exit code decides, not timing
+                return self.supervisor.failure(), records
+            snapshot = self.counters.snapshot()
+            hung = self.watch.observe(snapshot["ints"], snapshot["floats"],
+                                      [process.exitcode is None for process in self.supervisor.processes])
+            if hung:
+                return self.supervisor.declare_hung(*hung[0]), records
+            updates = metrics.progress(snapshot)
+            if updates >= next_log:
+                records.append(metrics.record(snapshot))
+                next_log = updates + config.log_every
+            if deadline is not None and time.time() >= deadline:
+                control.request_stop("time_limit")
+            if periodic is not None:
+                done = periodic.poll()
+                if done is not None:
+                    metrics.evaluation(*done)
+                    if periodic.evaluator.should_stop:
+                        control.request_stop("target" if periodic.evaluator.reached_target else "early_stopping")
+                if control.stop_reason is None:
+                    periodic.maybe_start(updates)
+            last = self.checkpoints.last
+            if last and next_checkpoint is not None and updates >= next_checkpoint:
+                self.checkpoints.write(last)
+                metrics.event("checkpoint", path=last, updates=updates)
+                next_checkpoint = updates + config.checkpoint_every

@@ -1,0 +1,135 @@
+"""Applying a worker's updates to the shared parameters: at once, or one step behind in a background thread.
+
+Serial (every 'cpu' worker; device workers with Config.overlap_update off): the update is applied the moment it is
+submitted. Overlapped (the default on GPUs): update k is held until step k+1 has pulled the parameters, then
+applied on the CPU by a background thread while step k+1 computes; the worker waits for it before submitting
+update k+1. Update k therefore lands one step later than in the serial path - staleness the counters record,
+since an update's staleness is the number of updates that landed between its pull and its own landing. With one
+worker the result is exactly the serial arithmetic with a one-step delay (update k is computed on parameters that
+lack update k-1), because each pull completes before the previous update starts.
+
+The background thread is bound to the worker's device (`process_prelude.bind_device`: without it the thread's
+current CUDA device is cuda:0, where any CUDA call would open a context in every worker) and runs the CPU optimizer
+step with `threads` torch threads of its own (`update_threads`: by default a GPU worker's share of the machine's
+cores, since its main thread mostly waits for the GPU). The step's arithmetic is elementwise, so the result is
+bit-identical whatever the thread count (tests/hogwild/worker/test_update_threads.py).
+
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
+
+Usage (worker.py): `updater.submit(Update(...))` after push; `updater.release(event)` after the next pull;
+`updater.wait()` after the next backward; `updater.finish()` at the end.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..config import Config
+from ..share.counters import WorkerView
+from ..share.resources import usable_cores
+from .gradients import scale_gradients
+from .process_prelude import bind_device
+
+
+def update_threads(config: Config, device: str, cores: int | None = None) -> int:
+    """Torch threads of a worker's background update thread: Config.update_threads, or automatically, for a GPU
+    worker, its share of the cores left after the parent's one, less one for its own main thread (at least 1);
+    for other workers threads_per_worker (their main thread computes on the CPU too). `cores`: this machine's."""
+    if config.update_threads is not None:
+        return config.update_threads
+    if not device.startswith("cuda"):
+        return config.threads_per_worker
+    cores = usable_cores() if cores is None else cores
+    return max(1, (cores - 1) // config.workers - 1)
+
+
+def start_update_thread(device: torch.device, threads: int) -> None:
+    """The background update thread's first act: bind the worker's device, set its own torch thread count."""
+    bind_device(device)
+    torch.set_num_threads(threads)  # this thread's OpenMP team; the worker's main thread keeps its own count
+
+
+@dataclass
+class Update:
+    """One gradient, on the host, ready to apply."""
+
+    grads: list[Tensor | None] | None  # one per shared parameter (None: no gradient this step); None: already
+    #                                     on the shared parameters' .grad ('cpu' workers)
+    read_version: int  # global update count when its parameters were pulled
+    epoch: int
+    examples: int
+    loss: float
+    phases: list[float]  # seconds of pull, compute, push
+    clip_scale: float | None = None  # multiply the gradients by this first (clip_norm)
+
+
+class Updater:
+    """Applies Updates with the shared optimizer and records them in the worker's counters."""
+
+    def __init__(self, optimizer: Any, shared: list[Tensor], schedule: Callable[[int, int], float],
+                 view: WorkerView, background: bool, device: torch.device = torch.device("cpu"), threads: int = 1):
+        self.optimizer, self.shared, self.schedule, self.view = optimizer, shared, schedule, view
+        self.executor = None
+        if background:
+            # The main thread fixes its own thread count now: a thread's count is set lazily from the last
+            # torch.set_num_threads of any thread, which will be the update thread's.
+            torch.get_num_threads()
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="hogwild-update", initializer=start_update_thread,
+                                               initargs=(device, threads))
+        self.waiting: Update | None = None  # submitted; held until the next pull has read the parameters
+        self.running: Future | None = None
+
+    def submit(self, update: Update) -> None:
+        if self.executor is None:
+            self._apply(update)
+        else:
+            self.waiting = update
+
+    def release(self, pulled: Any = None) -> None:
+        """The next step has pulled the parameters: the held update may now write them (on a GPU once the pull's
+        copies, recorded by the CUDA event `pulled`, have completed)."""
+        if self.waiting is not None:
+            self.running = self.executor.submit(self._apply, self.waiting, pulled)
+            self.waiting = None
+
+    def wait(self) -> None:
+        """Block until the update in the background has landed; re-raise its error."""
+        if self.running is not None:
+            running, self.running = self.running, None
+            running.result()
+
+    def in_flight(self) -> int:
+        """Updates submitted but not yet landed (0 or 1)."""
+        return int(self.waiting is not None or self.running is not None)
+
+    def finish(self) -> None:
+        """Land what is left (the last step's update)."""
+        self.wait()
+        if self.waiting is not None:
+            update, self.waiting = self.waiting, None
+            self._apply(update)
+
+    def shutdown(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+
+    def _apply(self, update: Update, pulled: Any = None) -> None:
+        if pulled is not None:
+            pulled.synchronize()
+        start = time.perf_counter()
+        if update.grads is not None:  # setting .grad checks shape, dtype and device: skipped when already there
+            for param, grad in zip(self.shared, update.grads):
+                param.grad = grad
+        if update.clip_scale is not None:
+            scale_gradients([param.grad for param in self.shared], update.clip_scale)
+        lr = self.schedule(update.read_version, update.epoch)
+        staleness = self.view.global_updates() - update.read_version  # updates that landed since the pull
+        self.optimizer.step(lr)  # lock-free, in place on the shared parameters and state
+        phases = (*update.phases, time.perf_counter() - start)
+        self.view.applied(staleness, update.examples, update.loss, lr, phases)

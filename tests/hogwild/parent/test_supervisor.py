@@ -1,0 +1,144 @@
+"""hogwild.parent.supervisor with real processes and real signals: failures are named, signals stop gracefully with a
+checkpoint, a killed parent leaves no orphan workers, and /dev/shm is checked before spawning."""
+import json
+import multiprocessing
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+import hogwild
+from tests.hogwild import engine_helpers as H
+
+SCRIPT = pathlib.Path(__file__).parents[1] / "engine_scripts" / "train_until_signalled.py"
+
+
+def config(run_dir, **kwargs):
+    return hogwild.Config(**{"workers": 2, "epochs": 1000, "lr": 0.01, "progress": False, "tensorboard": False,
+                             "checkpoint_dir": str(run_dir), **kwargs})
+
+
+def trained_updates(run_dir) -> int:
+    path = pathlib.Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return max((r["updates"] for r in records if r["kind"] == "train"), default=0)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_worker_that_raises_is_named_with_its_traceback(tmp_path):
+    batches = [(x, y, torch.tensor(-1 if i == 5 else i)) for i, (x, y) in enumerate(H.regression_batches(n=12))]
+    with pytest.raises(hogwild.WorkerFailed) as caught:
+        hogwild.train(H.regression_model(), H.failing_loss, batches, config(tmp_path))
+    message = str(caught.value)
+    assert "raised an exception" in message and f"worker {caught.value.worker} (cpu, pid " in message
+    assert "ValueError: deliberate failure on the marked batch" in message
+    assert "failing_loss" in message  # the worker's own traceback
+    assert caught.value.checkpoint == str(tmp_path / "last.pt") and os.path.exists(caught.value.checkpoint)
+    assert multiprocessing.active_children() == []  # the other worker was stopped
+
+
+def test_a_worker_that_raises_while_the_run_stops_is_still_a_failure(tmp_path):
+    """The time limit (0.5 s) stops the run while the only worker is inside a 2 s step that then raises: the parent
+    has left its loop by then, and the worker's exit status must still make the run fail (it once ended cleanly,
+    the failure unreported: a multi-host job then finished with exit status 0)."""
+    with pytest.raises(hogwild.WorkerFailed) as caught:
+        hogwild.train(H.regression_model(), H.fails_late_loss, H.regression_batches(n=4),
+                      config(tmp_path, workers=1, time_limit=0.5))
+    assert "ValueError: deliberate failure in the last step" in str(caught.value)
+    assert caught.value.worker == 0 and os.path.exists(caught.value.checkpoint)
+
+
+def test_a_worker_killed_by_a_signal_is_named(tmp_path):
+    killed = {}
+
+    def kill_worker_one():
+        def target():
+            return [p for p in multiprocessing.active_children() if p.name == "hogwild-worker-1"]
+        if H.wait_for(lambda: target() and trained_updates(tmp_path) >= 2):
+            killed["time"] = time.monotonic()
+            os.kill(target()[0].pid, signal.SIGKILL)
+
+    threading.Thread(target=kill_worker_one, daemon=True).start()
+    with pytest.raises(hogwild.WorkerFailed, match=r"worker 1 \(cpu, pid \d+\) was killed by signal SIGKILL"):
+        hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), config(tmp_path, log_every=1))
+    assert time.monotonic() - killed["time"] < 5.0  # detected, others stopped, checkpoint written: in seconds
+    assert (tmp_path / "last.pt").exists()
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_and_sigterm_stop_gracefully_with_a_checkpoint(tmp_path, signum):
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        sent = time.monotonic()
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert time.monotonic() - sent < 10.0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["stop_reason"] == f"signal {signal.Signals(signum).name}"
+    saved = torch.load(tmp_path / "last.pt", weights_only=False)
+    assert saved["global_step"] == result["updates"] >= 2
+
+
+def test_sigterm_to_the_whole_process_group_stops_gracefully(tmp_path):
+    """`timeout`, batch schedulers and service managers signal every process of the group, the workers too: the
+    workers ignore it and the parent stops them after their step and checkpoints (no worker counts as failed)."""
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        os.killpg(process.pid, signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["stop_reason"] == "signal SIGTERM"
+    assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == result["updates"] >= 2
+
+
+def test_killing_the_parent_leaves_no_orphan_workers(tmp_path):
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        workers = children_of(process.pid)
+        assert len(workers) >= 2
+        process.kill()  # SIGKILL: no handler, no cleanup in the parent
+        process.wait(10)
+        assert H.wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10), "orphan workers remain"
+    finally:
+        process.kill()
