@@ -20,9 +20,9 @@ import torch
 
 from bench import command_line
 from hogwild import Config
-from hogwild.share.counters import SharedCounters
 from hogwild.models import AttentionNMT, nmt_preset
 from hogwild.share.resources import usable_cores
+from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.worker.updates import Update, Updater, update_threads
 

@@ -27,13 +27,13 @@ from torch import nn
 from .config import Config
 from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
-from .parent.metrics import MetricsLog, phase_milliseconds, staleness_summary
+from .parent.metrics import MetricsLog
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
 from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals
 from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
-from .share.counters import EXAMPLES, SKIPPED, UPDATES, StepBudget
 from .share.feed import BatchFeed, as_sequence
+from .share.run_state import StepBudget
 from .share.shared_run import SharedRun, share
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
@@ -228,7 +228,7 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
     wall = time.time() - run.started
     snapshot = shared.counters.snapshot()
     run.records.append(metrics.record(snapshot))
-    updates = int(snapshot["ints"][:, UPDATES].sum())
+    updates = snapshot.updates()
     reason = "failure" if run.failure else run.stop_reason or natural_reason(config, updates, run.deadline)
     metrics.event("stop", reason=reason, updates=updates, failure=run.failure)
     final_metrics, evaluation_error = None, run.evaluation_error
@@ -244,14 +244,13 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
         raise EvaluationFailed(f"training stopped: {evaluation_error}{written}", last) from evaluation_error.__cause__
     if run.failure:
         raise WorkerFailed(f"training stopped: {run.failure}{written}", supervisor.failed_worker, last)
-    staleness_mean, histogram = staleness_summary(snapshot["ints"], snapshot["staleness"])
+    staleness_mean, histogram = snapshot.staleness_summary()
     return TrainResult(
         final_metrics=final_metrics, best_metrics=evaluator.best_metrics if evaluator else None,
         best_step=evaluator.best_step if evaluator else None,
         history=evaluator.history if evaluator else [], updates=updates, wall_seconds=wall,
-        worker_updates=[int(x) for x in snapshot["ints"][:, UPDATES]],
-        examples=int(snapshot["ints"][:, EXAMPLES].sum()), final_loss=metrics.last_loss,
+        worker_updates=snapshot.worker_updates(), examples=snapshot.examples(), final_loss=metrics.last_loss,
         staleness_mean=staleness_mean, staleness_histogram=histogram,
-        skipped_updates=int(snapshot["ints"][:, SKIPPED].sum()), stop_reason=reason, run_dir=checkpoints.run_dir,
-        phase_ms=phase_milliseconds(snapshot["ints"], snapshot["floats"]),
+        skipped_updates=snapshot.skipped(), stop_reason=reason, run_dir=checkpoints.run_dir,
+        phase_ms=snapshot.phase_milliseconds(),
         checkpoint=last, best_checkpoint=checkpoints.best_path(), records=run.records)

@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from ..config import Config
-from ..share.counters import SharedCounters
-from ..share.run_control import RunControl
+from ..share.run_state import RunControl, SharedCounters
 
 
 @dataclass

@@ -17,44 +17,17 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from ..files import RecordLog
-from ..share.counters import (EXAMPLES, LAST_LR, LOSS_COUNT, LOSS_SUM, PHASE_COLUMNS, PHASES, SKIPPED, STALENESS_SUM,
-                              UPDATES)
-
-
-def staleness_summary(ints: np.ndarray, histogram: np.ndarray) -> tuple[float, list[int]]:
-    """(mean staleness over all applied updates, histogram summed over workers)."""
-    updates = int(ints[:, UPDATES].sum())
-    mean = float(ints[:, STALENESS_SUM].sum()) / updates if updates else 0.0
-    return mean, [int(x) for x in histogram.sum(axis=0)]
-
-
-def phase_milliseconds(ints: np.ndarray, floats: np.ndarray, before_ints: np.ndarray | None = None,
-                       before_floats: np.ndarray | None = None) -> dict[str, float]:
-    """Mean milliseconds per applied update in each phase (pull, compute, push, update), over all workers."""
-    seconds, updates = floats[:, PHASE_COLUMNS].sum(axis=0), float(ints[:, UPDATES].sum())
-    if before_floats is not None:
-        seconds = seconds - before_floats[:, PHASE_COLUMNS].sum(axis=0)
-        updates -= float(before_ints[:, UPDATES].sum())
-    return {name: (1000 * float(s) / updates if updates else 0.0) for name, s in zip(PHASES, seconds)}
-
-
-def _mean_loss(floats: np.ndarray, before: np.ndarray | None) -> float | None:
-    """Mean training loss over the updates since `before` (rows: workers)."""
-    loss, count = floats[..., LOSS_SUM].sum(), floats[..., LOSS_COUNT].sum()
-    if before is not None:
-        loss, count = loss - before[..., LOSS_SUM].sum(), count - before[..., LOSS_COUNT].sum()
-    return float(loss / count) if count > 0 else None
+from ..share.run_state import CounterSnapshot
 
 
 class MetricsLog:
     """The parent's view of training progress; only the parent writes logs."""
 
     def __init__(self, run_dir: str | None, workers: int, total: int | None, progress: bool = True,
-                 tensorboard: bool = True, initial: dict[str, np.ndarray] | None = None):
+                 tensorboard: bool = True, initial: CounterSnapshot | None = None):
         self.workers, self.start = workers, time.time()
         # Whole records only: a torn last line (crash, full disk) is cut off before appending; a failed write is
         # undone and raises WriteFailed naming the file.
@@ -69,7 +42,7 @@ class MetricsLog:
         self.bar = tqdm(total=total, unit="upd", dynamic_ncols=True, disable=not progress)
         self.previous = initial  # counters at the previous record (rates are per interval)
         self.previous_time = self.start
-        self.shown = int(initial["ints"][:, UPDATES].sum()) if initial else 0
+        self.shown = initial.updates() if initial is not None else 0
         self.bar.update(self.shown)
         self.last_loss: float | None = None
         if self.file is not None and self.file.repaired:  # a record torn by a crash or a full disk was cut off
@@ -77,42 +50,41 @@ class MetricsLog:
         if self.shown:  # a resumed run: where this segment starts (what a killed segment logged past it was lost)
             self.event("resume", updates=self.shown)
 
-    def progress(self, snapshot: dict[str, np.ndarray]) -> int:
+    def progress(self, snapshot: CounterSnapshot) -> int:
         """Advance the progress bar; returns the global update count."""
-        updates = int(snapshot["ints"][:, UPDATES].sum())
+        updates = snapshot.updates()
         if updates > self.shown:
             self.bar.update(updates - self.shown)
             self.shown = updates
         return updates
 
-    def record(self, snapshot: dict[str, np.ndarray], epoch: int | None = None) -> dict[str, Any]:
+    def record(self, snapshot: CounterSnapshot, epoch: int | None = None) -> dict[str, Any]:
         """One 'train' record over the interval since the previous one: rates, loss, staleness, skips."""
         now = time.time()
-        ints, floats = snapshot["ints"], snapshot["floats"]
-        before_ints = self.previous["ints"] if self.previous else np.zeros_like(ints)
-        before_floats = self.previous["floats"] if self.previous else None
+        before = self.previous
         seconds = max(now - self.previous_time, 1e-9)
         per_worker = []
         for w in range(self.workers):
+            before_updates, before_examples = (before.updates(w), before.examples(w)) if before is not None else (0, 0)
             per_worker.append({
-                "updates": int(ints[w, UPDATES]),
-                "updates_per_s": float(ints[w, UPDATES] - before_ints[w, UPDATES]) / seconds,
-                "examples_per_s": float(ints[w, EXAMPLES] - before_ints[w, EXAMPLES]) / seconds,
-                "loss": _mean_loss(floats[w], None if before_floats is None else before_floats[w]),
-                "skipped": int(ints[w, SKIPPED]),
+                "updates": snapshot.updates(w),
+                "updates_per_s": float(snapshot.updates(w) - before_updates) / seconds,
+                "examples_per_s": float(snapshot.examples(w) - before_examples) / seconds,
+                "loss": snapshot.mean_loss(before, w),
+                "skipped": snapshot.skipped(w),
             })
-        staleness_mean, histogram = staleness_summary(ints, snapshot["staleness"])
+        staleness_mean, histogram = snapshot.staleness_summary()
         record = {
             "kind": "train", "time": now, "elapsed": now - self.start, "epoch": epoch,
-            "updates": int(ints[:, UPDATES].sum()),
+            "updates": snapshot.updates(),
             "updates_per_s": sum(w["updates_per_s"] for w in per_worker),
             "examples_per_s": sum(w["examples_per_s"] for w in per_worker),
-            "loss": _mean_loss(floats, before_floats),
-            "lr": float(floats[:, LAST_LR].max()),
-            "skipped": int(ints[:, SKIPPED].sum()),
+            "loss": snapshot.mean_loss(before),
+            "lr": snapshot.last_lr(),
+            "skipped": snapshot.skipped(),
             "staleness_mean": staleness_mean,
             "staleness_histogram": histogram,
-            "phase_ms": phase_milliseconds(ints, floats, before_ints, before_floats),
+            "phase_ms": snapshot.phase_milliseconds(before),
             "workers": per_worker,
         }
         if record["loss"] is not None:

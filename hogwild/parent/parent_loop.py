@@ -16,10 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-
 from ..config import Config
-from ..share.counters import READY
 from ..share.shared_run import SharedRun
 from .agent import AttachedAgent
 from .evaluation import PeriodicEvaluation
@@ -110,19 +107,19 @@ class ParentLoop:
         if self.config.time_limit:  # the training clock starts once all are ready; start-up gets limit + grace
             limit = min(START_TIMEOUT, self.config.time_limit + STARTUP_GRACE)
         next_note, noted = began + STARTUP_QUIET, False
-        while self.control.stop_reason is None and not np.all(counters.ints[:, READY].numpy() == 1):
+        while self.control.stop_reason is None and not counters.all_ready():
             failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
             if failure is not None:
                 return failure
             if supervisor.all_exited():
                 return "every worker exited before training started"
             now = time.monotonic()
-            ready = int(counters.ints[:, READY].sum())
+            ready = counters.ready_count()
             if now >= next_note:
                 self.metrics.note(f"starting workers: {ready}/{workers} ready after {now - began:.0f} s")
                 next_note, noted = now + STARTUP_EVERY, True
             if now - began > limit:
-                late = [w for w in range(workers) if counters.ints[w, READY] != 1]
+                late = counters.not_ready()
                 if limit < START_TIMEOUT:  # a run of zero updates is a failure, not a run that reached its limit
                     return (f"time limit: workers still starting after {now - began:.0f} s (the limit of "
                             f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), {ready}/{workers} "
@@ -151,8 +148,7 @@ class ParentLoop:
                 # a worker may have exited with an error since the check above: its exit code decides, not timing
                 return self.supervisor.failure(), records
             snapshot = self.counters.snapshot()
-            hung = self.watch.observe(snapshot["ints"], snapshot["floats"],
-                                      [process.exitcode is None for process in self.supervisor.processes])
+            hung = self.watch.observe(snapshot, [process.exitcode is None for process in self.supervisor.processes])
             if hung:
                 return self.supervisor.declare_hung(*hung[0]), records
             updates = metrics.progress(snapshot)

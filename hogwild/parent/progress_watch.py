@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..share.counters import LOSS_COUNT, SKIPPED, TAKEN
+from ..share.run_state import CounterSnapshot
 
 HANG_STEPS = 20  # a worker is hung after this many of its median steps without progress (at least hang_timeout)
 MAX_GAP = 1.0  # seconds of one check that count towards a stall at most (the parent itself may have been paused)
@@ -48,12 +48,6 @@ class ProgressWatch:
         self.samples: list[deque[float]] = [deque(maxlen=STEP_SAMPLES) for _ in range(workers)]
         self.last_check: float | None = None
 
-    @staticmethod
-    def _steps(ints: np.ndarray, floats: np.ndarray) -> float:
-        """A worker's steps so far, counted the same in every mode: tickets taken, or losses recorded plus skipped
-        updates (queue mode takes a ticket per step; partition and sync modes record a loss or a skip per step)."""
-        return max(float(ints[TAKEN]), float(floats[LOSS_COUNT] + ints[SKIPPED]))
-
     def median_step(self, worker: int) -> float | None:
         """Seconds per step of this worker (median of its recent steps), None before its first observed step."""
         return statistics.median(self.samples[worker]) if self.samples[worker] else None
@@ -65,16 +59,16 @@ class ProgressWatch:
         step = self.median_step(worker)
         return max(self.hang_timeout, HANG_STEPS * step) if step is not None else self.hang_timeout
 
-    def observe(self, ints: np.ndarray, floats: np.ndarray, alive: Sequence[bool]) -> list[tuple[int, str]]:
-        """Record a snapshot (ints (W, C), floats (W, F)); returns the workers still running that are now hung, each
+    def observe(self, snapshot: CounterSnapshot, alive: Sequence[bool]) -> list[tuple[int, str]]:
+        """Record a snapshot of the counters; returns the workers still running that are now hung, each
         with a description naming how long it made no progress and the bound."""
         now = self.clock()
         watched = 0.0 if self.last_check is None else min(now - self.last_check, MAX_GAP)
         self.last_check = now
         hung = []
         for worker, running in enumerate(alive):
-            row = np.concatenate([ints[worker], floats[worker, LOSS_COUNT:LOSS_COUNT + 1]])
-            steps = self._steps(ints[worker], floats[worker])
+            row = snapshot.worker_state(worker)  # any progress changes it
+            steps = snapshot.steps(worker)
             if self.rows[worker] is None or not np.array_equal(row, self.rows[worker]):
                 done = steps - self.steps[worker]
                 if self.rows[worker] is not None and done > 0:

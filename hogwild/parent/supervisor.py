@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import wait as wait_for_sentinels
 from typing import Any
 
-from ..share.run_control import RunControl
+from ..share.run_state import RunControl
 
 _PR_SET_PDEATHSIG = 1
 PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # handled by the parent only; workers ignore them

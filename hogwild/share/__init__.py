@@ -2,7 +2,7 @@
 
 `share(model, config, saved, run_dir, batches) -> SharedRun` (shared_run.py) is the step's entry: it checks the
 machine and /dev/shm (resources.py), moves the model and the optimizer state (hogwild/shared_optim.py) to shared
-memory, creates the shared run state (counters.py and run_control.py: per-worker counters, the stop and start flags)
+memory, creates the shared run state (run_state.py: per-worker counters, the stop and start flags)
 and loads a resumed `last.pt` into them (checkpoint.py, which also writes last.pt / best.pt later). Step 3 adds the
 batches every worker maps (batch_store.py) and the feed of tickets each worker reads (feed.py).
 
@@ -11,6 +11,7 @@ Usage (engine.py): `shared = share(model, config, saved, run_dir, batches)`;
 """
 from .batch_store import BatchStore
 from .feed import BatchFeed
+from .run_state import CounterSnapshot, RunControl, SharedCounters
 from .shared_run import SharedRun, share
 
-__all__ = ["share", "SharedRun", "BatchStore", "BatchFeed"]
+__all__ = ["share", "SharedRun", "SharedCounters", "CounterSnapshot", "RunControl", "BatchStore", "BatchFeed"]

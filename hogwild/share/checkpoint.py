@@ -39,8 +39,7 @@ from torch import nn
 from ..config import Config
 from ..files import update_sections, write_atomic
 from ..shared_optim import private_copy
-from .counters import READY, SharedCounters
-from .feed import partition_positions, resume_seq
+from .run_state import CounterSnapshot, SharedCounters
 
 FORMAT = 1
 
@@ -112,15 +111,15 @@ def on_cpu(value: Any) -> Any:
     return value
 
 
-def build_checkpoint(model_state: dict[str, torch.Tensor], optimizer_state: dict, counters: dict[str, np.ndarray],
+def build_checkpoint(model_state: dict[str, torch.Tensor], optimizer_state: dict, counters: CounterSnapshot,
                      data_position: dict[str, Any], config: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """The checkpoint dictionary (tensors are private copies, safe to save while workers train)."""
     return {
         "model": private_copy(model_state),  # a tied weight once: it loads back tied
         "shapes": {name: tuple(tensor.shape) for name, tensor in model_state.items()},
         "optimizer": optimizer_state,
-        "counters": {name: torch.from_numpy(np.array(value)) for name, value in counters.items()},
-        "global_step": int(counters["ints"][:, 0].sum()),
+        "counters": {name: torch.from_numpy(np.array(value)) for name, value in counters.arrays().items()},
+        "global_step": counters.updates(),
         "data_position": data_position,
         "rng": rng_states(),
         "config": config,
@@ -244,7 +243,6 @@ def restore_counters(counters: SharedCounters, saved: dict[str, torch.Tensor]) -
         staleness = torch.cat([staleness.sum(0, keepdim=True),
                                torch.zeros_like(staleness[:1]).repeat(counters.workers - 1, 1)])
     counters.load(ints, floats, staleness)
-    counters.ints[:, READY] = 0
 
 
 class RunCheckpoints:
@@ -261,8 +259,8 @@ class RunCheckpoints:
 
     def write(self, path: str, model_state: dict[str, torch.Tensor] | None = None, **extra: Any) -> None:
         snapshot = self.counters.snapshot()
-        position = {"n_batches": self.n_batches, "seq": resume_seq(snapshot["ints"], self.start.seq),
-                    "workers": partition_positions(snapshot["ints"])}
+        position = {"n_batches": self.n_batches, "seq": snapshot.resume_seq(self.start.seq),
+                    "workers": snapshot.partition_positions()}
         if self.config.data_assignment == "partition":
             position["seq"] = 0
         if self.evaluator_state is not None and "evaluator" not in extra:

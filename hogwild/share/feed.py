@@ -5,8 +5,9 @@ parent's producer thread only sends tickets `(seq, epoch, index)` through a boun
 tickets per queue item on larger data (each item wakes the parent's feeder thread: a cost worth amortising), so a
 step costs a fraction of one small pickle instead of shared-memory handles for every tensor.
 `seq = epoch * n + position` numbers tickets in feed order; a checkpoint stores the first sequence number not yet
-trained (`resume_seq`) and a resumed run continues from exactly there with the same order. In 'partition' mode each
-worker walks its own fixed shard (`indices[w::W]`, reshuffled within the shard every epoch) and no queue is used.
+trained (`CounterSnapshot.resume_seq`, run_state.py) and a resumed run continues from exactly there with the same
+order. In 'partition' mode each worker walks its own fixed shard (`indices[w::W]`, reshuffled within the shard every
+epoch) and no queue is used.
 
 Serves step 3 of `hogwild.train` (spawn): the feed is built before spawning, its producer started in step 4.
 
@@ -22,7 +23,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .counters import EPOCH, IN_PROGRESS, LAST_SEQ, POSITION, TAKEN
 
 Ticket = tuple[int, int, int]  # (seq, epoch, batch index)
 _POLL = 0.2  # seconds between stop checks while waiting on the queue
@@ -165,21 +165,3 @@ class PartitionReader:
     def done(self) -> None:
         self.position += 1
         self.view.finished(self.epoch, self.position)
-
-
-def resume_seq(ints: np.ndarray, start_seq: int) -> int:
-    """Queue mode: the first ticket not known to be trained. Tickets being trained, or received and not yet
-    started, count as not trained (so with several workers a checkpoint may repeat batches other workers finished
-    after the earliest held ticket: at most one queue item, up to 32 tickets, per worker; with one worker it is
-    exact)."""
-    busy = ints[:, IN_PROGRESS][ints[:, IN_PROGRESS] >= 0]
-    if len(busy):
-        return int(busy.min())
-    if ints[:, TAKEN].sum() == 0:
-        return start_seq
-    return int(ints[:, LAST_SEQ].max()) + 1
-
-
-def partition_positions(ints: np.ndarray) -> list[tuple[int, int]]:
-    """Partition mode: every worker's (epoch, finished position) for the checkpoint."""
-    return [(int(row[EPOCH]), int(row[POSITION])) for row in ints]

@@ -15,9 +15,8 @@ from torch import nn
 from ..config import Config
 from ..shared_optim import SharedOptimizer, trainable_parameters, unique_nbytes
 from .checkpoint import RunCheckpoints, StartPosition, resume
-from .counters import SharedCounters, StepBudget
 from .resources import check_resources, check_shared_memory, removing_leaked_shm, shared_memory_need, tensor_nbytes
-from .run_control import RunControl
+from .run_state import RunControl, SharedCounters, StepBudget
 
 
 @dataclass

@@ -23,8 +23,7 @@ from torch import nn
 from ..config import Config
 from ..parent.supervisor import PARENT_SIGNALS, die_with_parent
 from ..share.batch_store import BatchStore
-from ..share.counters import SharedCounters, StepBudget
-from ..share.run_control import RunControl
+from ..share.run_state import RunControl, SharedCounters, StepBudget
 from .gradients import use_tf32
 from .replica import torch_device
 

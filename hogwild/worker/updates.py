@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from ..config import Config
-from ..share.counters import WorkerView
+from ..share.run_state import WorkerView
 from ..share.resources import usable_cores
 from .gradients import scale_gradients
 from .process_prelude import bind_device

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..config import Config
-from ..share.counters import PhaseClock
+from ..share.run_state import PhaseClock
 from ..share.feed import PartitionReader, QueueReader
 from ..shared_optim import FUSED_OPTIMIZERS
 from .gradients import GradientCheck, NonFiniteStreak, batch_seed, call_loss, compiled_loss, gradient_stats, seed_batch

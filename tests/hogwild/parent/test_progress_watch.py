@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import hogwild
-from hogwild.share.counters import LOSS_COUNT, TAKEN, UPDATES
 from hogwild.parent.progress_watch import HANG_STEPS, ProgressWatch
+from hogwild.share.run_state import LOSS_COUNT, STALENESS_BINS, TAKEN, UPDATES, CounterSnapshot
 from tests.hogwild import engine_helpers as H
 from tests.hogwild.parent.test_supervisor import alive, config, trained_updates
 
@@ -25,53 +25,53 @@ class FakeClock:
         return self.now
 
 
-def rows(steps: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Counter rows of workers that each took and applied `steps[w]` steps."""
+def rows(steps: list[int]) -> CounterSnapshot:
+    """A snapshot of workers that each took and applied `steps[w]` steps."""
     ints, floats = np.zeros((len(steps), 10), dtype=np.int64), np.zeros((len(steps), 7))
     for worker, count in enumerate(steps):
         ints[worker, TAKEN] = ints[worker, UPDATES] = count
         floats[worker, LOSS_COUNT] = count
-    return ints, floats
+    return CounterSnapshot(ints, floats, np.zeros((len(steps), STALENESS_BINS), dtype=np.int64))
 
 
 def test_the_bound_is_the_timeout_or_twenty_median_steps_whichever_is_longer():
     clock = FakeClock()
     watch = ProgressWatch(2, hang_timeout=3.0, clock=clock)
-    assert watch.observe(*rows([0, 0]), [True, True]) == []
+    assert watch.observe(rows([0, 0]), [True, True]) == []
     assert watch.bound(0) == 3.0 and watch.median_step(0) is None  # before the first step: the timeout alone
     for tick in range(1, 11):  # worker 0: 4 steps per 0.5 s (0.125 s each); worker 1: one 0.5 s step per tick
         clock.now += 0.5
-        assert watch.observe(*rows([4 * tick, tick]), [True, True]) == []
+        assert watch.observe(rows([4 * tick, tick]), [True, True]) == []
     assert watch.median_step(0) == 0.125 and watch.bound(0) == 3.0  # 20 x 0.125 = 2.5 < 3
     assert watch.median_step(1) == 0.5 and watch.bound(1) == HANG_STEPS * 0.5 == 10.0
     hung = []
     for _ in range(6):  # both stop: worker 0 is hung after 3 s; worker 1 (slow steps) is not yet
         clock.now += 0.5
-        hung = watch.observe(*rows([40, 10]), [True, True])
+        hung = watch.observe(rows([40, 10]), [True, True])
     assert [worker for worker, _ in hung] == [0] and watch.stalled[0] == 3.0
     assert "worker" not in hung[0][1] and "made no progress for 3 s" in hung[0][1]
     assert "20 x its median step of 0.125 s" in hung[0][1]
     for _ in range(14):
         clock.now += 0.5
-        hung = watch.observe(*rows([40, 10]), [True, True])
+        hung = watch.observe(rows([40, 10]), [True, True])
     assert [worker for worker, _ in hung] == [0, 1]  # worker 1 after 20 of its steps
 
 
 def test_a_paused_parent_counts_at_most_a_second_per_check_and_exited_workers_are_not_hung():
     clock = FakeClock()
     watch = ProgressWatch(2, hang_timeout=2.0, clock=clock)
-    watch.observe(*rows([1, 1]), [True, True])
+    watch.observe(rows([1, 1]), [True, True])
     clock.now += 3600  # Ctrl-Z stopped the whole process group for an hour
-    assert watch.observe(*rows([1, 1]), [True, True]) == [] and watch.stalled == [1.0, 1.0]
+    assert watch.observe(rows([1, 1]), [True, True]) == [] and watch.stalled == [1.0, 1.0]
     clock.now += 1.0
-    assert [worker for worker, _ in watch.observe(*rows([1, 1]), [True, False])] == [0]  # worker 1 has exited
+    assert [worker for worker, _ in watch.observe(rows([1, 1]), [True, False])] == [0]  # worker 1 has exited
 
 
 def test_a_late_worker_is_hung_only_when_it_had_stalled_for_twenty_of_its_steps():
     clock = FakeClock()
     watch = ProgressWatch(1, hang_timeout=60.0, clock=clock)
     for tick in range(3):
-        watch.observe(*rows([tick]), [True])
+        watch.observe(rows([tick]), [True])
         clock.now += 1.0  # 1 s steps
     assert watch.describe_late(0, waited=10.0) is None  # a slow step, not a hang
     text = watch.describe_late(0, waited=25.0)

@@ -1,9 +1,9 @@
-"""max_steps is exact (issue #14 item 7): workers claim update slots atomically (counters.StepBudget), so 2 workers
+"""max_steps is exact (issue #14 item 7): workers claim update slots atomically (run_state.StepBudget), so 2 workers
 on a fast model stop at exactly max_steps, also when resumed; a skipped (non-finite) update gives its slot back."""
 import multiprocessing
 
 import hogwild
-from hogwild.share.counters import StepBudget
+from hogwild.share.run_state import StepBudget
 from tests.hogwild import engine_helpers as H
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from hogwild.share.counters import IN_PROGRESS, LAST_SEQ, TAKEN, SharedCounters
 from hogwild.share.feed import (BatchFeed, PartitionReader, QueueReader, as_sequence, epoch_order,
-                                partition_order, resume_seq, tickets_per_item)
+                                partition_order, tickets_per_item)
+from hogwild.share.run_state import IN_PROGRESS, LAST_SEQ, TAKEN, SharedCounters
 
 
 def test_epoch_order_is_a_seeded_permutation():
@@ -55,7 +55,7 @@ def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order(n
         expected = [(e, int(i)) for e in range(3) for i in epoch_order(n, 4, e, True)]
         assert taken[worker] == [t for t in expected if t in taken[worker]]
     assert counters.ints[:, TAKEN].sum() == 3 * n
-    assert resume_seq(counters.ints.numpy(), 0) == 3 * n
+    assert counters.snapshot().resume_seq(0) == 3 * n
 
 
 def test_larger_data_sends_chunks_and_a_stop_mid_chunk_keeps_the_rest_for_resume():
@@ -72,7 +72,7 @@ def test_larger_data_sends_chunks_and_a_stop_mid_chunk_keeps_the_rest_for_resume
     reader.done()
     stop.set()  # stop with tickets 2 and 3 still held
     assert reader.next() is None
-    assert resume_seq(counters.ints.numpy(), 0) == 2
+    assert counters.snapshot().resume_seq(0) == 2
     feed.close()
 
 
@@ -84,16 +84,6 @@ def test_feed_resumes_at_a_sequence_number():
     feed.close()
     order = epoch_order(10, 4, 1, True)
     assert tickets == [[(17, 1, int(order[7]))], [(18, 1, int(order[8]))], [(19, 1, int(order[9]))], None]
-
-
-def test_resume_seq_counts_in_progress_batches_as_not_trained():
-    ints = SharedCounters(3).ints.numpy()
-    assert resume_seq(ints, start_seq=5) == 5  # nothing taken yet
-    ints[:, TAKEN], ints[:, LAST_SEQ] = [2, 3, 1], [8, 9, 7]
-    assert resume_seq(ints, 0) == 10  # everyone idle: after the last ticket taken
-    ints[1, IN_PROGRESS] = 9
-    ints[2, IN_PROGRESS] = 7
-    assert resume_seq(ints, 0) == 7
 
 
 def test_partition_reader_walks_its_shard_and_resumes_mid_epoch():

@@ -1,10 +1,10 @@
-"""hogwild.share.run_control: the first stop reason wins, the start time and the deadline, and a spawned process shares
-the flags both ways."""
+"""hogwild.share.run_state.RunControl: the first stop reason wins, the start time and the deadline, and a spawned
+process shares the flags both ways."""
 import multiprocessing
 import pickle
 import time
 
-from hogwild.share.run_control import RunControl
+from hogwild.share.run_state import RunControl
 
 
 def test_the_first_stop_reason_wins_and_a_reasonless_stop_keeps_it_open():

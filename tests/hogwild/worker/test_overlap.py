@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hogwild
-from hogwild.share.counters import SharedCounters
+from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.worker.updates import Update, Updater
 from tests.hogwild import engine_helpers as H

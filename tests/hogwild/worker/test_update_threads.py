@@ -5,9 +5,9 @@ import torch
 
 import hogwild
 from hogwild.config import ConfigError
-from hogwild.share.counters import SharedCounters
-from hogwild.worker.process_prelude import bound_device
+from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer
+from hogwild.worker.process_prelude import bound_device
 from hogwild.worker.updates import Update, Updater, update_threads
 from tests.hogwild import engine_helpers as H
 
