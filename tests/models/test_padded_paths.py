@@ -4,7 +4,8 @@ ones, the eager reference: the same loss and every parameter's gradient, no host
 Tolerances: float64 atol 1e-12, float32 atol 1e-5 (rtol 0), on mixed lengths padded past the longest sentence as a
 bucket edge pads them. The host-read tests run the padded path with every way of reading a tensor's value patched
 to raise, and on the 'meta' device (tensors without data: any read or copy to the host fails); the packed path
-trips both, so the tests can fail.
+trips both, so the tests can fail. On a GPU (tests marked cuda) the padded step runs under torch's sync debug mode
+set to error, and replays as a captured CUDA graph on another batch of its shape with the packed path's values.
 """
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hogwild.models import nmt as nmt_module
 from hogwild.models import pos_tagger as pos_module
+from hogwild.models.host_fields import to_device
 from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
 from hogwild.models.padded_rnn import padded_bidirectional, reverse_index
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
@@ -177,15 +179,21 @@ def launches(model, loss_fn, batch, **kwargs):
     return log.ops
 
 
-@pytest.mark.parametrize("task", ["nmt", "pos"])
-def test_batches_of_one_bucket_shape_launch_the_same_ops_and_shapes(task, make_nmt_batch, make_pos_batch):
-    if task == "nmt":  # both (3, 8) sources and (3, 9) targets once padded, with other lengths and words
+def one_bucket(task, make_nmt_batch, make_pos_batch):
+    """(model maker, loss, batch a, batch b): a and b of one padded shape, other lengths, words and token counts."""
+    if task == "nmt":  # both (3, 8) sources and (3, 9) targets once padded
         make, loss_fn, a = nmt_case(make_nmt_batch, seed=1, src=(3, 5, 1), tgt=(4, 1, 5))
         b = counted(make_nmt_batch([2, 5, 4], [5, 3, 3], extra_pad=2, seed=2))
     else:  # both (4, 8)
         make, loss_fn, a = pos_case(make_pos_batch, seed=1)
         b = counted(make_pos_batch([5, 4, 4, 1], extra_pad=3, seed=2))
     assert all(a[k].shape == b[k].shape for k in a if k != "tokens") and a["tokens"] != b["tokens"]
+    return make, loss_fn, a, b
+
+
+@pytest.mark.parametrize("task", ["nmt", "pos"])
+def test_batches_of_one_bucket_shape_launch_the_same_ops_and_shapes(task, make_nmt_batch, make_pos_batch):
+    make, loss_fn, a, b = one_bucket(task, make_nmt_batch, make_pos_batch)
     model = make()
     padded_a, padded_b = launches(model, loss_fn, a, padded=True), launches(model, loss_fn, b, padded=True)
     assert len(padded_a) > 50 and padded_a == padded_b
@@ -200,3 +208,54 @@ def test_padded_loss_needs_the_host_token_count(task, make_nmt_batch, make_pos_b
         loss_fn(model, {k: v for k, v in batch.items() if k != "tokens"}, padded=True)
     with pytest.raises(ValueError, match="no token to predict"):
         loss_fn(model, {**batch, "tokens": 0}, padded=True)
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: syncs and graph capture need a GPU")
+
+
+@CUDA
+@pytest.mark.parametrize("task", ["nmt", "pos"])
+def test_the_padded_step_never_synchronises_a_gpu(task, make_nmt_batch, make_pos_batch):
+    make, loss_fn, a, _ = one_bucket(task, make_nmt_batch, make_pos_batch)
+    model, a = make().double().cuda(), to_device(a, torch.device("cuda"))
+    loss_fn(model, a, padded=True)[0].backward()  # warm-up: cuDNN plans, the allocator
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss, _ = loss_fn(model, a, padded=True)
+        loss.backward()
+        with pytest.raises(RuntimeError, match="synchronizing"):  # the control: the packed path reads its lengths
+            loss_fn(model, a)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@CUDA
+@pytest.mark.parametrize("task", ["nmt", "pos"])
+def test_the_padded_step_replays_as_a_cuda_graph_with_the_packed_paths_values(task, make_nmt_batch, make_pos_batch):
+    """Captured on batch a, replayed on b copied into a's tensors: b's packed loss and gradients (float64)."""
+    make, loss_fn, a, b = one_bucket(task, make_nmt_batch, make_pos_batch)
+    cuda = torch.device("cuda")
+    model, static, b = make().double().to(cuda), to_device(a, cuda), to_device(b, cuda)
+    packed, _ = loss_fn(model, b)
+    expected = torch.autograd.grad(packed, list(model.parameters()))
+    side = torch.cuda.Stream()  # warm-up on a side stream, as torch's CUDA graph notes do
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model.zero_grad(set_to_none=True)
+            loss_fn(model, static, padded=True)[0].backward()
+    torch.cuda.current_stream().wait_stream(side)
+    model.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss, _ = loss_fn(model, static, padded=True)
+        loss.backward()
+    for key, value in b.items():
+        if torch.is_tensor(value):
+            static[key].copy_(value)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(loss, packed, rtol=0, atol=1e-10)
+    for (name, param), grad in zip(model.named_parameters(), expected):
+        torch.testing.assert_close(param.grad, grad, rtol=0, atol=1e-10, msg=lambda m: f"{name}: {m}")
