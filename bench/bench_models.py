@@ -17,6 +17,7 @@ import time
 import torch
 
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
+from hogwild.models.host_fields import to_device
 
 from bench import command_line
 
@@ -55,10 +56,6 @@ def encoder_only_loss(model: AttentionNMT, batch: dict) -> tuple[torch.Tensor, i
     """A loss that touches only the encoder: the cost of everything but the decoder."""
     encoded = model.encode(batch["src"], batch["src_mask"])
     return encoded.keys.sum() + encoded.initial_state.sum(), 1
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    return {k: v.to(device) for k, v in batch.items()}
 
 
 def time_update(model, loss_fn, batch, device) -> float:

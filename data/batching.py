@@ -15,10 +15,21 @@ The batch contract (what ``models.pos_loss`` / ``models.nmt_loss`` read; every t
 POS batch:  ``words`` (B, T) word ids, pad 0; ``prefixes`` and ``suffixes`` (B, T, L) char ids with L = 10
             (``features.AFFIX_LENGTH``): the prefix RIGHT-padded, the suffix LEFT-padded with 0 (``data/features.py``);
             ``tags`` (B, T) tag ids, -100 (``IGNORE_INDEX``) at padding, never pad; ``lengths`` (B,) tokens per
-            sentence (>= 1). Sentences keep their order in the batch; T = max(lengths).
+            sentence (>= 1); ``tokens`` (int) the tags the loss counts (tags != -100). Sentences keep their order in
+            the batch; T = max(lengths), or its bucket edge (below).
 NMT batch:  ``src`` (B, S) source ids + eos, pad 0; ``src_mask`` (B, S) bool, True on real tokens; ``tgt`` (B, T)
-            bos + target ids + eos, pad 0; ``tgt_mask`` (B, T) bool. The loss predicts tgt[:, 1:] from tgt[:, :-1].
+            bos + target ids + eos, pad 0; ``tgt_mask`` (B, T) bool; ``tokens`` (int) the target tokens the loss
+            predicts (tgt_mask[:, 1:].sum(): words + eos). The loss predicts tgt[:, 1:] from tgt[:, :-1].
 Ids: every vocabulary has pad 0, unk 1, bos 2, eos 3 (``models/special_ids.py``); tag vocabularies pad 0 and unk 1 only.
+Host-side fields: ``tokens`` is a plain int, not a tensor, so it stays on the host when the batch moves to a device
+(``hogwild.replica.move_batch``, ``models.host_fields.to_device``): the padded losses return it as their count
+without reading the device. Code that cuts a batch's rows or lengths recomputes it.
+
+Length buckets: with ``bucket_edges`` (increasing lengths, e.g. (8, 16, 24, 32, 48, 64)) a batcher pads each batch's
+time dimensions (POS: T; NMT: S and T, each on its own) up to the smallest edge that holds them, so an epoch's
+batches fall into a few fixed shapes: what a CUDA graph or a compiled step needs, one per shape. A batch longer
+than the last edge keeps its own length (a shape outside the buckets). Off (None) by default: T = the batch's own
+longest. ``pad_lengths`` does the same for NMT with every multiple of N as an edge (run.py's --length-bucket).
 """
 from __future__ import annotations
 
@@ -118,15 +129,34 @@ class ParallelData:
         return {"src": self.src, "src_offsets": self.src_offsets, "tgt": self.tgt, "tgt_offsets": self.tgt_offsets}
 
 
+def check_edges(edges: Sequence[int] | None) -> tuple[int, ...] | None:
+    """The bucket edges as a tuple, or a clear error unless they are increasing lengths >= 1 (None: no buckets)."""
+    if edges is None:
+        return None
+    edges = tuple(int(edge) for edge in edges)
+    if not edges or edges[0] < 1 or any(a >= b for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"bucket_edges must be increasing lengths >= 1, got {edges}")
+    return edges
+
+
+def bucket_length(length: int, edges: tuple[int, ...] | None) -> int:
+    """The smallest edge >= length; length itself without edges or past the last edge."""
+    if edges is None:
+        return length
+    return next((edge for edge in edges if edge >= length), length)
+
+
 class _Batcher:
     """Shared logic: ``plan`` (the batches as arrays of example indices) and ``batches`` (the batch dicts)."""
 
-    def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int):
+    def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int,
+                 bucket_edges: Sequence[int] | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if size < 1:
             raise ValueError("cannot batch an empty corpus")
         self.size, self.batch_size, self.shuffle, self.seed = size, batch_size, shuffle, seed
+        self.bucket_edges = check_edges(bucket_edges)
 
     def __len__(self) -> int:
         return math.ceil(self.size / self.batch_size)
@@ -153,10 +183,12 @@ class _Batcher:
 
 
 class PosBatcher(_Batcher):
-    """Batches of ``batch_size`` sentences (1 = the paper's one sentence per update), grouped in a seeded order."""
+    """Batches of ``batch_size`` sentences (1 = the paper's one sentence per update), grouped in a seeded order;
+    ``bucket_edges``: pad T up to the bucket edges (module docstring)."""
 
-    def __init__(self, data: TaggedData, batch_size: int = 1, shuffle: bool = True, seed: int = 0):
-        super().__init__(len(data), batch_size, shuffle, seed)
+    def __init__(self, data: TaggedData, batch_size: int = 1, shuffle: bool = True, seed: int = 0,
+                 bucket_edges: Sequence[int] | None = None):
+        super().__init__(len(data), batch_size, shuffle, seed, bucket_edges)
         self.data = data
         self.num_tokens = data.num_tokens
 
@@ -164,7 +196,7 @@ class PosBatcher(_Batcher):
         d = self.data
         starts, ends = d.offsets[indices], d.offsets[np.asarray(indices) + 1]
         lengths = ends - starts
-        b, t, length = len(indices), int(lengths.max()), d.prefixes.shape[1]
+        b, t, length = len(indices), bucket_length(int(lengths.max()), self.bucket_edges), d.prefixes.shape[1]
         words = np.zeros((b, t), dtype=np.int64)                           # (B, T)
         tags = np.full((b, t), IGNORE_INDEX, dtype=np.int64)              # (B, T)
         prefixes = np.zeros((b, t, length), dtype=np.int64)              # (B, T, L)
@@ -175,17 +207,18 @@ class PosBatcher(_Batcher):
             prefixes[row, :n], suffixes[row, :n] = d.prefixes[start:end], d.suffixes[start:end]
         return {"words": torch.from_numpy(words), "prefixes": torch.from_numpy(prefixes),
                 "suffixes": torch.from_numpy(suffixes), "tags": torch.from_numpy(tags),
-                "lengths": torch.from_numpy(lengths.astype(np.int64))}
+                "lengths": torch.from_numpy(lengths.astype(np.int64)), "tokens": int((tags != IGNORE_INDEX).sum())}
 
 
 class NmtBatcher(_Batcher):
     """Batches of ``batch_size`` pairs. With ``shuffle``, pairs are shuffled, cut into pools of ``pool_batches``
     batches and sorted by length inside each pool (little padding); the batches are then listed in a seeded order
-    (so that no prefix of the list is all short or all long sentences)."""
+    (so that no prefix of the list is all short or all long sentences). ``bucket_edges``: pad S and T up to the
+    bucket edges (module docstring)."""
 
     def __init__(self, data: ParallelData, batch_size: int = 64, shuffle: bool = True, seed: int = 0,
-                 pool_batches: int = 100):
-        super().__init__(len(data), batch_size, shuffle, seed)
+                 pool_batches: int = 100, bucket_edges: Sequence[int] | None = None):
+        super().__init__(len(data), batch_size, shuffle, seed, bucket_edges)
         if pool_batches < 1:
             raise ValueError(f"pool_batches must be >= 1, got {pool_batches}")
         self.data, self.pool_batches = data, pool_batches
@@ -210,8 +243,9 @@ class NmtBatcher(_Batcher):
         indices = np.asarray(indices)
         src_len, tgt_len = self._src_len[indices], self._tgt_len[indices]
         b = len(indices)
-        src = np.zeros((b, int(src_len.max()) + 1), dtype=np.int64)  # (B, S): ids + eos
-        tgt = np.zeros((b, int(tgt_len.max()) + 2), dtype=np.int64)  # (B, T): bos + ids + eos
+        edges = self.bucket_edges
+        src = np.zeros((b, bucket_length(int(src_len.max()) + 1, edges)), dtype=np.int64)  # (B, S): ids + eos
+        tgt = np.zeros((b, bucket_length(int(tgt_len.max()) + 2, edges)), dtype=np.int64)  # (B, T): bos + ids + eos
         for row, i in enumerate(indices):
             n, m = src_len[row], tgt_len[row]
             src[row, :n] = d.src[d.src_offsets[i]:d.src_offsets[i + 1]]
@@ -220,7 +254,8 @@ class NmtBatcher(_Batcher):
             tgt[row, 1:m + 1] = d.tgt[d.tgt_offsets[i]:d.tgt_offsets[i + 1]]
             tgt[row, m + 1] = EOS
         src_t, tgt_t = torch.from_numpy(src), torch.from_numpy(tgt)
-        return {"src": src_t, "src_mask": src_t != PAD, "tgt": tgt_t, "tgt_mask": tgt_t != PAD}
+        return {"src": src_t, "src_mask": src_t != PAD, "tgt": tgt_t, "tgt_mask": tgt_t != PAD,
+                "tokens": int(tgt_len.sum()) + b}  # words + eos
 
 
 def pad_lengths(batch: dict[str, torch.Tensor], multiple: int) -> dict[str, torch.Tensor]:

@@ -1,5 +1,6 @@
 """The two models of the Hogwild paper, each an nn.Module plus a `loss(model, batch) -> (mean loss, tokens)` function
-and evaluation functions. Nothing here knows about parallelism (no torch.multiprocessing, no MPI) or reads text: the
+(packed sequences by default; `padded=True` for the path a CUDA graph can capture, padded_rnn.py) and evaluation
+functions. Nothing here knows about parallelism (no torch.multiprocessing, no MPI) or reads text: the
 batches are the dicts documented in data/batching.py, and evaluation takes id -> text callables as arguments.
 
 Usage:

@@ -9,9 +9,21 @@ Decoder step i (teacher forcing feeds y_{i-1} = tgt[:, i-1]):
 The encoder is one fused, packed nn.GRU call. The decoder loop only runs the attention and the fused GRUCell; the
 readout and the softmax projection run once over all steps after the loop. s_0 = tanh(W_init mean_j h_j).
 
+Two paths compute the same loss and gradients (tests/models/test_padded_paths.py gives the tolerances):
+  - packed (the default, the eager reference): the encoder runs on packed sequences, which need the source lengths
+    on the host, so the loss reads them from the device once before its first kernel;
+  - padded (`nmt_loss(..., padded=True)`, `model(..., padded=True)`): the encoder runs over the whole padded (B, S)
+    with the lengths kept on the device (models/padded_rnn.py: the backward direction reverses each sentence by its
+    own length), the mean and the attention mask the padding, the loss is normalised by a token count taken on the
+    device, and the count it returns is the batch's host-side `tokens`. No host read and no data-dependent launch
+    shape: one CUDA graph per padded (B, S, T) can capture it. The decoder loop is the same in both (it already runs
+    every padded target step and the loss masks them).
+A run picks its path per run by the loss it hands the engine: `functools.partial(nmt_loss, padded=True)`.
+
 Usage:
     model = AttentionNMT(nmt_preset("small", src_words=len(src_vocab), tgt_words=len(tgt_vocab)))
     loss, n_tokens = nmt_loss(model, batch)   # batch: the NMT dict of data/batching.py
+    loss, n_tokens = nmt_loss(model, batch, padded=True)   # the graph-capturable path; needs batch["tokens"]
 """
 from __future__ import annotations
 
@@ -23,6 +35,8 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .attention import AdditiveAttention
+from .host_fields import host_tokens
+from .padded_rnn import padded_bidirectional
 from .special_ids import PAD
 
 
@@ -107,6 +121,17 @@ class AttentionNMT(nn.Module):
         return EncoderOutput(annotations, self.attention.project_keys(annotations), src_mask,
                              torch.tanh(self.init_state(mean)))
 
+    def encode_padded(self, src: Tensor, src_mask: Tensor) -> EncoderOutput:
+        """encode's result with no host read and launch shapes fixed by (B, S): the GRU runs over the padding
+        (models/padded_rnn.py) and the lengths stay on src's device. Trusts every row to have a real token (the
+        batchers end each source with eos); an empty row would give a NaN mean instead of encode's error."""
+        lengths = src_mask.sum(1)  # (B,) on src's device
+        embedded = self.dropout(self.src_embedding(src))  # (B, S, E)
+        annotations = padded_bidirectional(self.encoder, embedded, lengths)  # (B, S, 2H), zero on padding
+        mean = annotations.sum(1) / lengths[:, None].to(annotations.dtype)
+        return EncoderOutput(annotations, self.attention.project_keys(annotations), src_mask,
+                             torch.tanh(self.init_state(mean)))
+
     def step(self, embedded: Tensor, state: Tensor, encoded: EncoderOutput) -> tuple[Tensor, Tensor]:
         """One decoder step: embedded previous word (B, E), state s_{i-1} (B, H) -> (s_i (B, H), c_i (B, 2H))."""
         context, _ = self.attention(state, encoded.keys, encoded.annotations, encoded.mask)  # (B, 2H)
@@ -117,10 +142,12 @@ class AttentionNMT(nn.Module):
         readout = torch.tanh(self.readout(torch.cat([states, embedded, contexts], dim=-1)))
         return self.output(self.dropout(readout))
 
-    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, host_lengths: Tensor | None = None) -> Tensor:
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor, host_lengths: Tensor | None = None,
+                padded: bool = False) -> Tensor:
         """Teacher forcing: src (B, S), src_mask (B, S), tgt_in (B, T) starting with bos -> logits (B, T, V).
-        host_lengths: optional source lengths (B,) on the CPU (see encode)."""
-        encoded = self.encode(src, src_mask, host_lengths)
+        host_lengths: optional source lengths (B,) on the CPU (see encode); padded: encode_padded instead of encode
+        (host_lengths unused)."""
+        encoded = self.encode_padded(src, src_mask) if padded else self.encode(src, src_mask, host_lengths)
         embedded = self.dropout(self.tgt_embedding(tgt_in))  # (B, T, E)
         state = encoded.initial_state
         states, contexts = [], []
@@ -137,9 +164,18 @@ class AttentionNMT(nn.Module):
         return torch.log_softmax(self.logits(new_state, embedded, context), dim=-1), new_state
 
 
-def nmt_loss(model: AttentionNMT, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
-    """Mean negative log-likelihood per target token (eos included, bos and padding excluded), and the token count."""
+def nmt_loss(model: AttentionNMT, batch: dict, padded: bool = False) -> tuple[Tensor, int]:
+    """Mean negative log-likelihood per target token (eos included, bos and padding excluded), and the token count.
+    padded: the graph-capturable path (module docstring): no host read; the count returned is batch["tokens"]."""
     tgt, tgt_mask, src_mask = batch["tgt"], batch["tgt_mask"], batch["src_mask"]
+    if padded:
+        n_tokens = host_tokens(batch, "NMT")
+        logits = model(batch["src"], src_mask, tgt[:, :-1], padded=True)  # (B, T-1, V)
+        gold = tgt[:, 1:].masked_fill(~tgt_mask[:, 1:], -100)  # (B, T-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), gold.reshape(-1), ignore_index=-100,
+                               reduction="sum")
+        # The divisor is counted on the device: a host int would be frozen into a captured graph.
+        return loss / tgt_mask[:, 1:].sum(), n_tokens
     # The source lengths and the token count in one read of the device, before any compute is queued: a read
     # after the forward would stall a GPU's launch queue between forward and backward.
     counts = torch.cat([src_mask.sum(1), tgt_mask[:, 1:].sum().view(1)]).cpu()  # (B + 1,)

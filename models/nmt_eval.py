@@ -17,6 +17,7 @@ import sacrebleu
 import torch
 from torch import Tensor
 
+from .host_fields import to_device
 from .nmt import AttentionNMT
 from .search import beam_search, greedy_search
 
@@ -90,7 +91,7 @@ def heldout_loss(model: torch.nn.Module, batches: Iterable[dict[str, Tensor]],
     device = next(model.parameters()).device
     try:
         for batch in batches:
-            loss, n = loss_fn(model, {key: value.to(device) for key, value in batch.items()})
+            loss, n = loss_fn(model, to_device(batch, device))
             total += float(loss) * n
             tokens += n
     finally:

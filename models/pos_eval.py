@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .host_fields import to_device
 from .pos_tagger import POSTagger
 from .special_ids import IGNORE_INDEX, UNK
 
@@ -57,7 +58,7 @@ def predict_tags(model: POSTagger, batch: dict[str, Tensor]) -> Tensor:
     model.eval()
     device = next(model.parameters()).device
     try:
-        predicted = model.score_batch({key: value.to(device) for key, value in batch.items()}).argmax(-1).cpu()
+        predicted = model.score_batch(to_device(batch, device)).argmax(-1).cpu()
     finally:
         model.train(was_training)
     steps = predicted.shape[1]

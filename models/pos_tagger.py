@@ -4,12 +4,24 @@ A word is represented by [word embedding ; final state of a forward char-LSTM ov
 backward char-LSTM over its prefix]. The affixes have a fixed length (10) and are padded as data/features.py says: the
 suffix is LEFT-padded, so the forward LSTM reads the pads first and ends on the word's last character; the prefix is
 RIGHT-padded and read right-to-left, so the backward LSTM ends on the first character. Both char LSTMs therefore run as
-single fused nn.LSTM calls over all words of a batch. A 2-layer bidirectional word LSTM (packed, so padding never
-enters it) reads the sentence and a linear layer scores the tags at each position.
+single fused nn.LSTM calls over all words of a batch. A 2-layer bidirectional word LSTM reads the sentence and a
+linear layer scores the tags at each position.
+
+Two paths compute the same loss and gradients (tests/models/test_padded_paths.py gives the tolerances):
+  - packed (the default, the eager reference): the char LSTMs run over the real tokens only and the word LSTM on
+    packed sequences; both need the lengths on the host, so the loss reads them from the device once up front;
+  - padded (`pos_loss(..., padded=True)`, `model(..., padded=True)`): the char LSTMs run over every (B, T) position
+    and the word LSTM over the padded batch with the lengths kept on the device (models/padded_rnn.py: the backward
+    direction reverses each sentence by its own length); padded positions are zeroed before the word LSTM and after
+    it and ignored by the loss, which is normalised by a count taken on the device and returns the batch's host-side
+    `tokens`. No host read and no data-dependent launch shape: one CUDA graph per padded (B, T) can capture it.
+    With dropout between word LSTM layers the two paths draw different masks (packed rows vs padded rows).
+A run picks its path per run by the loss it hands the engine: `functools.partial(pos_loss, padded=True)`.
 
 Usage:
     model = POSTagger(pos_preset("small", n_words=len(words), n_chars=len(chars), n_tags=len(tags)))
     loss, n_tokens = pos_loss(model, batch)   # batch: the POS dict of data/batching.py
+    loss, n_tokens = pos_loss(model, batch, padded=True)   # the graph-capturable path; needs batch["tokens"]
 """
 from __future__ import annotations
 
@@ -20,6 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .host_fields import host_tokens
+from .padded_rnn import padded_bidirectional, real_positions
 from .special_ids import IGNORE_INDEX, PAD
 
 
@@ -85,9 +99,12 @@ class POSTagger(nn.Module):
         _, (prefix_state, _) = self.prefix_lstm(self.char_embedding(prefixes.flip(1)))  # (1, N, Hc)
         return torch.cat([self.word_embedding(words), suffix_state[0], prefix_state[0]], dim=-1)
 
-    def forward(self, words: Tensor, prefixes: Tensor, suffixes: Tensor, lengths: Tensor) -> Tensor:
-        """words (B, T), prefixes/suffixes (B, T, L), lengths (B,) -> tag scores (B, T, n_tags); padded
-        positions score 0."""
+    def forward(self, words: Tensor, prefixes: Tensor, suffixes: Tensor, lengths: Tensor,
+                padded: bool = False) -> Tensor:
+        """words (B, T), prefixes/suffixes (B, T, L), lengths (B,) -> tag scores (B, T, n_tags); padded positions
+        score the output bias. padded: the graph-capturable path (module docstring), lengths on words' device."""
+        if padded:
+            return self.forward_padded(words, prefixes, suffixes, lengths)
         batch, steps = words.shape
         host_lengths = lengths.cpu()  # free when the caller passes CPU lengths (pos_loss); else read before compute
         real = torch.arange(steps)[None, :] < host_lengths[:, None]  # (B, T) on the CPU
@@ -104,15 +121,34 @@ class POSTagger(nn.Module):
         states, _ = pad_packed_sequence(states, batch_first=True, total_length=steps)  # (B, T, 2 Hw)
         return self.output(self.dropout(states))  # (B, T, n_tags)
 
+    def forward_padded(self, words: Tensor, prefixes: Tensor, suffixes: Tensor, lengths: Tensor) -> Tensor:
+        """forward's scores with no host read: every launch shape is fixed by (B, T, L)."""
+        batch, steps = words.shape
+        affix = prefixes.shape[-1]
+        real = real_positions(lengths, steps)[..., None]  # (B, T, 1) on the device
+        reps = self.word_representations(words.reshape(-1), prefixes.reshape(-1, affix),
+                                         suffixes.reshape(-1, affix))  # (B * T, D): padding too, fixed shape
+        inputs = reps.view(batch, steps, -1).masked_fill(~real, 0.0)  # (B, T, D), zero on padding as packed
+        states = padded_bidirectional(self.word_lstm, self.dropout(inputs), lengths)  # (B, T, 2 Hw)
+        return self.output(self.dropout(states))  # (B, T, n_tags)
+
     def score_batch(self, batch: dict[str, Tensor], host_lengths: Tensor | None = None) -> Tensor:
         """Tag scores (B, T, n_tags) for a POS batch (data/batching.py) (host_lengths: its lengths on the CPU, if known)."""
         lengths = batch["lengths"] if host_lengths is None else host_lengths
         return self(batch["words"], batch["prefixes"], batch["suffixes"], lengths)
 
 
-def pos_loss(model: POSTagger, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
-    """Mean tag negative log-likelihood over the real tokens of the batch, and the number of those tokens."""
+def pos_loss(model: POSTagger, batch: dict, padded: bool = False) -> tuple[Tensor, int]:
+    """Mean tag negative log-likelihood over the real tokens of the batch, and the number of those tokens.
+    padded: the graph-capturable path (module docstring): no host read; the count returned is batch["tokens"]."""
     tags = batch["tags"]  # (B, T), -100 at padding
+    if padded:
+        n_tokens = host_tokens(batch, "POS")
+        scores = model(batch["words"], batch["prefixes"], batch["suffixes"], batch["lengths"], padded=True)
+        loss = F.cross_entropy(scores.reshape(-1, scores.shape[-1]), tags.reshape(-1), ignore_index=IGNORE_INDEX,
+                               reduction="sum")
+        # The divisor is counted on the device: a host int would be frozen into a captured graph.
+        return loss / (tags != IGNORE_INDEX).sum(), n_tokens
     # The lengths and the token count in one read of the device, before any compute is queued: a read after the
     # forward would stall a GPU's launch queue between forward and backward.
     counts = torch.cat([batch["lengths"].to(tags.device, torch.int64), (tags != IGNORE_INDEX).sum().view(1)]).cpu()

@@ -40,12 +40,14 @@ def cap_source(batch: dict[str, torch.Tensor], max_len: int = EVAL_MAX_LEN) -> d
 
 
 def cap_lengths(batch: dict[str, torch.Tensor], max_len: int) -> dict[str, torch.Tensor]:
-    """src (B, S) cut to max_len units + eos, tgt (B, T) to bos + max_len units + eos; masks follow."""
+    """src (B, S) cut to max_len units + eos, tgt (B, T) to bos + max_len units + eos; masks and the host-side
+    token count follow."""
     src, tgt = cap_source(batch, max_len)["src"], batch["tgt"]
     if tgt.shape[1] > max_len + 2:
         tgt = tgt[:, :max_len + 2].clone()
         tgt[:, max_len + 1] = torch.where(tgt[:, max_len + 1] != PAD, EOS, PAD)
-    return dict(batch, src=src, src_mask=src != PAD, tgt=tgt, tgt_mask=tgt != PAD)
+    tgt_mask = tgt != PAD
+    return dict(batch, src=src, src_mask=src != PAD, tgt=tgt, tgt_mask=tgt_mask, tokens=int(tgt_mask[:, 1:].sum()))
 
 
 def sample_rows(count: int, sample: int | None, seed: int) -> np.ndarray:

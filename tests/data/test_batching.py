@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hogwild.data.batching import NmtBatcher, ParallelData, PosBatcher, TaggedData
+from hogwild.data.batching import NmtBatcher, ParallelData, PosBatcher, TaggedData, pad_lengths
 from hogwild.data.synthetic import synthetic_parallel
 from hogwild.data.vocab import TAG_SPECIALS, Vocabulary
 
@@ -22,8 +22,9 @@ def test_pos_batch_layout():
     data, words, chars, tags = pos_data()
     assert data.offsets.tolist() == [0, 2, 5, 6] and data.num_tokens == 6
     batch = PosBatcher(data, batch_size=2, shuffle=False).batch([0, 1])
-    assert set(batch) == {"words", "prefixes", "suffixes", "tags", "lengths"}
-    assert all(t.dtype == torch.int64 for t in batch.values())
+    assert set(batch) == {"words", "prefixes", "suffixes", "tags", "lengths", "tokens"}
+    assert all(batch[k].dtype == torch.int64 for k in batch if k != "tokens")
+    assert type(batch["tokens"]) is int and batch["tokens"] == 5  # a host-side count, never moved to a device
     assert batch["words"].tolist() == [words.encode(["the", "dog"]) + [0], words.encode(["a", "cat", "runs"])]
     assert batch["tags"].tolist() == [tags.encode(["D", "N"]) + [-100], tags.encode(["D", "N", "V"])]
     assert batch["lengths"].tolist() == [2, 3]
@@ -60,7 +61,8 @@ def nmt_data(n=500):
 def test_nmt_batch_layout():
     data, pairs, src, tgt = nmt_data(3)
     batch = NmtBatcher(data, batch_size=3, shuffle=False).batch([0, 1, 2])
-    assert set(batch) == {"src", "src_mask", "tgt", "tgt_mask"}
+    assert set(batch) == {"src", "src_mask", "tgt", "tgt_mask", "tokens"}
+    assert type(batch["tokens"]) is int and batch["tokens"] == sum(len(t) + 1 for _, t in pairs)  # words + eos
     for row, (s, t) in enumerate(pairs):
         n, m = len(s), len(t)
         assert batch["src"][row, :n + 1].tolist() == src.encode(s, eos=True)
@@ -102,3 +104,40 @@ def test_bad_batcher_arguments():
     empty = ParallelData(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64))
     with pytest.raises(ValueError, match="cannot batch an empty corpus"):
         NmtBatcher(empty)
+
+
+def test_pos_bucket_edges_pad_each_batch_to_its_edge():
+    data = pos_data()[0]  # sentence lengths 2, 3, 1
+    plain = PosBatcher(data, batch_size=1, shuffle=False).batches()
+    bucketed = PosBatcher(data, batch_size=1, shuffle=False, bucket_edges=(2, 4)).batches()
+    assert [b["words"].shape[1] for b in bucketed] == [2, 4, 2]
+    for tight, padded in zip(plain, bucketed):
+        n = tight["words"].shape[1]
+        assert torch.equal(padded["lengths"], tight["lengths"]) and padded["tokens"] == tight["tokens"]
+        for key in ("words", "prefixes", "suffixes", "tags"):
+            assert torch.equal(padded[key][:, :n], tight[key])
+        assert padded["words"][:, n:].eq(0).all() and padded["tags"][:, n:].eq(-100).all()
+        assert padded["prefixes"][:, n:].eq(0).all() and padded["suffixes"][:, n:].eq(0).all()
+    beyond = PosBatcher(data, batch_size=1, shuffle=False, bucket_edges=(2,)).batches()
+    assert [b["words"].shape[1] for b in beyond] == [2, 3, 2]  # past the last edge: the batch's own length
+
+
+def test_nmt_bucket_edges_pad_source_and_target_apart():
+    data, pairs = nmt_data(40)[:2]
+    edges = (8, 12, 16, 24, 32)
+    plain, bucketed = NmtBatcher(data, 8, seed=2), NmtBatcher(data, 8, seed=2, bucket_edges=edges)
+    for tight, padded in zip(plain, bucketed):
+        s, t = tight["src"].shape[1], tight["tgt"].shape[1]
+        assert padded["src"].shape[1] == min(e for e in edges if e >= s)
+        assert padded["tgt"].shape[1] == min(e for e in edges if e >= t)
+        assert torch.equal(padded["src"][:, :s], tight["src"]) and not padded["src_mask"][:, s:].any()
+        assert torch.equal(padded["tgt"][:, :t], tight["tgt"]) and not padded["tgt_mask"][:, t:].any()
+        assert padded["tokens"] == tight["tokens"] == int(padded["tgt_mask"][:, 1:].sum())
+    assert len({(b["src"].shape[1], b["tgt"].shape[1]) for b in bucketed}) <= len(edges) ** 2
+    assert pad_lengths(next(iter(bucketed)), 8)["tokens"] == next(iter(bucketed))["tokens"]
+
+
+@pytest.mark.parametrize("edges", [(), (0, 4), (4, 4), (8, 4)])
+def test_bad_bucket_edges_are_refused(edges):
+    with pytest.raises(ValueError, match="bucket_edges must be increasing lengths >= 1"):
+        PosBatcher(pos_data()[0], bucket_edges=edges)

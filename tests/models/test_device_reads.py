@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import hogwild.models
 from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
 
@@ -20,7 +21,8 @@ READS = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_sel
          aten.masked_scatter.default, aten.is_nonzero.default}
 
 
-MODELS = os.path.join("models", "")
+# The package's own folder, not any path holding "models/" (a checkout in a folder of that name holds torch too).
+MODELS = os.path.join(os.path.dirname(os.path.abspath(hogwild.models.__file__)), "")
 
 
 PLUMBING = tuple(os.path.join("torch", name) for name in ("_tensor.py", "_ops.py", "overrides.py", "_compile.py",
@@ -32,7 +34,7 @@ def by_models() -> bool:
     """Did one of the models' files make this call itself (not through a torch module such as nn.LSTM)?"""
     for frame in reversed(traceback.extract_stack()[:-2]):
         if frame.filename != __file__ and not frame.filename.endswith(PLUMBING):
-            return MODELS in frame.filename
+            return os.path.abspath(frame.filename).startswith(MODELS)
     return False
 
 

@@ -1,5 +1,7 @@
 """tasks.heldout and the tasks' evaluate(): length-sorted, length-capped held-out sets, the seeded periodic sample,
 translations back in corpus order, a real long Europarl sentence, and the jobs' periodic versus final evaluation."""
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,7 @@ def test_cap_lengths_cuts_both_sides_and_ends_cut_rows_in_eos():
     capped = cap_lengths(dict(batch, src_mask=batch["src"] != 0, tgt_mask=batch["tgt"] != 0), 2)
     assert capped["src"].tolist() == [[5, 6, 3], [5, 3, 0]]
     assert capped["tgt"].tolist() == [[2, 5, 6, 3], [2, 9, 3, 0]]
+    assert capped["tokens"] == 3 + 2  # the host-side count of the cut targets (after bos)
     assert capped["src_mask"].tolist() == [[True, True, True], [True, True, False]]
     assert batch["src"][0, 2] == 7  # the input is not changed
 
@@ -82,6 +85,8 @@ def test_a_long_europarl_sentence_is_cut_and_its_translation_bounded(corpus):
     words = translate(model, heldout.batches, beam_size=1, max_len=DECODE_MAX_LEN)
     assert len(words) == 3 and all(len(w) <= min(2 * 101 + 10, DECODE_MAX_LEN) for w in words)
     assert heldout_loss(model, heldout.batches, nmt_loss)["tokens"] == sum(min(len(t), 100) + 1 for t in tgt_tokens)
+    assert heldout_loss(model, heldout.batches, functools.partial(nmt_loss, padded=True))["tokens"] == sum(
+        min(len(t), 100) + 1 for t in tgt_tokens)  # the host-side count follows the cut
 
 
 def test_nmt_job_checks_a_sample_periodically_and_everything_at_the_end():

@@ -1,0 +1,79 @@
+"""Bidirectional nn.GRU / nn.LSTM over right-padded sequences with the lengths on the device: the packed path's
+results at every real position, with no host read and one launch shape per padded (B, T).
+
+pack_padded_sequence needs the lengths on the CPU and its launch shapes follow them, so a step built on it reads
+the device (a GPU sync) and cannot be captured as a CUDA graph. Here each layer and direction of the module runs as
+its own one-direction RNN (torch._VF.gru/lstm, what nn.GRU/nn.LSTM call, given that direction's weights) over the
+whole padded (B, T):
+  - forward: the real tokens come first in each row, so padding after them cannot reach their states;
+  - backward: each row is first reversed by its own length (a gather with indices built from the lengths on the
+    device: position t < L reads L-1-t, padding stays in place), run forward, and reversed back by the same gather.
+Outputs at padded positions are zeroed, as pad_packed_sequence leaves them; between stacked layers dropout follows
+nn.LSTM's rule (training only, not after the last layer). Parameters stay the module's own: the padded and the
+packed path train the same weights, so a run picks either per step.
+
+Usage:
+    states = padded_bidirectional(self.encoder, embedded, lengths)   # (B, T, 2H), zero at t >= lengths[b]
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def real_positions(lengths: Tensor, steps: int) -> Tensor:
+    """lengths (B,) on any device -> (B, steps) bool, True at t < lengths[b]; no host read."""
+    return torch.arange(steps, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def reverse_index(lengths: Tensor, steps: int) -> Tensor:
+    """(B, steps) int64: L-1-t at the real positions t < L = lengths[b], t itself at padding. Gathering with it
+    reverses each row's real tokens and keeps the padding behind them; it is its own inverse."""
+    positions = torch.arange(steps, device=lengths.device)[None, :]  # (1, T)
+    lengths = lengths.to(torch.int64)[:, None]  # (B, 1)
+    return torch.where(positions < lengths, lengths - 1 - positions, positions)
+
+
+def reverse_rows(x: Tensor, index: Tensor) -> Tensor:
+    """x (B, T, D) gathered along T with index (B, T) from reverse_index."""
+    return x.gather(1, index[..., None].expand(-1, -1, x.shape[-1]))
+
+
+def _direction_weights(rnn: nn.RNNBase, layer: int, reverse: bool) -> list[Tensor]:
+    suffix = "_reverse" if reverse else ""
+    names = [f"weight_ih_l{layer}{suffix}", f"weight_hh_l{layer}{suffix}"]
+    if rnn.bias:
+        names += [f"bias_ih_l{layer}{suffix}", f"bias_hh_l{layer}{suffix}"]
+    return [getattr(rnn, name) for name in names]
+
+
+def one_direction(rnn: nn.GRU | nn.LSTM, x: Tensor, layer: int, reverse: bool) -> Tensor:
+    """x (B, T, In) -> (B, T, H): layer `layer`'s forward (or, with `reverse`, backward-direction) weights run left
+    to right over x from a zero state, as a one-layer, one-direction RNN (batch_first)."""
+    weights = _direction_weights(rnn, layer, reverse)
+    h0 = x.new_zeros(1, x.shape[0], rnn.hidden_size)
+    if isinstance(rnn, nn.LSTM):
+        out, _, _ = torch._VF.lstm(x, (h0, h0), weights, rnn.bias, 1, 0.0, rnn.training, False, True)
+    else:
+        out, _ = torch._VF.gru(x, h0, weights, rnn.bias, 1, 0.0, rnn.training, False, True)
+    return out
+
+
+def padded_bidirectional(rnn: nn.GRU | nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
+    """rnn: a bidirectional, batch_first nn.GRU or nn.LSTM (any number of layers, no projection); x (B, T, In)
+    right-padded, lengths (B,) on x's device -> (B, T, 2H): the packed module's output, zero at t >= lengths[b]."""
+    if not (isinstance(rnn, (nn.GRU, nn.LSTM)) and rnn.bidirectional and rnn.batch_first):
+        raise ValueError(f"padded_bidirectional needs a bidirectional batch_first nn.GRU or nn.LSTM, got {rnn}")
+    if getattr(rnn, "proj_size", 0):
+        raise ValueError("padded_bidirectional does not handle nn.LSTM(proj_size > 0)")
+    steps = x.shape[1]
+    keep = real_positions(lengths, steps)[..., None].to(x.dtype)  # (B, T, 1)
+    index = reverse_index(lengths, steps)  # (B, T)
+    for layer in range(rnn.num_layers):
+        if layer:
+            x = F.dropout(x, rnn.dropout, rnn.training)  # nn.LSTM/GRU: between layers only
+        forward = one_direction(rnn, x, layer, reverse=False)  # (B, T, H)
+        backward = reverse_rows(one_direction(rnn, reverse_rows(x, index), layer, reverse=True), index)
+        x = torch.cat([forward, backward], dim=-1) * keep  # (B, T, 2H)
+    return x
