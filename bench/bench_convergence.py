@@ -49,6 +49,7 @@ import copy
 import dataclasses
 import json
 import math
+import textwrap
 import time
 from pathlib import Path
 
@@ -58,7 +59,8 @@ from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.devices import worker_devices
 from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.task_job import TaskJob
-from hogwild.tasks.options import RunOptions
+from hogwild.tasks.options import OptionError, RunOptions, declared, flag
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 import hogwild
 from bench import command_line
@@ -81,20 +83,22 @@ METRICS = {"pos": ("accuracy",), "nmt": ("bleu", "perplexity", "loss")}  # the f
 ROUNDING = {"bleu": 0.1, "accuracy": 0.001, "perplexity": 0.1, "loss": 0.01}  # --target auto's step
 
 
+# run.py's options every variant takes (the rest are the variant's, or the benchmark's own flags below)
+SET_PER_VARIANT = ("gpus", "workers", "workers_per_gpu", "mode", "cpu_workers", "time_limit", "eval_every",
+                   "eval_every_seconds", "eval_budget", "patience", "checkpoint_every", "log_every", "out", "resume",
+                   "progress", "test", "distributed", "servers", "period", "n_push", "n_fetch", "alpha", "tester",
+                   "shard_data")
+BENCH_DEFAULTS = {"dev_limit": 1024, "synthetic_size": 300}  # this benchmark's defaults of run.py's options
+
+
 def job_options(args: argparse.Namespace, variant: str) -> RunOptions:
-    """run.py's options for this benchmark: the task's default recipe, the variant's workers and mode."""
+    """run.py's options for this benchmark (the task's default recipe unless --recipe), the variant's workers and
+    mode, its --minutes."""
     workers, mode = {"single": (1, "single"), "hogwild2": (2, "hogwild"), "sync2": (2, "sync"),
                      "torch2": (2, "hogwild"), "inplace2": (2, "hogwild"), "replica2": (2, "hogwild")}[variant]
-    values = dict(task=args.task, workers=workers, mode=mode, dev_limit=args.dev_limit, progress=False,
-                  time_limit=args.minutes[variant] * 60, seed=args.seed, log_every=10 ** 6)
-    if args.quick:
-        values.update(synthetic_size=args.synthetic_size)
-    else:
-        values.update(train=[args.train], dev=args.dev, train_limit=args.train_limit if args.task == "nmt" else None)
-    if args.recipe:
-        values["recipe"] = args.recipe
-    values["cpu_workers"] = {"inplace2": "in-place", "torch2": "in-place", "replica2": "replica"}.get(variant)
-    return RunOptions(**values).resolved()
+    cpu_workers = {"inplace2": "in-place", "torch2": "in-place", "replica2": "replica"}.get(variant)
+    return dataclasses.replace(args.options, workers=workers, mode=mode, cpu_workers=cpu_workers, progress=False,
+                               time_limit=args.minutes[variant] * 60, log_every=10 ** 6).resolved()
 
 
 def run_engine(job: TaskJob, options: RunOptions, args: argparse.Namespace, variant: str) -> Curve:
@@ -247,7 +251,7 @@ def run_variant(args: argparse.Namespace, variant: str) -> Curve:
     """Train the variant on a fresh, identically initialised model; score its snapshots (offline scoring)."""
     torch.set_num_threads(1)
     options = job_options(args, variant)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.options.seed)
     job = build_job(options)
     curve = (run_torch if variant == "torch2" else run_engine)(job, options, args, variant)
     if args.scoring == "offline":
@@ -273,7 +277,7 @@ def print_reached(args: argparse.Namespace, curve: Curve) -> None:
 
 
 def write_json(args: argparse.Namespace, runs: dict, levels: dict | None = None) -> None:
-    data = {"task": args.task, "metric": args.metric, "target": args.target, "runs": runs}
+    data = {"task": args.options.task, "metric": args.metric, "target": args.target, "runs": runs}
     if levels is not None:
         data["levels"] = levels
     args.json.write_text(json.dumps(data, indent=1) + "\n")
@@ -324,40 +328,52 @@ def _target(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number or 'auto'") from None
 
 
-def main(argv: list[str] | None = None) -> dict[str, dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--task", choices=("pos", "nmt"), default="pos")
+def bench_options(options: RunOptions, quick: bool) -> RunOptions:
+    """The options every variant starts from: --quick's synthetic POS task (held-out: 100 sentences), else the
+    corpora given, or by default Brown (pos) or Europarl fr-en train and dev (nmt)."""
+    if quick:
+        return dataclasses.replace(options, task="pos", train=None, dev=None, dev_limit=100)
     corpora = corpora_dir()
-    parser.add_argument("--train", help="POS corpus, or NMT prefix (default Brown / europarl-fr-en/train)")
-    parser.add_argument("--dev", help="held-out set (default: POS a seeded split of --train, NMT europarl dev)")
-    parser.add_argument("--dev-limit", type=int, default=1024, help="held-out sentences evaluated")
-    parser.add_argument("--train-limit", type=int, default=None, help="NMT: first N training pairs")
-    parser.add_argument("--metric", choices=sorted({m for ms in METRICS.values() for m in ms}), default=None,
-                        help="the held-out measure of the target (default: the task's, POS accuracy, NMT greedy "
-                             "BLEU); NMT also perplexity or loss (lower is better; the others are still recorded)")
-    parser.add_argument("--target", type=_target, help="held-out target, or 'auto': what 1 worker reaches in its "
-                        "--minutes (default POS accuracy 0.95, NMT auto)")
-    parser.add_argument("--minutes", default="12", help="training time of each variant (offline scoring) or the "
-                        "time after which it gives up (online): MINUTES, or VARIANT=MINUTES pairs, comma-separated, "
-                        "with an optional plain MINUTES for the rest (e.g. 12,single=22)")
-    parser.add_argument("--eval-seconds", type=float, default=30.0, help="seconds between snapshots")
-    parser.add_argument("--eval-updates", type=int, default=None, help="a snapshot every N updates instead")
-    parser.add_argument("--scoring", choices=("offline", "online"), default=None,
-                        help="offline: score the snapshots after each run (default); online: while it trains, "
-                             "stopping at the target (default with --quick)")
-    parser.add_argument("--coarse", type=int, default=4, help="offline: score every N-th snapshot first")
-    parser.add_argument("--levels", type=_levels, default=None, help="also report the minutes to each of these "
-                        "held-out levels (comma-separated) and their ratios to single; scores every snapshot")
-    parser.add_argument("--scoring-threads", type=int, default=2, help="offline: torch threads for scoring")
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated subset of {VARIANTS}")
-    parser.add_argument("--recipe", default=None, help="run.py's --recipe (default: the task's default recipe)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="write every evaluation of every run here")
-    parser.add_argument("--quick", action="store_true", help="synthetic POS task, a low target, seconds per run: "
-                        "checks the benchmark itself (CI), measures nothing")
-    parser.add_argument("--synthetic-size", type=int, default=300, help="--quick: synthetic training sentences")
-    args = parser.parse_args(argv)
+    train = corpora / ("brown" if options.task == "pos" else "europarl-fr-en/train")
+    dev = str(corpora / "europarl-fr-en" / "dev") if options.task == "nmt" else None
+    return dataclasses.replace(options, train=options.train or [str(train)], dev=options.dev or dev)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] + "\n\n" + textwrap.fill(
+        "Every variant takes run.py's options below (--config FILE reads them as run.py does; no --train: Brown, or "
+        "Europarl fr-en for --task nmt), but " + ", ".join(declared()[name].negative_flag or flag(name)
+                                                            for name in SET_PER_VARIANT)
+        + ", which the variants and the flags of the benchmark set.", width=116), formatter_class=HelpFormatter)
+    add_run_options(parser, leave_out=SET_PER_VARIANT, defaults=BENCH_DEFAULTS)
+    own = parser.add_argument_group("the benchmark (its own)")
+    own.add_argument("--metric", choices=sorted({m for ms in METRICS.values() for m in ms}), default=None,
+                     help="the held-out measure of the target (default: the task's, POS accuracy, NMT greedy "
+                          "BLEU); NMT also perplexity or loss (lower is better; the others are still recorded)")
+    own.add_argument("--target", type=_target, help="held-out target, or 'auto': what 1 worker reaches in its "
+                     "--minutes (default POS accuracy 0.95, NMT auto)")
+    own.add_argument("--minutes", default="12", help="training time of each variant (offline scoring) or the "
+                     "time after which it gives up (online): MINUTES, or VARIANT=MINUTES pairs, comma-separated, "
+                     "with an optional plain MINUTES for the rest (e.g. 12,single=22)")
+    own.add_argument("--eval-seconds", type=float, default=30.0, help="seconds between snapshots")
+    own.add_argument("--eval-updates", type=int, default=None, help="a snapshot every N updates instead")
+    own.add_argument("--scoring", choices=("offline", "online"), default=None,
+                     help="offline: score the snapshots after each run (default); online: while it trains, "
+                          "stopping at the target (default with --quick)")
+    own.add_argument("--coarse", type=int, default=4, help="offline: score every N-th snapshot first")
+    own.add_argument("--levels", type=_levels, default=None, help="also report the minutes to each of these "
+                     "held-out levels (comma-separated) and their ratios to single; scores every snapshot")
+    own.add_argument("--scoring-threads", type=int, default=2, help="offline: torch threads for scoring")
+    own.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    own.add_argument("--json", type=Path, help="write every evaluation of every run here")
+    own.add_argument("--quick", action="store_true", help="synthetic POS task (--synthetic-size sentences), a low "
+                     "target, seconds per run: checks the benchmark itself (CI), measures nothing")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict]:
+    parser = build_parser()
+    options, args = parse_run_options(parser, argv)
     variants = args.variants.split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
@@ -370,23 +386,22 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             parser.error("--levels: give at least one level")
         args.coarse = 1  # every snapshot scored: the first to reach each level is known exactly
     args.scoring = args.scoring or ("online" if args.quick else "offline")
-    task = "pos" if args.quick else args.task
+    task = "pos" if args.quick else options.task
     args.metric = args.metric or METRICS[task][0]
     if args.metric not in METRICS[task]:
         parser.error(f"--metric {args.metric}: --task {task} measures {', '.join(METRICS[task])}")
     if args.scoring == "online" and args.metric != METRICS[task][0]:
         parser.error(f"--metric {args.metric} needs --scoring offline (online runs stop at the task's own metric)")
+    try:
+        args.options = bench_options(options, args.quick)
+    except OptionError as error:  # a corpus the defaults name is missing
+        parser.error(str(error))
     if args.quick:
-        args.task, args.dev_limit = "pos", 100
         args.minutes = {variant: min(minutes, 1.0) for variant, minutes in args.minutes.items()}
         args.target = 0.3 if args.target is None else args.target
         args.eval_updates = args.eval_updates or 25
     else:
-        default_train = corpora / ("brown" if args.task == "pos" else "europarl-fr-en/train")
-        args.train = args.train or str(default_train)
-        if args.task == "nmt" and args.dev is None:
-            args.dev = str(corpora / "europarl-fr-en" / "dev")
-        args.target = args.target if args.target is not None else {"pos": 0.95, "nmt": "auto"}[args.task]
+        args.target = args.target if args.target is not None else {"pos": 0.95, "nmt": "auto"}[options.task]
     if args.target == "auto":
         if "single" not in variants:
             parser.error("--target auto takes the target from the single variant: add it to --variants")

@@ -22,6 +22,7 @@ from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
 from hogwild.data.pos_dataset import PosDataConfig, load_pos_dataset
 from hogwild.data.moses import default_processes
 from hogwild.data.synthetic import synthetic_parallel, synthetic_tagged
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 from bench import command_line
 
@@ -51,15 +52,20 @@ def write_synthetic(root: Path, sentences: int = 2000) -> tuple[Path, Path, Path
     return root / "train", root / "dev", tagged
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--train-limit", type=int, default=None, help="read only the first N training pairs")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] + "\n\nOf run.py's options it takes "
+                                     "--train-limit (or --config FILE's).", formatter_class=HelpFormatter)
+    add_run_options(parser, only=("train_limit",))
     parser.add_argument("--processes", type=int, default=0, help="tokenization processes (0: all CPUs)")
     parser.add_argument("--batches", type=int, default=2000, help="batches timed per batcher")
     parser.add_argument("--quick", action="store_true", help="synthetic corpora of 2,000 sentences instead of "
                         "Europarl and Brown: seconds (CI), measures the same steps on little data")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    _, args = parse_run_options(parser, argv)  # the run option's value is checked, then read from args
     print("command:", command_line())
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-data-") as scratch:
         europarl, name = corpora_dir() / "europarl-fr-en", "synthetic" if args.quick else "europarl fr-en"

@@ -33,6 +33,8 @@ import torch
 from torch import nn
 
 from bench import command_line
+from hogwild.tasks.options import flag
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("single", "allreduce", "adpsgd", "easgd", "eamsgd", "downpour")
@@ -69,7 +71,7 @@ class FirstStepClock:
 
 
 def run_variant(args) -> None:
-    """One training run (inside mpiexec for the distributed variants); host 0 writes args.out as JSON."""
+    """One training run (inside mpiexec for the distributed variants); host 0 writes args.result_file as JSON."""
     import hogwild
     torch.set_num_threads(1)
     model, batches = make_task(args.features, args.hidden, args.batches, args.batch_size)
@@ -111,12 +113,12 @@ def run_variant(args) -> None:
               "updates_per_second": updates / seconds,
               "final_loss": clocks[-1][1] if clocks else None, "exchanges": exchanges,
               "time_to_target": None if reached is None else reached - start}
-    Path(args.out).write_text(json.dumps(result))
+    Path(args.result_file).write_text(json.dumps(result))
 
 
 def launch(args, variant: str, out: str) -> dict:
-    common = ["--variant", variant, "--out", out] + [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-                                                      if k in PASSED]
+    common = ["--variant", variant, "--result-file", out] + [f"{flag(k)}={v}" for k, v in vars(args).items()
+                                                              if k in PASSED]
     command = [sys.executable, str(Path(__file__).resolve()), *common]
     if variant != "single":
         ranks = args.workers + (1 if variant in ("easgd", "eamsgd", "downpour") else 0)
@@ -128,34 +130,39 @@ def launch(args, variant: str, out: str) -> dict:
     return json.loads(Path(out).read_text())
 
 
-# the run's settings, passed on to every variant's process: (flag, type, default, help)
+# run.py's options the runs take (--workers: the total over all hosts; --eval-every: total updates, a host
+# evaluating every N / hosts of its own), with this benchmark's defaults; passed on to every variant's process
+RUN_OPTIONS = ("workers", "lr", "period", "alpha", "batch_size", "eval_every")
+BENCH_DEFAULTS = {"lr": 0.05, "period": 8, "batch_size": 16, "eval_every": 100}
+# the benchmark's own settings, passed on too: (flag, type, default, help)
 SETTINGS = (
-    ("--workers", int, 2, "total training workers"),
     ("--updates", int, 4000, "total updates per run"),
-    ("--lr", float, 0.05, "learning rate"),
-    ("--period", int, 8, "local updates between exchanges"),
-    ("--alpha", float, 0.3, "EASGD elastic coefficient"),
     ("--features", int, 64, "input size"),
     ("--hidden", int, 256, "hidden size"),
     ("--batches", int, 256, "batches in the data set"),
-    ("--batch-size", int, 16, "examples per batch"),
-    ("--eval-every", int, 100, "evaluate every N total updates (a host: every N / hosts of its own)"),
     ("--target", float, 0.005, "target held-out loss"),
 )
-PASSED = tuple(flag[2:].replace("-", "_") for flag, *_ in SETTINGS)
+PASSED = RUN_OPTIONS + tuple(flag[2:].replace("-", "_") for flag, *_ in SETTINGS)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__ + "\nOf run.py's options it takes " + ", ".join(
+        flag(name) for name in RUN_OPTIONS) + " (or --config FILE's).", formatter_class=HelpFormatter)
+    add_run_options(parser, only=RUN_OPTIONS, defaults=BENCH_DEFAULTS)
     parser.add_argument("--variants", help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions (default %(default)s)")
-    for flag, kind, default, text in SETTINGS:
-        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions")
+    for option, kind, default, text in SETTINGS:
+        parser.add_argument(option, type=kind, default=default, help=text)
     parser.add_argument("--quick", action="store_true", help="--variants single,allreduce (unless given) --rounds 1 "
                         "--updates 400: seconds (CI), measures nothing")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    _, args = parse_run_options(parser, argv)  # the run options' values are checked, then read from args
     if args.variant:
         run_variant(args)
         return

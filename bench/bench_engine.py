@@ -33,10 +33,12 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 from bench import command_line
 
 
 VARIANTS = ("plain", "engine1", "engine2", "mnist1", "mnist2")
+BENCH_DEFAULTS = {"batch_size": 16, "lr": 0.1}  # this benchmark's defaults of run.py's options
 TARGETS = (("engine2", "engine1", 1.9), ("engine1", "plain", 0.97), ("engine2", "mnist2", 1.0))
 
 
@@ -173,25 +175,29 @@ def run_variant(variant: str, args: argparse.Namespace, batches: list[dict], rou
     return steady_rate(stamps), cpu_ms_per_update(stamps), time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] + "\n\nOf run.py's options it takes "
+                                     "--batch-size, --lr and --seed (or --config FILE's); every variant steps with "
+                                     "plain SGD.", formatter_class=HelpFormatter)
+    add_run_options(parser, only=("batch_size", "lr", "seed"), defaults=BENCH_DEFAULTS)
     parser.add_argument("--updates", type=int, default=400, help="total updates per run (every variant)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
-    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--length", type=int, default=20, help="tokens per sentence")
     parser.add_argument("--words", type=int, default=2000, help="vocabulary size")
     parser.add_argument("--tags", type=int, default=20)
     parser.add_argument("--emb", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--sparse", action="store_true", help="sparse embedding gradients (only used rows updated)")
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="40 updates, 1 round: seconds (CI), measures nothing")
     parser.add_argument("--profile", metavar="DIR", help="write cProfile stats of every training process's steady "
                         "state to DIR/<variant>-round<r>-<pid>.prof and print each variant's top functions")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = build_parser()
+    _, args = parse_run_options(parser, argv)  # the run options' values are checked, then read from args
     if args.quick:
         args.updates, args.rounds = 40, 1
     variants = args.variants.split(",")

@@ -18,6 +18,7 @@ import torch
 
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
 from hogwild.models.host_fields import to_device
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 from bench import command_line
 
@@ -71,25 +72,30 @@ def time_update(model, loss_fn, batch, device) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\nOf run.py's options it takes "
+                                "--vocab-size (or --config FILE's).", formatter_class=HelpFormatter)
+    add_run_options(p, only=("vocab_size",))
     p.add_argument("--device", default="cpu", help="cpu, or cuda when a GPU is available")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds for the small presets")
     p.add_argument("--paper-rounds", type=int, default=2, help="timed rounds for the paper presets (0: skip them)")
-    p.add_argument("--vocab", type=int, default=15_000, help="NMT words per side")
-    p.add_argument("--quick", action="store_true", help="--rounds 1 --paper-rounds 0 --vocab 2000: seconds (CI)")
-    args = p.parse_args(argv)
+    p.add_argument("--quick", action="store_true", help="--rounds 1 --paper-rounds 0 --vocab-size 2000: seconds (CI)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = build_parser()
+    _, args = parse_run_options(p, argv)  # the run options' values are checked, then read from args
     if args.quick:
-        args.rounds, args.paper_rounds, args.vocab = 1, 0, 2000
+        args.rounds, args.paper_rounds, args.vocab_size = 1, 0, 2000
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench_models: --device cuda asked for, but torch sees no GPU")
     g = torch.Generator().manual_seed(0)
     pos_one, pos_16 = to_device(pos_batch(1, 25, g), device), to_device(pos_batch(16, 25, g), device)
-    nmt_64 = to_device(nmt_batch(64, args.vocab, g), device)
+    nmt_64 = to_device(nmt_batch(64, args.vocab_size, g), device)
     cases = []  # (name, model, loss_fn, batch, rounds, tokens per update)
     for preset in ("small", "paper"):
         rounds = args.rounds if preset == "small" else args.paper_rounds
@@ -97,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         torch.manual_seed(0)
         tagger = POSTagger(pos_preset(preset, **POS_VOCAB)).to(device)
-        nmt = AttentionNMT(nmt_preset(preset, src_words=args.vocab, tgt_words=args.vocab)).to(device)
+        nmt = AttentionNMT(nmt_preset(preset, src_words=args.vocab_size, tgt_words=args.vocab_size)).to(device)
         cases += [(f"pos/{preset} B=1x25", tagger, pos_loss, pos_one, rounds),
                   (f"pos/{preset} B=16x25", tagger, pos_loss, pos_16, rounds),
                   (f"nmt/{preset} B=64 full", nmt, nmt_loss, nmt_64, rounds),

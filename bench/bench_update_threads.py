@@ -24,8 +24,10 @@ from hogwild.models import AttentionNMT, nmt_preset
 from hogwild.share.resources import usable_cores
 from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 from hogwild.worker.updates import Update, Updater, update_threads
 
+BENCH_DEFAULTS = {"preset": "paper", "steps": 20}  # this benchmark's defaults of run.py's options
 OPTIMIZERS = (("sgd", False), ("adam", True))  # (name, fused): the paper's SGD; Adam as GPU workers step it
 
 
@@ -49,22 +51,28 @@ def update_ms(params: list[torch.Tensor], grads: list[torch.Tensor], name: str, 
     return 1000 * statistics.median(times[1:])
 
 
-def main(argv: list[str] | None = None) -> dict[tuple[str, int], float]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] + "\n\nOf run.py's options it takes "
+                                     "--preset (the NMT model's sizes) and --steps (the timed updates of each "
+                                     "measurement), or --config FILE's.", formatter_class=HelpFormatter)
+    add_run_options(parser, only=("preset", "steps"), defaults=BENCH_DEFAULTS)
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts to compare")
-    parser.add_argument("--steps", type=int, default=20, help="timed updates per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, thread order rotating; medians reported")
-    parser.add_argument("--preset", default="paper", choices=("paper", "small"), help="NMT model sizes")
-    parser.add_argument("--quick", action="store_true", help="small preset, 3 steps, 1 round: seconds, measures nothing")
-    args = parser.parse_args(argv)
+    parser.add_argument("--quick", action="store_true",
+                        help="small preset, 3 steps, 1 round: seconds, measures nothing")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[tuple[str, int], float]:
+    parser = build_parser()
+    _, args = parse_run_options(parser, argv)  # the run options' values are checked, then read from args
     if args.quick:
         args.preset, args.steps, args.rounds = "small", 3, 1
     try:
         counts = [int(count) for count in args.threads.split(",")]
     except ValueError:
         counts = []
-    if not counts or min(counts) < 1 or args.steps < 1 or args.rounds < 1:
+    if not counts or min(counts) < 1 or not args.steps or args.steps < 1 or args.rounds < 1:
         parser.error("--threads must list integers >= 1 (e.g. 1,2,4); --steps and --rounds must be >= 1")
     torch.manual_seed(0)
     model = AttentionNMT(nmt_preset(args.preset))

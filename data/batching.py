@@ -22,7 +22,7 @@ NMT batch:  ``src`` (B, S) source ids + eos, pad 0; ``src_mask`` (B, S) bool, Tr
             predicts (tgt_mask[:, 1:].sum(): words + eos). The loss predicts tgt[:, 1:] from tgt[:, :-1].
 Ids: every vocabulary has pad 0, unk 1, bos 2, eos 3 (``models/special_ids.py``); tag vocabularies pad 0 and unk 1 only.
 Host-side fields: ``tokens`` is a plain int, not a tensor, so it stays on the host when the batch moves to a device
-(``hogwild.replica.move_batch``, ``models.host_fields.to_device``): the padded losses return it as their count
+(``hogwild.worker.replica.move_batch``, ``models.host_fields.to_device``): the padded losses return it as their count
 without reading the device. Code that cuts a batch's rows or lengths recomputes it.
 
 Length buckets: with ``bucket_edges`` (increasing lengths, e.g. (8, 16, 24, 32, 48, 64)) a batcher pads each batch's

@@ -4,7 +4,7 @@ of updates, with one or more seeds each; time, training and held-out loss, held-
 run's best checkpoint on test sets (Europarl test, newstest2014), mean +- std over seeds, and sacreBLEU's paired
 bootstrap between the best 1-worker system and the best of the others.
 
-Writes <out>/nmt_table1.md and nmt_table1.csv (one row per run), nmt_table1_seeds.md (mean +- std per
+Writes <results-dir>/nmt_table1.md and nmt_table1.csv (one row per run), nmt_table1_seeds.md (mean +- std per
 configuration and the significance test), nmt_figure2.png (loss and BLEU vs time and vs updates) and the held-out
 loss at equal updates (nmt_heldout_loss.md and .csv per run, nmt_heldout_loss_seeds.md per configuration,
 nmt_heldout_loss.png). Finished runs and decoded test sets are kept: `--reuse` trains only what is missing,
@@ -17,26 +17,29 @@ issue #28's (3,000 updates; the sync baseline on seed 0 only): --updates 3000 --
 and the paper's on a GPU box: --gpus 4 --preset paper --recipe paper --updates 90000 (on a one-GPU machine,
 --gpus 1 --workers-per-gpu 2 compares 1 and 2 workers sharing the GPU).
 
-Usage: python -m scripts.reproduce_nmt [--workers 2] [--updates 1500] [--seeds 0] [--out docs/results]
+Usage: python -m scripts.reproduce_nmt [--workers 2] [--updates 1500] [--seeds 0] [--results-dir docs/results]
+Every run takes run.py's options (`--help` lists them, with this script's own defaults beside run.py's).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
 from hogwild.tasks.rundir import read_curves
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 if __package__:  # python -m scripts.reproduce_nmt (the documented form)
     from .nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from .series import (finished, run_series, script_argv, script_entry, seed_summary, value_at, write_runs_json,
-                         write_table)
+    from .series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
+                         value_at, write_runs_json, write_table)
 else:  # python scripts/reproduce_nmt.py with the project installed: this folder is sys.path[0]
     from nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from series import (finished, run_series, script_argv, script_entry, seed_summary, value_at, write_runs_json,
-                        write_table)
+    from series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
+                        value_at, write_runs_json, write_table)
 
 PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
 
@@ -62,88 +65,72 @@ def test_sets(names: str, src: str, tgt: str) -> list[TestSet]:
     return found
 
 
+# Table 1 at CPU scale: this script's defaults of run.py's options (--help shows run.py's beside them)
+_EUROPARL = corpora_dir() / "europarl-fr-en"
+TABLE1 = {"train": [str(_EUROPARL / "train")], "dev": str(_EUROPARL / "dev"), "recipe": "paper", "vocab_size": 6000,
+          "max_len": 30, "batch_size": 32, "dev_limit": 200, "eval_every": 250, "checkpoint_every": 100}
+SET_PER_RUN = ("mode", "steps", "out", "resume", "progress")  # the series decides these for each run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    note = series_note(("task", *SET_PER_RUN), "--workers N (or --gpus N): the runs use 1..N workers (with --gpus 1 "
+                       "--workers-per-gpu K: 1..K workers sharing the GPU); --steps: --updates; --beam: also the "
+                       "test sets'; --recipe paper: SGD 0.1 constant, default: Adam 1e-3 (clip 1 both).")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\n" + note, formatter_class=HelpFormatter)
+    add_run_options(p, leave_out=SET_PER_RUN, fixed={"task": "nmt"}, defaults=TABLE1)
+    own = p.add_argument_group("the series (this script's own)")
+    own.add_argument("--updates", type=int, default=1500, help="updates per run, the same for every run")
+    own.add_argument("--sync", action="store_true", help="also 2 synchronous workers (the baseline)")
+    own.add_argument("--sync-seeds", type=int, default=0,
+                     help="with --sync: the baseline runs on the first N seeds only (0: on every seed)")
+    own.add_argument("--test-sets", default="", help="comma-separated: europarl, newstest2014 or PREFIX paths; "
+                                                     "each run's best checkpoint translates them at the end")
+    own.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (0: no test)")
+    own.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed); every configuration "
+                                                   "runs once per seed")
+    own.add_argument("--results-dir", default="docs/results", help="where the tables and figure go")
+    own.add_argument("--runs-dir", default="runs/reproduce_nmt", help="where the run directories go")
+    own.add_argument("--reuse", action="store_true",
+                     help="read finished runs back and resume stopped ones from their last.pt")
+    own.add_argument("--only-report", action="store_true",
+                     help="train and decode nothing: tables from the runs finished so far")
+    return p
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    europarl = corpora_dir() / "europarl-fr-en"
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--train", default=str(europarl / "train"), help="training prefix (PREFIX.fr, PREFIX.en)")
-    p.add_argument("--dev", default=str(europarl / "dev"), help="held-out prefix")
-    p.add_argument("--src-lang", default="fr", help="source language suffix")
-    p.add_argument("--tgt-lang", default="en", help="target language suffix")
-    p.add_argument("--train-limit", type=int, default=0, help="first N training pairs only (0: all)")
-    p.add_argument("--workers", type=int, default=2, help="Hogwild CPU worker counts 1..N")
-    p.add_argument("--gpus", type=int, default=0, help="GPU counts 1..N instead of CPU workers")
-    p.add_argument("--workers-per-gpu", type=int, default=1,
-                   help="with --gpus 1: worker counts 1..K sharing the one GPU (Table 1 on a one-GPU machine)")
-    p.add_argument("--preset", choices=("small", "paper"), default="small", help="model sizes")
-    p.add_argument("--vocab-size", type=int, default=6000, help="words per side (the paper: 15,000)")
-    p.add_argument("--max-len", type=int, default=30, help="drop longer training pairs (the paper: 50)")
-    p.add_argument("--updates", type=int, default=1500, help="updates per run, the same for every run")
-    p.add_argument("--batch-size", type=int, default=32, help="pairs per update (the paper: 64)")
-    p.add_argument("--recipe", choices=("default", "paper"), default="paper",
-                   help="run.py's recipe: paper = SGD 0.1 constant, clip 1; default = Adam 1e-3, clip 1")
-    p.add_argument("--optimizer", default=None, help="shared optimizer (default: the recipe's)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the recipe's)")
-    p.add_argument("--sync", action="store_true", help="also 2 synchronous workers (the baseline)")
-    p.add_argument("--sync-seeds", type=int, default=0,
-                   help="with --sync: the baseline runs on the first N seeds only (0: on every seed)")
-    p.add_argument("--dev-limit", type=int, default=200, help="held-out sentences for BLEU (0: all)")
-    p.add_argument("--eval-every", type=int, default=250, help="updates between greedy BLEU evaluations")
-    p.add_argument("--checkpoint-every", type=int, default=100,
-                   help="updates between checkpoints (last.pt): a stopped run resumes from the latest with --reuse")
-    p.add_argument("--beam", type=int, default=5, help="beam of the final held-out and test translations")
-    p.add_argument("--test-sets", default="", help="comma-separated: europarl, newstest2014 or PREFIX paths; each "
-                                                   "run's best checkpoint translates them at the end")
-    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (0: no test)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds; every configuration runs once per seed")
-    p.add_argument("--out", default="docs/results", help="where the tables and figure go")
-    p.add_argument("--runs-dir", default="runs/reproduce_nmt", help="where the run directories go")
-    p.add_argument("--reuse", action="store_true",
-                   help="read finished runs back and resume stopped ones from their last.pt")
-    p.add_argument("--only-report", action="store_true",
-                   help="train and decode nothing: tables from the runs finished so far")
-    args = p.parse_args(argv)
-    for name in ("workers", "updates", "batch_size", "eval_every", "beam", "vocab_size", "max_len",
-                 "checkpoint_every"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    try:
-        args.seed_list = [int(seed) for seed in args.seeds.split(",")]
-    except ValueError:
-        p.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
-    if len(set(args.seed_list)) != len(args.seed_list):
-        p.error(f"--seeds: {args.seeds!r} repeats a seed")
-    if args.workers_per_gpu < 1 or (args.workers_per_gpu > 1 and args.gpus != 1):
-        p.error("--workers-per-gpu K (>= 1) is for --gpus 1")
+    """The script's own values, and in `args.options` the run options every run of the series starts from."""
+    p = build_parser()
+    options, args = parse_run_options(p, argv)
+    args.options, args.seed_list = options, seed_list(p, args.seeds, options.seed)
+    if args.updates < 1:
+        p.error("--updates must be >= 1")
+    if options.workers_per_gpu > 1 and options.gpus != 1:
+        p.error("--workers-per-gpu K (> 1) is for --gpus 1")
     if args.sync_seeds < 0:
         p.error("--sync-seeds must be >= 0 (0: every seed)")
-    if args.sync and max(args.gpus * args.workers_per_gpu, args.gpus or args.workers) < 2:
+    if args.sync and max(options.gpus * options.workers_per_gpu, options.gpus or options.workers) < 2:
         p.error("--sync needs 2 workers (--workers 2, --gpus 2 or --gpus 1 --workers-per-gpu 2)")
     return args
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptions]]:
     """(configuration, label, run directory name, options) for every configuration and seed."""
-    common = dict(task="nmt", train=[args.train], dev=args.dev, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
-                  train_limit=args.train_limit or None, vocab_size=args.vocab_size, max_len=args.max_len,
-                  preset=args.preset, steps=args.updates, batch_size=args.batch_size, optimizer=args.optimizer,
-                  lr=args.lr, clip_norm=1.0, dev_limit=args.dev_limit or None, eval_every=args.eval_every,
-                  beam=args.beam, recipe=args.recipe, checkpoint_every=args.checkpoint_every)
-    device = "GPU" if args.gpus else "worker"
-    if args.gpus == 1 and args.workers_per_gpu > 1:  # k workers sharing the one GPU
+    base = dataclasses.replace(args.options, steps=args.updates)
+    device = "GPU" if base.gpus else "worker"
+    if base.gpus == 1 and base.workers_per_gpu > 1:  # k workers sharing the one GPU
         pairs = [(f"{k} worker{'s' if k > 1 else ''} on 1 GPU", f"gpu1-workers-{k}", {"gpus": 1, "workers_per_gpu": k})
-                 for k in range(1, args.workers_per_gpu + 1)]
+                 for k in range(1, base.workers_per_gpu + 1)]
         two = {"gpus": 1, "workers_per_gpu": 2}
     else:
-        pairs = [(f"{n} {device}{'s' if n > 1 else ''}", f"workers-{n}", {"gpus": n} if args.gpus else {"workers": n})
-                 for n in range(1, (args.gpus or args.workers) + 1)]
-        two = {"gpus": 2} if args.gpus else {"workers": 2}
+        pairs = [(f"{n} {device}{'s' if n > 1 else ''}", f"workers-{n}", {"gpus": n} if base.gpus else {"workers": n})
+                 for n in range(1, (base.gpus or base.workers) + 1)]
+        two = {"gpus": 2} if base.gpus else {"workers": 2}
     configurations = [(label, name, dict(mode="hogwild", **devices)) for label, name, devices in pairs]
     if args.sync:
         configurations.append((f"{pairs[1][0]}, sync", "sync-2", dict(mode="sync", **two)))
     sync_seeds = set(args.seed_list[:args.sync_seeds or None])
     # seed-major: a series stopped part-way has every configuration of its first seeds
-    return [(config, f"{config}, seed {seed}", f"{name}-seed{seed}", RunOptions(**common, **extra, seed=seed))
+    return [(config, f"{config}, seed {seed}", f"{name}-seed{seed}", dataclasses.replace(base, **extra, seed=seed))
             for seed in args.seed_list for config, name, extra in configurations
             if extra["mode"] != "sync" or seed in sync_seeds]
 
@@ -163,7 +150,7 @@ def main(argv=None) -> int:
         print(f"== [{number}/{len(results) * len(tests)}] {result.label}: {test.name}, beam {args.beam}", flush=True)
         scores[result.run_dir, test.name] = score_test_set(result.run_dir, test, args.beam,
                                                            "cuda:0" if args.gpus else "cpu")
-    out = Path(args.out)
+    out = Path(args.results_dir)
     plot_curves([r.curves for r in results], out / "nmt_figure2.png",
                 title=f"NMT {args.src_lang}->{args.tgt_lang}: {args.updates} updates per run", minutes=True)
     rows = [run_row(args, config, options.seed, r, tests, scores)

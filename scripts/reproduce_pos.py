@@ -2,7 +2,7 @@
 SGD and the linear learning-rate decay (lr 0.03, -0.0135 per epoch), plus 1 worker with Adam; on the Brown corpus by
 default (the paper used TIGER, which cannot be redistributed; give --train/--dev for TIGER or UD CoNLL files).
 
-Writes <out>/pos_figure1.png (loss and accuracy vs time and vs updates), pos_figure1.md and pos_figure1.csv (one
+Writes <results-dir>/pos_figure1.png (loss and accuracy vs time and vs updates), pos_figure1.md and pos_figure1.csv (one
 row per run), and with several --seeds the mean +- std per configuration; every table ends with whether and when
 each Hogwild SGD configuration overtakes Adam (the first evaluation from which its accuracy, averaged over seeds,
 stays at or above Adam's), against wall time and against updates. Finished runs are kept: `--reuse` trains only
@@ -11,92 +11,82 @@ all on 2026-11-22); issue #13's setting (2 epochs of Brown, the default recipe, 
     python -m scripts.reproduce_pos --recipe default --epochs 2 --time-limit 0 --seeds 0,1 --reuse
 and for a GPU box: --gpus 4 --preset paper --epochs 2 --time-limit 0 --dev-limit 0
 
-Usage: python -m scripts.reproduce_pos [--workers 2] [--time-limit 300] [--out docs/results]
+Usage: python -m scripts.reproduce_pos [--workers 2] [--time-limit 300] [--results-dir docs/results]
+Every run takes run.py's options (`--help` lists them, with this script's own defaults beside run.py's).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from pathlib import Path
 
 from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 if __package__:  # python -m scripts.reproduce_pos (the documented form)
-    from .series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from .series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
+                         write_runs_json, write_table)
 else:  # python scripts/reproduce_pos.py with the project installed: this folder is sys.path[0]
-    from series import finished, run_series, script_argv, script_entry, seed_summary, write_runs_json, write_table
+    from series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
+                        write_runs_json, write_table)
+
+
+# Figure 1 at CPU scale: this script's defaults of run.py's options (--help shows run.py's beside them)
+FIGURE1 = {"train": [str(corpora_dir() / "brown")], "recipe": "paper", "epochs": 2, "time_limit": 300.0,
+           "dev_limit": 500, "eval_every_seconds": 30.0, "checkpoint_every": 2000}
+SET_PER_RUN = ("optimizer", "mode", "out", "resume", "progress")  # the series decides these for each run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    note = series_note(("task", *SET_PER_RUN), "--workers N (or --gpus N): the SGD runs use 1..N; --lr and --lr-decay: "
+                       "SGD's (default: the recipe's rule; paper: 0.03, -0.0135 per epoch, words seen 10 times; "
+                       "default: 0.1, decay per 40k updates, words seen twice); --eval-every N replaces the "
+                       "evaluation period in seconds.")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\n" + note, formatter_class=HelpFormatter)
+    add_run_options(p, leave_out=SET_PER_RUN, fixed={"task": "pos"}, defaults=FIGURE1)
+    own = p.add_argument_group("the series (this script's own)")
+    own.add_argument("--adam-lr", type=float, default=0.001, help="Adam's learning rate (torch default)")
+    own.add_argument("--no-adam", action="store_true", help="skip the 1-worker Adam run")
+    own.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed); each run once per seed")
+    own.add_argument("--results-dir", default="docs/results", help="where the figure and tables go")
+    own.add_argument("--runs-dir", default="runs/reproduce_pos", help="where the run directories go")
+    own.add_argument("--reuse", action="store_true",
+                     help="read finished runs back and resume stopped ones from their last.pt")
+    own.add_argument("--only-report", action="store_true",
+                     help="train nothing: the tables from the runs finished so far")
+    return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--train", nargs="+", default=[str(corpora_dir() / "brown")], help="tagged corpus")
-    p.add_argument("--dev", default=None, help="held-out corpus (default: a seeded 10%% split of --train)")
-    p.add_argument("--format", default="auto", help="corpus format (auto, conllu, conll, slash)")
-    p.add_argument("--tag", default=None, help="upos, xpos or xpos+feats (TIGER-style fine tags)")
-    p.add_argument("--workers", type=int, default=2, help="Hogwild CPU worker counts 1..N")
-    p.add_argument("--gpus", type=int, default=0, help="Hogwild GPU counts 1..N instead of CPU workers")
-    p.add_argument("--preset", choices=("small", "paper"), default="small", help="tagger sizes")
-    p.add_argument("--time-limit", type=float, default=300.0, help="seconds per run (0: no limit)")
-    p.add_argument("--epochs", type=int, default=2, help="epochs per run (the paper: 2)")
-    p.add_argument("--batch-size", type=int, default=1, help="sentences per update (the paper: 1)")
-    p.add_argument("--dev-limit", type=int, default=500, help="held-out sentences evaluated (0: all)")
-    p.add_argument("--eval-every-seconds", type=float, default=30.0, help="evaluation period")
-    p.add_argument("--eval-every", type=int, default=0,
-                   help="evaluate every N updates instead (curves at equal updates whatever else loads the machine)")
-    p.add_argument("--adam-lr", type=float, default=0.001, help="Adam's learning rate (torch default)")
-    p.add_argument("--no-adam", action="store_true", help="skip the 1-worker Adam run")
-    p.add_argument("--checkpoint-every", type=int, default=2000,
-                   help="updates between checkpoints (last.pt): a stopped run resumes from the latest with --reuse")
-    p.add_argument("--seed", type=int, default=0, help="seed of every run")
-    p.add_argument("--out", default="docs/results", help="where the figure and tables go")
-    p.add_argument("--runs-dir", default="runs/reproduce_pos", help="where the run directories go")
-    p.add_argument("--reuse", action="store_true",
-                   help="read finished runs back and resume stopped ones from their last.pt")
-    p.add_argument("--only-report", action="store_true", help="train nothing: the tables from the runs finished so far")
-    p.add_argument("--recipe", choices=("default", "paper"), default="paper",
-                   help="SGD's recipe: paper = lr 0.03, -0.0135 per epoch, words seen 10 times; default = run.py's "
-                        "(lr 0.1, decay per 40k updates, words seen twice)")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed); each run once per seed")
-    args = p.parse_args(argv)
-    for name in ("workers", "epochs", "batch_size", "checkpoint_every"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.eval_every < 0:
-        p.error("--eval-every must be >= 0 (0: every --eval-every-seconds)")
-    try:
-        args.seed_list = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [args.seed]
-    except ValueError:
-        p.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
-    if len(set(args.seed_list)) != len(args.seed_list):
-        p.error(f"--seeds: {args.seeds!r} repeats a seed")
+    """The script's own values, and in `args.options` the run options every run of the series starts from."""
+    p = build_parser()
+    options, args = parse_run_options(p, argv)
+    args.options, args.seed_list = options, seed_list(p, args.seeds, options.seed)
     return args
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptions]]:
     """(configuration, label, run directory name, options): SGD with 1..N workers and Adam with 1, once per seed."""
-    common = dict(task="pos", train=args.train, dev=args.dev, format=args.format, tag=args.tag,
-                  preset=args.preset, batch_size=args.batch_size, epochs=args.epochs,
-                  time_limit=args.time_limit or None, dev_limit=args.dev_limit or None,
-                  eval_every_seconds=None if args.eval_every else args.eval_every_seconds,
-                  eval_every=args.eval_every or None, recipe=args.recipe, checkpoint_every=args.checkpoint_every)
-    sgd = dict(lr=0.03, lr_decay=0.0135) if args.recipe == "paper" else {}  # Figure 1: the paper's SGD exactly
-    device = "GPU" if args.gpus else "worker"
+    base = args.options
+    if base.eval_every:  # evaluations every N updates instead of every --eval-every-seconds
+        base = dataclasses.replace(base, eval_every_seconds=None)
+    device = "GPU" if base.gpus else "worker"
     configurations = [(f"SGD, {n} {device}{'s' if n > 1 else ''}", f"sgd-{n}",
-                       dict(optimizer="sgd", **sgd, **({"gpus": n} if args.gpus else {"workers": n}),
-                            mode="hogwild" if n > 1 else "single")) for n in range(1, (args.gpus or args.workers) + 1)]
+                       dict(optimizer="sgd", **({"gpus": n} if base.gpus else {"workers": n}),
+                            mode="hogwild" if n > 1 else "single")) for n in range(1, (base.gpus or base.workers) + 1)]
     if not args.no_adam:
         configurations.append((f"Adam, 1 {device}", "adam-1",
                                dict(optimizer="adam", lr=args.adam_lr, lr_decay=0.0, mode="single",
-                                    **({"gpus": 1} if args.gpus else {"workers": 1}))))
+                                    **({"gpus": 1} if base.gpus else {"workers": 1}))))
     several = len(args.seed_list) > 1
     # one seed 0 keeps the directory names of earlier runs (sgd-1, adam-1); any other seed is in the name, so that
     # --reuse never reads another seed's run
     named = several or args.seed_list != [0]
     return [(config, f"{config}, seed {seed}" if several else config, f"{name}-seed{seed}" if named else name,
-             RunOptions(**common, **extra, seed=seed))
+             dataclasses.replace(base, **extra, seed=seed))
             for seed in args.seed_list for config, name, extra in configurations]  # seed-major: a series
             # stopped part-way has every configuration of its first seeds
 
@@ -108,9 +98,9 @@ def main(argv=None) -> int:
     results = run_series([(label, name, options) for _, label, name, options in plan], args.runs_dir, command,
                          args.reuse, report_only=args.only_report)
     plan, results = finished(plan, results)  # --only-report: the runs that have finished so far
-    out = Path(args.out)
+    out = Path(args.results_dir)
     plot_curves([r.curves for r in results], out / "pos_figure1.png",
-                title=f"POS tagging ({Path(args.train[0]).name}): Hogwild SGD vs Adam", minutes=True)
+                title=f"POS tagging ({Path(args.options.train[0]).name}): Hogwild SGD vs Adam", minutes=True)
     rows = [{"run": r.label, "workers": r.summary["workers"], "optimizer": r.summary["optimizer"],
              "updates": r.summary["updates"], "minutes": round(r.minutes, 2),
              "updates/s": r.summary["updates_per_second"], "final train loss": r.summary["final_train_loss"],
@@ -120,7 +110,7 @@ def main(argv=None) -> int:
     by_config = {}
     for (config, *_), result in zip(plan, results):
         by_config.setdefault(config, []).append(result)
-    notes = [f"Held-out accuracy on the first {args.dev_limit or 'all'} held-out sentences; "
+    notes = [f"Held-out accuracy on the first {args.options.dev_limit or 'all'} held-out sentences; "
              f"figure: pos_figure1.png. Run directories: {args.runs_dir}.", *overtaking(by_config)]
     text = write_table(rows, columns, out / "pos_figure1.md", out / "pos_figure1.csv",
                        title="POS tagging: Figure 1 of the Hogwild paper at CPU scale", notes=notes, argv=command)

@@ -7,6 +7,7 @@ Usage: `results = run_series([("SGD, 1 worker", "sgd-1", options)], "runs/x", sc
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import json
@@ -15,6 +16,7 @@ import platform
 import shlex
 import statistics
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from typing import Any
 
 import torch
 
-from hogwild.tasks.options import RunOptions
+from hogwild.tasks.options import RunOptions, declared, flag
 from hogwild.tasks.rundir import Curves, read_curves
 from hogwild.tasks.summary import read_summary
 
@@ -45,6 +47,28 @@ def script_argv(script: str, argv: Sequence[str] | None) -> list[str]:
 def command_line(argv: Sequence[str]) -> str:
     """The command as a user would type it from the repo root, for `script_argv(...)`."""
     return shlex.join(["python", *argv])
+
+
+def series_note(set_per_run: Sequence[str], more: str = "") -> str:
+    """The --help paragraph of a series script on run.py's options: every run takes them, but those the series sets
+    itself; then `more` (how the script reads some of them)."""
+    flags = [declared()[name].negative_flag or flag(name) for name in set_per_run]
+    return textwrap.fill("Every run takes run.py's options below (--config FILE reads them from a run directory or "
+                         "an options file, as run.py does); the series sets " + ", ".join(flags) + " itself, for "
+                         "each run. " + more, width=116)
+
+
+def seed_list(parser: argparse.ArgumentParser, seeds: str | None, seed: int) -> list[int]:
+    """--seeds '0,1,2' -> [0, 1, 2] (None: [--seed]); a parser error for anything else or a repeated seed."""
+    if seeds is None:
+        return [seed]
+    try:
+        found = [int(part) for part in seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds takes comma-separated integers, got {seeds!r}")
+    if len(set(found)) != len(found):
+        parser.error(f"--seeds: {seeds!r} repeats a seed")
+    return found
 
 
 @dataclass

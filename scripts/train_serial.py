@@ -3,10 +3,12 @@ single-process reference runs recorded in docs/results/README.md.
 
 Usage (from the repository root):
     python -m scripts.train_serial --task pos --preset small --out runs/pos-brown
-    python -m scripts.train_serial --task nmt --preset small --minutes 30 --out runs/nmt-europarl
-    python -m scripts.train_serial --task nmt --synthetic --max-updates 20 --out /tmp/nmt-check  # seconds
+    python -m scripts.train_serial --task nmt --preset small --time-limit 1800 --out runs/nmt-europarl
+    python -m scripts.train_serial --task nmt --synthetic --steps 20 --out /tmp/nmt-check  # seconds
 
-The run folder gets config.json (all arguments), command.txt, metrics.jsonl (one JSON object per log/eval line),
+The run takes run.py's options of data, model, optimizer, schedule and stopping (the same flags, defaults and checks;
+`--help` lists them), with one epoch and a log line every 100 updates by default. The run folder gets config.json
+(the options, resolved, and this script's own values), command.txt, metrics.jsonl (one JSON object per log/eval line),
 results.json (final figures) and, for NMT, the test translations (test.greedy.hyp, test.beam5.hyp). Corpora come
 from --corpora (default: hogwild.data.corpora.corpora_dir(), i.e. $HOGWILD_CORPORA, else ../shared/corpora beside the
 checkout). The data and the model come from run.py's job builders (tasks.pos_task, tasks.nmt_task) and the
@@ -19,10 +21,12 @@ engine's RNG seed (hogwild.worker.gradients.batch_seed), so both loops end with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import shlex
 import sys
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,82 +40,67 @@ from hogwild.models import evaluate_nmt, heldout_loss, nmt_loss
 from hogwild.share.feed import epoch_order
 from hogwild.tasks import nmt_task
 from hogwild.tasks import pos_task
-from hogwild.tasks.defaults import RECIPES, default_lr, resolve_recipe, schedule_fields
+from hogwild.tasks.defaults import schedule_fields
 from hogwild.tasks.options import RunOptions
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.tasks.training import default_out
 from hogwild.worker.gradients import batch_seed
 
-SERIAL_ADAM_LR = 2e-3  # the serial reference runs' Adam rate (docs/results/README.md); other optimizers: the task's rule
+# the run options a serial run honours: data, model, optimizer and schedule, stopping, logging (no devices, modes,
+# evaluation periods in seconds, checkpoints or hosts: one process, evaluated by updates and at each epoch's end)
+HONOURED = ("task", "preset", "recipe", "threads_per_worker", "format", "word_column", "tag_column", "tag",
+            "separator", "encoding", "train_limit", "dev_limit", "eval_sentences", "max_len", "vocab_size",
+            "length_bucket", "subwords", "subword_vocab_size", "word_min_freq", "synthetic_size", "optimizer", "lr",
+            "lr_decay", "decay_updates", "warmup_steps", "min_lr", "momentum", "clip_norm", "batch_size", "dropout",
+            "epochs", "steps", "time_limit", "eval_every", "beam", "log_every", "out", "seed")
+SERIAL = {"epochs": 1, "log_every": 100}  # this script's defaults of run.py's options (--help shows run.py's too)
+PLAIN_OPTIMIZERS = ("sgd", "adam")  # what the plain loop steps with (torch.optim); the engine takes every one
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\n" + textwrap.fill(
+        "The run takes run.py's options below (--config FILE reads them as run.py does), those of data, model, "
+        "optimizer, schedule and stopping; the corpora come from --corpora (or --synthetic).", width=116),
+        formatter_class=HelpFormatter)
+    add_run_options(p, only=HONOURED, defaults=SERIAL)
+    own = p.add_argument_group("the serial run (this script's own)")
+    own.add_argument("--corpora", type=Path, default=corpora_dir(), help="folder holding brown/, europarl-fr-en/")
+    own.add_argument("--synthetic", action="store_true", help="train on the data package's synthetic task instead")
+    own.add_argument("--test-limit", type=int, default=None, help="nmt: translate only the first N test pairs")
+    own.add_argument("--length-penalty", type=float, default=1.0, help="nmt: length normalisation exponent")
+    own.add_argument("--dev-batches", type=int, default=None, help="nmt: dev batches for the loss during training")
+    own.add_argument("--loop", choices=("engine", "plain"), default="engine",
+                     help="engine: hogwild.train(mode='single', 1 worker); plain: the loop in this script")
+    return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--task", choices=("pos", "nmt"), required=True, help="which model/corpus")
-    p.add_argument("--corpora", type=Path, default=corpora_dir(), help="folder holding brown/, europarl-fr-en/")
-    p.add_argument("--synthetic", action="store_true", help="train on the data package's synthetic task instead")
-    p.add_argument("--synthetic-size", type=int, default=None,
-                   help="sentences (pos) or pairs (nmt) of the synthetic task; default: run.py's (2000 / 5000)")
-    p.add_argument("--preset", choices=("small", "paper"), default="small", help="model size preset")
-    p.add_argument("--recipe", choices=RECIPES, default=None,
-                   help="lr rule and POS vocabulary (tasks.defaults); default: paper with --preset paper, else default")
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam",
-                   help="optimizer (torch.optim in the plain loop, hogwild's SharedOptimizer in the engine)")
-    p.add_argument("--lr", type=float, default=None,
-                   help=f"learning rate (default: adam {SERIAL_ADAM_LR:g}, sgd: the recipe's, pos 0.1 (paper 0.03) "
-                        "/ nmt 0.1)")
-    p.add_argument("--lr-decay", type=float, default=None,
-                   help="linear lr decrease per 40,000 updates (paper recipe: per epoch), floored at 1%% of --lr "
-                        "(default: the task's rule, tasks.defaults: pos with sgd 0.0225, paper 0.0135, else 0)")
-    p.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: off; NMT paper 1.0)")
-    p.add_argument("--dropout", type=float, default=0.0, help="model dropout")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help="training batch (default: pos 16 sentences, nmt 64 pairs)")
-    p.add_argument("--epochs", type=int, default=1, help="maximum number of epochs")
-    p.add_argument("--max-updates", type=int, default=0, help="stop after this many updates (0: no limit)")
-    p.add_argument("--minutes", type=float, default=0.0, help="stop training after this many minutes (0: no limit)")
-    p.add_argument("--log-every", type=int, default=100, help="updates between training-loss log lines")
-    p.add_argument("--eval-every", type=int, default=0, help="updates between dev evaluations (0: end of epoch only)")
-    p.add_argument("--max-len", type=int, default=50, help="nmt: drop training pairs with more words on a side")
-    p.add_argument("--vocab", type=int, default=15_000, help="nmt: words per side (paper 15,000)")
-    p.add_argument("--beam", type=int, default=5, help="nmt: beam size for the test translations (1: greedy)")
-    p.add_argument("--test-limit", type=int, default=None, help="nmt: translate only the first N test pairs")
-    p.add_argument("--length-penalty", type=float, default=1.0, help="nmt: length normalisation exponent")
-    p.add_argument("--dev-batches", type=int, default=None, help="nmt: dev batches for the loss during training")
-    p.add_argument("--loop", choices=("engine", "plain"), default="engine",
-                   help="engine: hogwild.train(mode='single', 1 worker); plain: the loop in this script")
-    p.add_argument("--seed", type=int, default=0, help="seed for initialisation, split and batch order")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--out", type=Path, required=True, help="run folder (created)")
-    args = p.parse_args(argv)
-    args.recipe = resolve_recipe(args.recipe, args.preset)
-    if args.lr is None:
-        args.lr = SERIAL_ADAM_LR if args.optimizer == "adam" else default_lr(args.task, args.optimizer, args.recipe)
-    if args.batch_size is None:
-        args.batch_size = 16 if args.task == "pos" else 64
-    for name in ("batch_size", "epochs", "log_every", "threads", "beam", "max_len", "vocab", "synthetic_size"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    """The script's own values; in `args.options` the run's options, resolved (every default filled in), in
+    `args.schedule` its learning-rate schedule (hogwild.Config's fields) and in `args.out` its run folder."""
+    p = build_parser()
+    options, args = parse_run_options(p, argv)
     try:
-        args.schedule = schedule_fields(args.task, args.optimizer, args.lr, args.lr_decay, recipe=args.recipe)
-        args.options = run_options(args)
-    except ValueError as error:  # a bad --lr/--lr-decay, or a missing corpus: one line naming the flag or path
+        options = dataclasses.replace(options, **corpus_options(args, options.task), progress=False,
+                                      out=options.out or default_out(options.task)).resolved()
+        args.schedule = schedule_fields(options.task, options.optimizer, options.lr, options.lr_decay,
+                                        options.warmup_steps, options.min_lr, options.recipe, options.decay_updates)
+    except ValueError as error:  # a bad --lr-decay, or a missing corpus: one line naming the flag or path
         p.error(str(error))
-    args.lr_decay = args.schedule["decay_per_epoch"]  # config.json records the decay the rule chose
+    if args.loop == "plain" and options.optimizer not in PLAIN_OPTIMIZERS:
+        p.error(f"--optimizer: the plain loop steps with {' or '.join(PLAIN_OPTIMIZERS)} (torch.optim), got "
+                f"{options.optimizer!r}; --loop engine takes every optimizer")
+    args.options, args.out = options, Path(options.out)
     return args
 
 
-def run_options(args: argparse.Namespace) -> RunOptions:
-    """run.py's options for this run's data and model (the job builders read them; training stays in this file)."""
+def corpus_options(args: argparse.Namespace, task: str) -> dict:
+    """The corpora of a serial run: the synthetic task, Brown (pos) or Europarl fr-en (nmt) under --corpora."""
     if args.synthetic:
-        data = {"synthetic_size": args.synthetic_size}
-    elif args.task == "pos":
-        data = {"train": [str(args.corpora / "brown")]}
-    else:
-        europarl = args.corpora / "europarl-fr-en"
-        data = {"train": [str(europarl / "train")], "dev": str(europarl / "dev"), "src_lang": "fr", "tgt_lang": "en"}
-    return RunOptions(task=args.task, preset=args.preset, recipe=args.recipe, optimizer=args.optimizer, lr=args.lr,
-                      lr_decay=args.lr_decay, dropout=args.dropout, batch_size=args.batch_size, max_len=args.max_len,
-                      vocab_size=args.vocab, beam=args.beam, seed=args.seed, progress=False, **data).resolved()
+        return {}
+    if task == "pos":
+        return {"train": [str(args.corpora / "brown")]}
+    europarl = args.corpora / "europarl-fr-en"
+    return {"train": [str(europarl / "train")], "dev": str(europarl / "dev"), "src_lang": "fr", "tgt_lang": "en"}
 
 
 @dataclass
@@ -152,7 +141,7 @@ def nmt_job(args: argparse.Namespace) -> Job:
 
     def finish(model: torch.nn.Module, run_dir: Path) -> dict:
         results = dict(dev(model), test_counts=test_counts)
-        for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
+        for name, beam in (("greedy", 1), (f"beam{args.options.beam}", args.options.beam)):
             start = time.monotonic()
             bleu = evaluate_nmt(model, test_batches, test_references, dataset.decode, beam_size=beam,
                                 length_penalty=args.length_penalty, out_path=run_dir / f"test.{name}.hyp")
@@ -168,11 +157,11 @@ def nmt_job(args: argparse.Namespace) -> Job:
 def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> dict:
     """The plain serial loop: one batch, one backward, one optimizer step; stops at the epoch/update/time limits.
     Batches come in the engine's order and under its per-batch RNG seed, as one engine worker trains them."""
+    o = args.options
     params = [p for p in job.model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.Adam(params, lr=args.lr) if args.optimizer == "adam"
-                 else torch.optim.SGD(params, lr=args.lr))
+    optimizer = (torch.optim.Adam(params, lr=o.lr) if o.optimizer == "adam" else torch.optim.SGD(params, lr=o.lr))
     fields = args.schedule  # tasks.defaults's rule, as the engine path gets it
-    schedule = make_schedule(fields["lr_schedule"], args.lr, decay_per_epoch=fields["decay_per_epoch"],
+    schedule = make_schedule(fields["lr_schedule"], o.lr, decay_per_epoch=fields["decay_per_epoch"],
                              warmup_steps=fields["warmup_steps"], min_lr=fields["min_lr"],
                              decay_updates=fields["decay_updates"] or 0)
     start, step, window_loss, window_tokens = time.monotonic(), 0, 0.0, 0
@@ -180,28 +169,28 @@ def train(job: Job, args: argparse.Namespace, log: Callable[[dict], None]) -> di
     minutes = lambda: (time.monotonic() - start) / 60  # noqa: E731
 
     def out_of_time() -> bool:
-        return bool((args.max_updates and step >= args.max_updates) or (args.minutes and minutes() >= args.minutes))
+        return bool((o.steps and step >= o.steps) or (o.time_limit and minutes() * 60 >= o.time_limit))
     job.model.train()
-    for epoch in range(args.epochs):
-        for index in epoch_order(len(job.batches), args.seed, epoch, shuffle=True):
+    for epoch in range(o.epochs) if o.epochs else itertools.count():  # no --epochs: until --steps or --time-limit
+        for index in epoch_order(len(job.batches), o.seed, epoch, shuffle=True):
             batch = job.batches[int(index)]
-            torch.manual_seed(batch_seed(args.seed, epoch, int(index)))  # dropout masks, as the engine's worker
+            torch.manual_seed(batch_seed(o.seed, epoch, int(index)))  # dropout masks, as the engine's worker
             for group in optimizer.param_groups:
                 group["lr"] = schedule(step, epoch)
             optimizer.zero_grad(set_to_none=True)
             loss, tokens = job.loss_fn(job.model, batch)
             loss.backward()
-            if args.clip:
-                torch.nn.utils.clip_grad_norm_(params, args.clip)
+            if o.clip_norm:
+                torch.nn.utils.clip_grad_norm_(params, o.clip_norm)
             optimizer.step()
             step += 1
             window_loss, window_tokens = window_loss + loss.item() * tokens, window_tokens + tokens
-            if step % args.log_every == 0:
+            if step % o.log_every == 0:
                 log({"step": step, "epoch": epoch, "minutes": round(minutes(), 2), "lr": schedule(step, epoch),
                      "train_loss": window_loss / window_tokens,
                      "tokens_per_s": round(window_tokens / (time.monotonic() - window_start), 1)})
                 window_loss, window_tokens, window_start = 0.0, 0, time.monotonic()
-            if args.eval_every and step % args.eval_every == 0:
+            if o.eval_every and step % o.eval_every == 0:
                 log({"step": step, "epoch": epoch, "minutes": round(minutes(), 2), **job.evaluate(job.model)})
             if out_of_time():
                 break
@@ -217,12 +206,12 @@ def train_with_engine(job: Job, args: argparse.Namespace, log: Callable[[dict], 
     the same batches in the same order as train(); logs to <out>/engine/metrics.jsonl."""
     import hogwild
 
+    o = args.options
     config = hogwild.Config(
-        mode="single", threads_per_worker=args.threads, optimizer=args.optimizer, lr=args.lr, **args.schedule,
-        clip_norm=args.clip or None, epochs=args.epochs,
-        max_steps=args.max_updates or None, time_limit=args.minutes * 60 or None, eval_every=args.eval_every or None,
-        checkpoint_dir=str(args.out / "engine"), log_every=args.log_every, progress=False, tensorboard=False,
-        seed=args.seed)
+        mode="single", threads_per_worker=o.threads_per_worker, optimizer=o.optimizer,
+        optimizer_args=o.optimizer_args(), lr=o.lr, **args.schedule, clip_norm=o.clip_norm, epochs=o.epochs,
+        max_steps=o.steps, time_limit=o.time_limit, eval_every=o.eval_every, checkpoint_dir=str(args.out / "engine"),
+        log_every=o.log_every, progress=False, tensorboard=False, seed=o.seed)
     result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate=job.evaluate)
     for record in result.history:
         log({"engine_eval": True, **record})
@@ -231,15 +220,23 @@ def train_with_engine(job: Job, args: argparse.Namespace, log: Callable[[dict], 
             "examples": result.examples}
 
 
+def recorded(args: argparse.Namespace) -> dict:
+    """config.json: the run's options (resolved), the script's own values and the schedule."""
+    fields = {field.name for field in dataclasses.fields(RunOptions)}
+    own = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
+           if k not in fields and k not in ("options", "out")}
+    return {**args.options.to_dict(), **own}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
+    o = args.options
+    torch.set_num_threads(o.threads_per_worker)
+    torch.manual_seed(o.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     script = ["-m", __spec__.name] if __spec__ is not None else [sys.argv[0]]  # as it was run: module or file
     (args.out / "command.txt").write_text(shlex.join(["python", *script, *sys.argv[1:]]) + "\n")
-    recorded = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "options"}
-    (args.out / "config.json").write_text(json.dumps(recorded, indent=2) + "\n")
+    (args.out / "config.json").write_text(json.dumps(recorded(args), indent=2) + "\n")
     metrics = (args.out / "metrics.jsonl").open("a", encoding="utf-8")
 
     def log(record: dict) -> None:
@@ -249,14 +246,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record), flush=True)
 
     load_start = time.monotonic()
-    job = pos_job(args) if args.task == "pos" else nmt_job(args)
+    job = pos_job(args) if o.task == "pos" else nmt_job(args)
     n_params = sum(p.numel() for p in job.model.parameters())
     log({"loaded_minutes": round((time.monotonic() - load_start) / 60, 2), "parameters": n_params,
          "updates_per_epoch": len(job.batches), **{k: v for k, v in job.info.items() if k != "model"}})
     summary = train(job, args, log) if args.loop == "plain" else train_with_engine(job, args, log)
     eval_start = time.monotonic()
     final = job.finish(job.model, args.out)
-    results = {"task": args.task, "preset": args.preset, "parameters": n_params, **summary, **final,
+    results = {"task": o.task, "preset": o.preset, "parameters": n_params, **summary, **final,
                "eval_minutes": round((time.monotonic() - eval_start) / 60, 2)}
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     log({"final": True, **results})

@@ -1,6 +1,6 @@
-"""The command line behind `run.py`: argument parsers for training and the `tag`, `translate` and `plot`
-subcommands, and error handling (bad flags and bad input end with a one-line message and a non-zero exit, no
-traceback; set HOGWILD_TRACEBACK=1 to see one).
+"""The command line behind `run.py` and the installed `hogwild` command (the same `main`, named by `prog`):
+argument parsers for training and the `tag`, `translate` and `plot` subcommands, and error handling (bad flags and
+bad input end with a one-line message and a non-zero exit, no traceback; set HOGWILD_TRACEBACK=1 to see one).
 
 Usage: `sys.exit(main(["--task", "pos", "--workers", "2"]))`; `main(["tag", "--checkpoint", "runs/pos"])`
 """
@@ -11,24 +11,23 @@ import codecs
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Callable
 
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
-from hogwild.tasks.options import Option, OptionError, RunOptions, declared, flag, option_types
-from hogwild.tasks.options_file import OptionsFileError, read_options_file, run_directory_options
+from hogwild.tasks.options import OptionError, RunOptions, flag
+from hogwild.tasks.run_flags import add_run_options, parse_run_options
 
 SUBCOMMANDS = ("tag", "translate", "plot")
-EPILOG = """subcommands (run.py SUBCOMMAND --help for their flags):
-  run.py tag --checkpoint RUN_DIR [FILE ...]                 tag sentences (stdin or files), one per line
-  run.py translate --checkpoint RUN_DIR [--beam 5] [FILE ...] translate lines (stdin or files)
-  run.py plot RUN_DIR [RUN_DIR ...] [--out curves.png]        loss and held-out metric vs time and updates
+EPILOG = """subcommands ({prog} SUBCOMMAND --help for their flags):
+  {prog} tag --checkpoint RUN_DIR [FILE ...]                 tag sentences (stdin or files), one per line
+  {prog} translate --checkpoint RUN_DIR [--beam 5] [FILE ...] translate lines (stdin or files)
+  {prog} plot RUN_DIR [RUN_DIR ...] [--out curves.png]        loss and held-out metric vs time and updates
 
 examples:
-  run.py                                         built-in synthetic POS task, 2 CPU workers, about a minute
-  run.py --task pos --train ../shared/corpora/brown --workers 2 --time-limit 600
-  run.py --task nmt --train ../shared/corpora/europarl-fr-en/train --dev ../shared/corpora/europarl-fr-en/dev --gpus 4
-  mpiexec -n 2 python run.py --task pos --workers 1 --distributed allreduce"""
+  {prog}                                         built-in synthetic POS task, 2 CPU workers, about a minute
+  {prog} --task pos --train ../shared/corpora/brown --workers 2 --time-limit 600
+  {prog} --task nmt --train ../shared/corpora/europarl-fr-en/train --dev ../shared/corpora/europarl-fr-en/dev --gpus 4
+  mpiexec -n 2 {command} --task pos --workers 1 --distributed allreduce"""
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -40,38 +39,18 @@ def _parser(prog: str, description: str, epilog: str | None = None,
     return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=formatter_class)
 
 
-def train_parser() -> argparse.ArgumentParser:
+def train_parser(prog: str = "run.py") -> argparse.ArgumentParser:
     """The training flags, generated from the declarations of `RunOptions` (each help ends with its default)."""
-    p = _parser("run.py", "Train a POS tagger or an NMT model with lock-free Hogwild! workers (CPU cores or GPUs). "
-                          "With no arguments: the built-in synthetic POS task on 2 CPU workers.", EPILOG,
-                argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", metavar="FILE", default=None,
-                   help="start from the options in FILE: a run directory (replays its config.json) or a YAML, TOML "
-                        "or JSON file of options; the flags given here override it (default: none)")
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    for name, option in declared().items():
-        if option.group not in groups:
-            groups[option.group] = p.add_argument_group(option.group)
-        _add_flag(groups[option.group], name, option)
+    command = "python run.py" if prog == "run.py" else prog
+    p = _parser(prog, "Train a POS tagger or an NMT model with lock-free Hogwild! workers (CPU cores or GPUs). "
+                      "With no arguments: the built-in synthetic POS task on 2 CPU workers.",
+                EPILOG.format(prog=prog, command=command), argparse.RawDescriptionHelpFormatter)
+    add_run_options(p)
     return p
 
 
-def _add_flag(group: argparse._ArgumentGroup, name: str, option: Option) -> None:
-    """One option's flag: its type, allowed values and help, which ends with the default that applies."""
-    kind, _ = option_types()[name]
-    default = RunOptions.__dataclass_fields__[name].default
-    shown = option.default_text or ("off" if kind is bool else default)
-    text = f"{option.help} (default: {shown})".replace("%", "%%")
-    if kind is bool:  # a switch: --fused-step turns a False default on, --no-progress a True default off
-        group.add_argument(option.negative_flag or flag(name), dest=name, default=default, help=text,
-                           action="store_false" if option.negative_flag else "store_true")
-    else:
-        group.add_argument(flag(name), dest=name, default=default, choices=option.choices, metavar=option.metavar,
-                           help=text, **({"nargs": "+"} if kind is list else {"type": kind}))
-
-
-def tag_parser() -> argparse.ArgumentParser:
-    p = _parser("run.py tag", "Tag sentences with a trained POS run: one whitespace-tokenized sentence per line "
+def tag_parser(prog: str = "run.py") -> argparse.ArgumentParser:
+    p = _parser(f"{prog} tag", "Tag sentences with a trained POS run: one whitespace-tokenized sentence per line "
                               "in (stdin or FILEs), tagged sentences out.")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR", help="run directory (best.pt, else last.pt)")
     p.add_argument("files", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
@@ -84,8 +63,8 @@ def tag_parser() -> argparse.ArgumentParser:
     return p
 
 
-def translate_parser() -> argparse.ArgumentParser:
-    p = _parser("run.py translate", "Translate text with a trained NMT run: one sentence per line in (stdin or "
+def translate_parser(prog: str = "run.py") -> argparse.ArgumentParser:
+    p = _parser(f"{prog} translate", "Translate text with a trained NMT run: one sentence per line in (stdin or "
                                     "FILEs), one translation per line out. Bounded as the held-out evaluation: a "
                                     f"line longer than {EVAL_MAX_LEN} words (units of the run's vocabulary) is "
                                     f"translated from its first {EVAL_MAX_LEN} (with a warning), and a translation "
@@ -99,8 +78,8 @@ def translate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def plot_parser() -> argparse.ArgumentParser:
-    p = _parser("run.py plot", "Plot training loss and the held-out metric against wall time and updates, one line "
+def plot_parser(prog: str = "run.py") -> argparse.ArgumentParser:
+    p = _parser(f"{prog} plot", "Plot training loss and the held-out metric against wall time and updates, one line "
                                "per run.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
     p.add_argument("--out", default="curves.png", help="PNG file to write")
@@ -112,7 +91,7 @@ def plot_parser() -> argparse.ArgumentParser:
 def _tag(args: argparse.Namespace) -> int:
     from hogwild.tasks.inference import load_tagger, read_input, tag_lines, write_output
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
-    _say_checkpoint("run.py tag", args.checkpoint, tagger.checkpoint)
+    _say_checkpoint(f"{_prog} tag", args.checkpoint, tagger.checkpoint)
     lines = read_input(args.files, args.encoding)
     write_output(tag_lines(tagger, lines, args.format, args.batch_size, args.separator), args.output,
                  conll=args.format == "conll")
@@ -122,11 +101,11 @@ def _tag(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     from hogwild.tasks.inference import load_translator, read_input, write_output
     translator = load_translator(args.checkpoint)
-    _say_checkpoint("run.py translate", args.checkpoint, translator.checkpoint)
+    _say_checkpoint(f"{_prog} translate", args.checkpoint, translator.checkpoint)
     lines = read_input(args.files, args.encoding)
     translations = translator.translate(lines, args.beam, args.batch_size)
     if translator.cut:
-        print(f"run.py translate: warning: {translator.cut} line(s) longer than {EVAL_MAX_LEN} words were "
+        print(f"{_prog} translate: warning: {translator.cut} line(s) longer than {EVAL_MAX_LEN} words were "
               f"translated from their first {EVAL_MAX_LEN} only (split long lines into sentences)", file=sys.stderr)
     write_output(translations, args.output)
     return 0
@@ -156,30 +135,12 @@ def _train(options: RunOptions) -> int:
 def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
     """The options of a training command line: --config FILE's options, overridden by the flags given. Bad values
     (in the file or on the command line) end with `run.py: error: ...` and exit status 2."""
-    args = parser.parse_args(argv)
-    replayed, flag_read = {}, "--config" if args.config is not None else "--resume"
-    try:
-        if args.config is not None:
-            replayed = read_options_file(args.config)  # the file's values, under the flags given
-            if args.resume and args.out is None and Path(args.config).is_dir():
-                replayed["out"] = args.config  # --config RUN --resume continues RUN itself
-        elif args.resume and args.out is not None:
-            replayed = run_directory_options(args.out) or {}  # --resume --out RUN: RUN's own options
-    except OptionsFileError as error:
-        parser.error(f"{flag_read} {error}")
-    if replayed:
-        parser.set_defaults(**replayed)
-        args = parser.parse_args(argv)
-    values = vars(args)
-    del values["config"]
-    try:
-        return RunOptions(**values)  # flag values are checked before anything is loaded
-    except OptionError as error:
-        parser.error(str(error))
+    return parse_run_options(parser, argv)[0]
 
 
 _argv: list[str] | None = None
-_COMMANDS: dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[argparse.Namespace], int]]] = {
+_prog = "run.py"
+_COMMANDS: dict[str, tuple[Callable[[str], argparse.ArgumentParser], Callable[[argparse.Namespace], int]]] = {
     "tag": (tag_parser, _tag), "translate": (translate_parser, _translate), "plot": (plot_parser, _plot)}
 
 
@@ -210,18 +171,19 @@ def _check_encoding(parser: argparse.ArgumentParser, encoding: str | None) -> No
         parser.error(f"--encoding: unknown text encoding {encoding!r} (e.g. utf-8, latin-1, cp1252)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse, run, and turn expected failures into `run.py: error: ...` on stderr with exit status 1 or 2."""
-    global _argv
+def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
+    """Parse, run, and turn expected failures into `PROG: error: ...` on stderr with exit status 1 or 2. prog: the
+    command's name in messages, --help and a run's command.txt (`run.py`, or `hogwild` installed)."""
+    global _argv, _prog
     argv = list(sys.argv[1:] if argv is None else argv)
-    _argv = ["run.py", *argv]
+    _argv, _prog = [prog, *argv], prog
     if argv and argv[0] in _COMMANDS:
         make_parser, command = _COMMANDS[argv[0]]
-        parser = make_parser()
+        parser = make_parser(prog)
         args = parser.parse_args(argv[1:])
         _positive_ints(parser, args, ("beam", "batch_size"))
     else:
-        parser, command = train_parser(), _train
+        parser, command = train_parser(prog), _train
         args = run_options(parser, argv)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:
@@ -240,3 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         prefix = f"{flag(option)}: " if option else ""
         print(f"{parser.prog}: error: {prefix}{error}", file=sys.stderr)
         return 1
+
+
+def console() -> int:
+    """The installed `hogwild` command (pyproject's [project.scripts]): run.py's command line under that name."""
+    return main(prog="hogwild")

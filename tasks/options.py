@@ -33,6 +33,7 @@ from hogwild.tasks.defaults import RECIPES, TASKS, default_optimizer, resolve_re
 from hogwild.tasks.devices import CPU_WORKERS
 
 PRESETS = ("small", "paper")
+_ZERO_IS_NONE = ("time_limit", "dev_limit")  # 0 given (a script's default undone) is the option left unset
 DEV_TEXT = (f"pos: a seeded {PosDataConfig.dev_fraction:.0%} of the --train sentences; nmt: a seeded "
             f"{NmtDataConfig.dev_fraction:.0%} of the --train pairs, at most {NmtDataConfig.dev_size} (a corpus of "
             f"fewer than {MIN_SPLIT_PAIRS} pairs is refused)")
@@ -159,8 +160,8 @@ class RunOptions:
     encoding: str = DATA("utf-8", "text encoding of the corpora")
     train_limit: int | None = DATA(None, "nmt: first N training pairs only", metavar="N", check=_at_least(1),
                                    default_text="all")
-    dev_limit: int | None = DATA(None, "evaluate on the first N held-out sentences only", metavar="N",
-                                 check=_at_least(1), default_text="all")
+    dev_limit: int | None = DATA(None, "evaluate on the first N held-out sentences only (0: all)", metavar="N",
+                                 check=_at_least(0), default_text="all")
     eval_sentences: int | None = DATA(None, "periodic evaluations score a seeded sample of N held-out sentences, the "
                                             "end of the run all of them", metavar="N", check=_at_least(1),
                                       default_text=defaults.EVAL_SENTENCES_TEXT)
@@ -201,8 +202,8 @@ class RunOptions:
     epochs: int | None = STOPPING(None, "passes over the data", default_text=defaults.EPOCHS_TEXT, engine="epochs")
     steps: int | None = STOPPING(None, "stop after this many shared updates", default_text="no limit",
                                  engine="max_steps")
-    time_limit: float | None = STOPPING(None, "stop after this long", metavar="SECONDS", default_text="no limit",
-                                        engine="time_limit")
+    time_limit: float | None = STOPPING(None, "stop after this long (0: no limit)", metavar="SECONDS",
+                                        check=_at_least(0), default_text="no limit", engine="time_limit")
     eval_every: int | None = STOPPING(None, "evaluate every this many updates", metavar="UPDATES",
                                       default_text=defaults.EVAL_EVERY_TEXT, engine="eval_every")
     eval_every_seconds: float | None = STOPPING(None, "evaluate this often", metavar="SECONDS",
@@ -260,6 +261,9 @@ class RunOptions:
             if not (value is None and optional):
                 _check_type(name, kind, value)
                 _check_declared(name, value)
+        for name in _ZERO_IS_NONE:  # `--time-limit 0` is no limit, `--dev-limit 0` all: the value unset holds
+            if getattr(self, name) == 0:
+                setattr(self, name, None)
         optimizer = self.optimizer or default_optimizer(self.task, resolve_recipe(self.recipe, self.preset),
                                                         self.distributed)
         if self.task == "nmt" and self.word_min_freq is not None:

@@ -46,11 +46,13 @@ def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
 
 
 def write_command(run_dir: Path, argv: list[str] | None = None) -> None:
-    """Append the command line to command.txt (one whole line per run segment)."""
+    """Append the command line to command.txt (one whole line per run segment): `python run.py ...`, `python -m
+    scripts.NAME ...`, or an installed command as it is (`hogwild ...`)."""
     argv = sys.argv if argv is None else argv
+    python = ["python"] if argv and (argv[0] == "-m" or argv[0].endswith(".py")) else []
     log = RecordLog(run_dir / "command.txt")
     try:
-        log.append_text(shlex.join(["python", *argv]) + "\n")
+        log.append_text(shlex.join([*python, *argv]) + "\n")
     finally:
         log.close()
 

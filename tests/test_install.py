@@ -1,6 +1,7 @@
 """The package as a user installs it: `pip install <checkout>` (not editable) into a fresh virtualenv outside the
 checkout, then, from a folder outside it, import hogwild, hogwild.models/data/tasks/multihost and train the POS
-tagger for a few updates with two workers.
+tagger for a few updates with two workers; and the installed `hogwild` command (run.py's command line): its --help,
+a short run of the built-in synthetic job that writes its run directory there, and `hogwild tag` on that run.
 
 The dependencies (torch, numpy, ...) are not downloaded again: a .pth file in the new venv adds the running
 interpreter's site-packages to sys.path. Python does not process the .pth files of a folder added that way, so an
@@ -10,6 +11,7 @@ the test checks both that mechanism (a probe .pth) and where every hogwild modul
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -120,3 +122,29 @@ def test_a_non_editable_install_imports_and_trains_outside_the_checkout(tmp_path
     (elsewhere / "use_hogwild.py").write_text(INSIDE_THE_VENV)
     done = _run([str(python), "use_hogwild.py", str(site)], env=env, cwd=elsewhere)
     assert "updates on 2 workers, loss" in done.stdout
+    _check_the_command(venv / "bin" / "hogwild", {**env, "HOGWILD_CACHE": str(tmp_path / "cache")}, elsewhere)
+
+
+def _check_the_command(hogwild: Path, env: dict, cwd: Path) -> None:
+    """`hogwild` is run.py's command line: the same flags and subcommands, named hogwild; a 12-update run of the
+    built-in synthetic job (1 worker: exactly 12) writes its run directory under the working folder."""
+    text = _run([str(hogwild), "--help"], env=env, cwd=cwd).stdout
+    assert text.startswith("usage: hogwild [-h] [--config FILE] [--task {pos,nmt}]"), text[:300]
+    assert "hogwild tag --checkpoint RUN_DIR" in text and "mpiexec -n 2 hogwild --task pos" in text
+    assert "usage: hogwild translate [-h] --checkpoint RUN_DIR" in _run([str(hogwild), "translate", "--help"],
+                                                                         env=env, cwd=cwd).stdout
+    done = _run([str(hogwild), "--workers", "1", "--steps", "12", "--synthetic-size", "200", "--out", "runs/check",
+                 "--no-progress"], env=env, cwd=cwd)
+    run_dir = cwd / "runs" / "check"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["updates"], summary["workers"], summary["stop_reason"]) == (12, 1, "max_steps"), done.stdout
+    recorded = json.loads((run_dir / "config.json").read_text())["run"]
+    assert (recorded["task"], recorded["steps"], recorded["synthetic_size"]) == ("pos", 12, 200)
+    assert (run_dir / "command.txt").read_text() == ("hogwild --workers 1 --steps 12 --synthetic-size 200 --out "
+                                                     "runs/check --no-progress\n")
+    assert (run_dir / "last.pt").is_file() and (run_dir / "metrics.jsonl").stat().st_size > 0
+    tagged = subprocess.run([str(hogwild), "tag", "--checkpoint", "runs/check"], input="the cat sat\n", env=env,
+                            cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert tagged.returncode == 0, tagged.stderr[-2000:]
+    assert [word.rsplit("/", 1)[0] for word in tagged.stdout.split()] == ["the", "cat", "sat"], tagged.stdout
+    assert tagged.stderr.startswith("hogwild tag: "), tagged.stderr  # the checkpoint used, named by the command

@@ -115,8 +115,9 @@ def test_levels_above_the_target_score_every_snapshot_up_to_the_hardest_level(mo
     monkeypatch.setattr(bench, "build_job", lambda options: _fake_job(scored))
     monkeypatch.setattr(bench, "run_engine", lambda job, options, args, variant: bench.Curve(
         variant, "accuracy", _snapshots([0.125, 0.25, 0.5, 0.75, 0.875, 0.9375, 0.96875], 10)))  # exact in float32
-    args = argparse.Namespace(task="pos", quick=True, synthetic_size=20, dev_limit=10, minutes={"single": 1.0},
-                              seed=0, recipe=None, scoring="offline", scoring_threads=1, target=0.2, coarse=1,
+    from hogwild.tasks.options import RunOptions
+    args = argparse.Namespace(options=RunOptions(synthetic_size=20, dev_limit=10), quick=True,
+                              minutes={"single": 1.0}, scoring="offline", scoring_threads=1, target=0.2, coarse=1,
                               levels=[0.125, 0.875], metric="accuracy")
     curve = bench.run_variant(args, "single")
     assert scored == [0.125, 0.25, 0.5, 0.75, 0.875]
@@ -179,11 +180,14 @@ def test_scored_points_keep_the_evaluations_other_numbers():
 def test_variants_train_their_cpu_workers_in_place_or_on_replicas():
     import argparse
     bench = _bench()
-    args = argparse.Namespace(task="pos", dev_limit=10, minutes={v: 1.0 for v in bench.VARIANTS}, seed=0, quick=True,
-                              synthetic_size=50, recipe=None)
+    import dataclasses
+    from hogwild.tasks.options import RunOptions
+    args = argparse.Namespace(options=RunOptions(dev_limit=10, synthetic_size=50),
+                              minutes={v: 1.0 for v in bench.VARIANTS})
     chosen = {v: bench.job_options(args, v).cpu_workers for v in ("hogwild2", "inplace2", "replica2", "torch2")}
     assert chosen == {"hogwild2": "in-place", "inplace2": "in-place", "replica2": "replica", "torch2": "in-place"}
-    args.task = "nmt"  # run.py's default for NMT Hogwild workers (the synthetic NMT task: no corpus needed)
+    # run.py's default for NMT Hogwild workers (the synthetic NMT task: no corpus needed)
+    args.options = dataclasses.replace(args.options, task="nmt")
     assert bench.job_options(args, "hogwild2").cpu_workers == "replica"
 
 

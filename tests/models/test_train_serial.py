@@ -22,13 +22,13 @@ def run(*args, tmp_path):
 
 
 def test_pos_plain_loop_run_folder(tmp_path):
-    out, results = run("--task", "pos", "--synthetic", "--loop", "plain", "--max-updates", "30", "--log-every", "10",
-                       "--lr", "0.01", tmp_path=tmp_path)
+    out, results = run("--task", "pos", "--synthetic", "--loop", "plain", "--steps", "30", "--log-every", "10",
+                       "--optimizer", "adam", "--batch-size", "16", "--lr", "0.01", tmp_path=tmp_path)
     assert results["updates"] == 30 and results["loop"] == "plain"
     assert 0.0 <= results["unk_accuracy"] <= 1.0 and results["accuracy"] > 0.5
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if "train_loss" in r] == [10, 20, 30]
-    assert json.loads((out / "config.json").read_text())["max_updates"] == 30
+    assert json.loads((out / "config.json").read_text())["steps"] == 30
     assert (out / "command.txt").read_text().startswith("python -m scripts.train_serial --task pos --synthetic")
 
 
@@ -38,7 +38,7 @@ def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
     expected = {"lr_schedule": "linear_decay", "decay_per_epoch": 0.0135, "decay_updates": None, "warmup_steps": 0,
                 "min_lr": 0.0003}
     for loop in ("plain", "engine"):
-        out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", loop, "--max-updates", "4",
+        out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", loop, "--steps", "4",
                            "--log-every", "2", "--recipe", "paper", tmp_path=tmp_path / loop)
         config = json.loads((out / "config.json").read_text())
         assert config["schedule"] == pytest.approx(expected) and (config["lr"], config["lr_decay"]) == (0.03, 0.0135)
@@ -48,7 +48,7 @@ def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
 
 
 def test_default_recipe_counts_its_decay_in_updates(tmp_path):
-    out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", "plain", "--max-updates", "4",
+    out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", "plain", "--steps", "4",
                        "--log-every", "2", tmp_path=tmp_path)
     config = json.loads((out / "config.json").read_text())
     assert config["recipe"] == "default" and (config["lr"], config["lr_decay"]) == (0.1, 0.0225)
@@ -61,7 +61,7 @@ def test_default_recipe_counts_its_decay_in_updates(tmp_path):
 
 @pytest.mark.slow
 def test_nmt_engine_loop_writes_translations(tmp_path):
-    out, results = run("--task", "nmt", "--synthetic", "--loop", "engine", "--max-updates", "5", "--beam", "2",
+    out, results = run("--task", "nmt", "--synthetic", "--loop", "engine", "--steps", "5", "--beam", "2",
                        tmp_path=tmp_path)
     assert results["updates"] == 5 and results["loop"] == "engine" and results["stop_reason"] == "max_steps"
     assert results["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
@@ -72,13 +72,17 @@ def test_nmt_engine_loop_writes_translations(tmp_path):
 def test_bad_arguments_exit_with_a_message(tmp_path):
     done = subprocess.run([*COMMAND, "--task", "pos", "--batch-size", "0", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
-    assert done.returncode == 2 and "--batch-size must be >= 1, got 0" in done.stderr
+    assert done.returncode == 2 and "--batch-size: must be >= 1, got 0" in done.stderr
     done = subprocess.run([*COMMAND, "--task", "pos", "--corpora", str(tmp_path / "none"), "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 2 and f"--train: {tmp_path / 'none' / 'brown'} does not exist" in done.stderr
     done = subprocess.run([*COMMAND, "--task", "pos", "--synthetic", "--lr", "1e-5", "--lr-decay", "-1", "--out",
                            str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert done.returncode == 2 and "--lr-decay: must be >= 0, got -1.0" in done.stderr
+    done = subprocess.run([*COMMAND, "--task", "pos", "--synthetic", "--loop", "plain", "--optimizer", "rmsprop",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 2 and "--optimizer: the plain loop steps with sgd or adam (torch.optim), got " \
+                                    "'rmsprop'" in done.stderr
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

@@ -20,7 +20,8 @@ def _series(tmp_path, runs_dir, *extra):
     dev = write_tagged(tmp_path / "dev.txt", 30, 1)
     return [sys.executable, "-m", "scripts.reproduce_pos", "--train", str(train), "--dev", str(dev), "--format",
             "slash", "--epochs", "2", "--time-limit", "0", "--workers", "1", "--seeds", "0,1", "--eval-every", "150",
-            "--checkpoint-every", "100", "--out", str(tmp_path / "results"), "--runs-dir", str(runs_dir), *extra]
+            "--checkpoint-every", "100", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(runs_dir),
+            *extra]
 
 
 def test_a_killed_series_resumes_its_stopped_run_and_reports_what_finished(tmp_path):

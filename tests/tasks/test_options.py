@@ -78,6 +78,8 @@ def test_engine_config_carries_every_training_choice():
     ({"pull_every": 0}, "--pull-every: must be >= 1, got 0"),
     ({"task": "nmt", "length_bucket": 0}, "--length-bucket: must be >= 1, got 0"),
     ({"task": "pos", "length_bucket": 8}, "--length-bucket: applies to --task nmt only"),
+    ({"time_limit": -3.0}, "--time-limit: must be >= 0, got -3.0"),
+    ({"dev_limit": -1}, "--dev-limit: must be >= 0, got -1"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(changes, message):
     with pytest.raises(OptionError) as error:
@@ -85,10 +87,15 @@ def test_bad_values_are_rejected_naming_the_flag(changes, message):
     assert str(error.value).startswith(message)
 
 
+def test_zero_time_limit_and_dev_limit_are_the_options_unset():
+    """`--time-limit 0` (no limit) and `--dev-limit 0` (all): what undoes a script's own default of them."""
+    assert RunOptions(time_limit=0, dev_limit=0) == RunOptions()
+    assert RunOptions(time_limit=0).resolved().epochs == 2  # no limit given: the synthetic task's default epochs
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"lr": 0.0}, "--lr: must be > 0, got 0.0"),
     ({"lr": float("nan")}, "--lr: must be a finite number, got nan"),
-    ({"time_limit": -3.0}, "--time-limit: must be > 0, got -3.0"),
     ({"steps": 0}, "--steps: must be > 0, got 0"),
     ({"clip_norm": -1.0}, "--clip-norm: must be > 0, got -1.0"),
     ({"threads_per_worker": 0}, "--threads-per-worker: must be > 0, got 0"),

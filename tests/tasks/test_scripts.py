@@ -48,7 +48,7 @@ def _rows(path):
 def test_reproduce_pos_figure1(tiny_pos, tmp_path):
     out, runs = tmp_path / "results", tmp_path / "runs"
     argv = ["--train", str(tiny_pos["train"]), "--dev", str(tiny_pos["dev"]), "--format", "slash", "--epochs", "1",
-            "--time-limit", "20", "--eval-every-seconds", "5", "--out", str(out), "--runs-dir", str(runs)]
+            "--time-limit", "20", "--eval-every-seconds", "5", "--results-dir", str(out), "--runs-dir", str(runs)]
     assert _script("reproduce_pos").main(argv) == 0
     rows = _rows(out / "pos_figure1.csv")
     assert [(r["run"], r["workers"], r["optimizer"], r["updates"]) for r in rows] == [
@@ -71,7 +71,7 @@ def test_reproduce_pos_seeds(tiny_pos, tmp_path):
     assert _script("reproduce_pos").main([
         "--train", str(tiny_pos["train"]), "--dev", str(tiny_pos["dev"]), "--format", "slash", "--epochs", "1",
         "--workers", "1", "--no-adam", "--recipe", "default", "--seeds", "3,4", "--time-limit", "20",
-        "--eval-every-seconds", "5", "--out", str(out), "--runs-dir", str(runs)]) == 0
+        "--eval-every-seconds", "5", "--results-dir", str(out), "--runs-dir", str(runs)]) == 0
     assert sorted(p.name for p in runs.iterdir()) == ["sgd-1-seed3", "sgd-1-seed4"]
     assert [r["run"] for r in _rows(out / "pos_figure1.csv")] == ["SGD, 1 worker, seed 3", "SGD, 1 worker, seed 4"]
     assert json.loads((runs / "sgd-1-seed4" / "summary.json").read_text())["lr"] == 0.1  # the default recipe's
@@ -81,7 +81,8 @@ def test_reproduce_pos_seeds(tiny_pos, tmp_path):
 def test_reproduce_nmt_table1(tiny_nmt, tmp_path):
     out, runs = tmp_path / "results", tmp_path / "runs"
     argv = ["--train", str(tiny_nmt["train"]), "--dev", str(tiny_nmt["dev"]), "--updates", "6", "--batch-size", "16",
-            "--eval-every", "3", "--beam", "2", "--vocab-size", "100", "--out", str(out), "--runs-dir", str(runs)]
+            "--eval-every", "3", "--beam", "2", "--vocab-size", "100", "--results-dir", str(out),
+            "--runs-dir", str(runs)]
     assert _script("reproduce_nmt").main(argv) == 0
     rows = _rows(out / "nmt_table1.csv")
     assert [(r["run"], r["seed"]) for r in rows] == [("1 worker", "0"), ("2 workers", "0")]
@@ -97,7 +98,8 @@ def test_reproduce_nmt_seeds_sync_test_sets_and_bootstrap(tiny_nmt, tmp_path):
     out, runs = tmp_path / "results", tmp_path / "runs"
     argv = ["--train", str(tiny_nmt["train"]), "--dev", str(tiny_nmt["dev"]), "--updates", "4", "--batch-size", "16",
             "--eval-every", "2", "--beam", "2", "--vocab-size", "100", "--seeds", "0,1", "--sync",
-            "--test-sets", str(tiny_nmt["dev"]), "--bootstrap", "50", "--out", str(out), "--runs-dir", str(runs)]
+            "--test-sets", str(tiny_nmt["dev"]), "--bootstrap", "50", "--results-dir", str(out),
+            "--runs-dir", str(runs)]
     assert _script("reproduce_nmt").main(argv) == 0
     rows = _rows(out / "nmt_table1.csv")
     assert [(r["run"], r["mode"], r["seed"]) for r in rows] == [
@@ -136,7 +138,7 @@ def test_compare_optimizers(tiny_pos, tmp_path):
     out = tmp_path / "results"
     assert _script("compare_optimizers").main([
         "--train", str(tiny_pos["train"]), "--dev", str(tiny_pos["dev"]), "--optimizers", "adam",
-        "--time-limit", "4", "--eval-every-seconds", "2", "--target", "0.3", "--out", str(out),
+        "--time-limit", "4", "--eval-every-seconds", "2", "--target", "0.3", "--results-dir", str(out),
         "--runs-dir", str(tmp_path / "runs")]) == 0
     rows = _rows(out / "compare_optimizers.csv")
     assert [(r["run"], r["mode"], r["workers"]) for r in rows] == [
@@ -146,13 +148,15 @@ def test_compare_optimizers(tiny_pos, tmp_path):
     assert (out / "compare_optimizers.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_scripts_reject_bad_flags(capsys):
-    with pytest.raises(SystemExit):
-        _script("compare_optimizers").main(["--workers", "1"])
-    assert "--workers must be >= 2" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        _script("compare_optimizers").main(["--lr", "sgd:0.1"])
-    assert "--lr takes OPT=LR pairs" in capsys.readouterr().err
+def test_scripts_reject_bad_flags(tiny_pos, capsys):
+    corpus = ["--train", str(tiny_pos["train"]), "--dev", str(tiny_pos["dev"])]
+    for argv, message in ((["--workers", "1"], "--workers must be >= 2"),
+                          (["--lrs", "sgd:0.1"], "--lrs takes OPT=LR pairs"),
+                          (["--dev-limit", "-1"], "--dev-limit: must be >= 0, got -1"),  # run.py's check
+                          ([], "--train: ")):  # the default corpus, missing here: named before anything runs
+        with pytest.raises(SystemExit) as exit_:
+            _script("compare_optimizers").main(corpus + argv if argv else argv)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err, argv
 
 
 def test_reproduce_nmt_plans_workers_sharing_one_gpu(tiny_nmt):

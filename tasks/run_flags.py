@@ -1,0 +1,150 @@
+"""run.py's training flags on any parser: `add_run_options` adds `--config FILE` and the flags generated from
+`RunOptions`' declarations (each with its type, allowed values and help ending in the default that applies), and
+`parse_run_options` resolves a command line into `RunOptions` exactly as run.py does: --config FILE's options (a run
+directory replays its config.json; `--resume --out RUN` continues RUN's own), overridden by the flags given, every
+value checked by RunOptions, a bad one ending with `PROG: error: --FLAG: ...` and exit status 2.
+
+run.py adds every flag. A script or benchmark adds them too (its own flags beside them), less the options it sets
+itself per run (`leave_out`, e.g. `mode` in a sweep over modes) or, for a benchmark that honours a few, `only` those;
+a default it changes on purpose (a reproduction's recipe) is given in `defaults`, and --help shows both
+(`(default: 6000 here; run.py: 15000)`). A --config file's values for options a script leaves out reach RunOptions
+too; the script's own choices replace them.
+
+Usage:
+    parser = argparse.ArgumentParser(prog="python -m scripts.reproduce_nmt")
+    add_run_options(parser, leave_out=("mode", "out"), defaults={"vocab_size": 6000})
+    parser.add_argument("--seeds", default=None)               # the script's own flags
+    options, args = parse_run_options(parser, argv)           # RunOptions, and the namespace (args.seeds)
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hogwild.tasks.options import Option, OptionError, RunOptions, check_value, declared, flag, option_types
+from hogwild.tasks.options_file import OptionsFileError, read_options_file, run_directory_options
+
+CONFIG_HELP = ("start from the options in FILE: a run directory (replays its config.json) or a YAML, TOML or JSON "
+               "file of options; the flags given here override it (default: none)")
+_MARK = "run_option"  # the attribute that marks an argparse action as a generated run-option flag
+_FIXED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # parser -> its `fixed` values
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, only: Iterable[str] | None = None,
+                    leave_out: Iterable[str] = (), defaults: Mapping[str, Any] | None = None,
+                    fixed: Mapping[str, Any] | None = None) -> None:
+    """Add `--config FILE` and the run options' flags (every one, or `only` these, less `leave_out` and `fixed`) to
+    parser, in RunOptions' groups and order. `defaults`: this parser's own default of an option; `fixed`: an
+    option's value whatever the command line or --config says (no flag: a script for one task fixes `task`). Each
+    value is type-checked as its flag's would be; a name that is not a run option, or a bad value, is a ValueError."""
+    names = list(declared())
+    defaults, fixed = dict(defaults or {}), dict(fixed or {})
+    chosen = set(names if only is None else _known(only, "only"))
+    chosen -= set(_known(leave_out, "leave_out")) | set(_known(fixed, "fixed"))
+    stray = sorted(set(_known(defaults, "defaults")) - chosen)
+    if stray:
+        raise ValueError(f"defaults: {', '.join(stray)} not among the flags added")
+    for name, value in {**defaults, **fixed}.items():
+        try:
+            check_value(name, value)  # the type its flag gives (RunOptions checks the rest when the flags are parsed)
+        except OptionError as error:
+            raise ValueError(f"defaults: {error}") from None
+    _FIXED[parser] = fixed
+    parser.add_argument("--config", metavar="FILE", default=None, help=CONFIG_HELP)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name in names:
+        if name not in chosen:
+            continue
+        option = declared()[name]
+        if option.group not in groups:
+            groups[option.group] = parser.add_argument_group(option.group)
+        _add_flag(groups[option.group], name, option, defaults)
+
+
+def parse_run_options(parser: argparse.ArgumentParser,
+                      argv: Sequence[str] | None) -> tuple[RunOptions, argparse.Namespace]:
+    """(RunOptions, the parsed namespace) of a command line, for a parser given `add_run_options`: --config FILE's
+    options under the flags given, as run.py resolves them; bad values end with `parser.error` (exit status 2)."""
+    _refuse_copies(parser)
+    args = parser.parse_args(argv)
+    resume, out = getattr(args, "resume", False), getattr(args, "out", None)
+    replayed, flag_read = {}, "--config" if args.config is not None else "--resume"
+    try:
+        if args.config is not None:
+            replayed = read_options_file(args.config)  # the file's values, under the flags given
+            if resume and out is None and Path(args.config).is_dir():
+                replayed["out"] = args.config  # --config RUN --resume continues RUN itself
+        elif resume and out is not None:
+            replayed = run_directory_options(out) or {}  # --resume --out RUN: RUN's own options
+    except OptionsFileError as error:
+        parser.error(f"{flag_read} {error}")
+    if replayed:
+        parser.set_defaults(**replayed)  # a replayed option the parser has no flag for arrives in args all the same
+        args = parser.parse_args(argv)
+    values = {field.name: getattr(args, field.name) for field in dataclasses.fields(RunOptions)
+              if hasattr(args, field.name)}
+    values.update(_FIXED.get(parser, {}))
+    try:
+        return RunOptions(**values), args  # flag values are checked before anything is loaded
+    except OptionError as error:
+        parser.error(str(error))
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """A script's --help: its own flags with their defaults appended (argparse's), the run options' as generated
+    (their help already ends with the default that applies)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if getattr(action, _MARK, None) or action.dest == "config":
+            return action.help
+        return super()._get_help_string(action)
+
+
+def run_option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's generated run-option flags: option name -> its argparse action."""
+    return {getattr(action, _MARK): action for action in parser._actions if getattr(action, _MARK, None)}
+
+
+def _known(names: Iterable[str], argument: str) -> list[str]:
+    names = list(names)
+    unknown = sorted(set(names) - set(declared()))
+    if unknown:
+        raise ValueError(f"{argument}: {', '.join(unknown)} is not a run option (tasks/options.py)")
+    return names
+
+
+def _refuse_copies(parser: argparse.ArgumentParser) -> None:
+    """A flag of the script's own that writes a run option's field would be a second declaration of it (another
+    default, other checks): refused, naming the flag."""
+    fields = {field.name for field in dataclasses.fields(RunOptions)}
+    for action in parser._actions:
+        if action.dest in fields and getattr(action, _MARK, None) != action.dest:
+            raise ValueError(f"{parser.prog}: {'/'.join(action.option_strings) or action.dest} declares the run "
+                             f"option {action.dest!r} again; add it with tasks.run_flags.add_run_options")
+
+
+def _add_flag(group: argparse._ArgumentGroup, name: str, option: Option, defaults: Mapping[str, Any]) -> None:
+    """One option's flag: its type, allowed values and help, which ends with the default that applies (and run.py's,
+    where this parser has its own)."""
+    kind, _ = option_types()[name]
+    declared_default = RunOptions.__dataclass_fields__[name].default
+    default = defaults.get(name, declared_default)
+    shown = option.default_text or ("off" if kind is bool else declared_default)  # a switch is off unless given
+    if name in defaults:
+        own = ("on" if default != declared_default else "off") if kind is bool else \
+            " ".join(default) if isinstance(default, list) else default
+        shown = f"{own} here; run.py: {shown}"
+    text = f"{option.help} (default: {shown})".replace("%", "%%")
+    if kind is bool:  # a switch: --fused-step turns a False default on, --no-progress a True default off
+        action = group.add_argument(option.negative_flag or flag(name), dest=name, default=default, help=text,
+                                    action="store_false" if option.negative_flag else "store_true")
+    else:
+        action = group.add_argument(flag(name), dest=name, default=default, choices=option.choices,
+                                    metavar=option.metavar, help=text,
+                                    **({"nargs": "+"} if kind is list else {"type": kind}))
+    setattr(action, _MARK, name)
+
