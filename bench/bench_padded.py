@@ -25,6 +25,7 @@ import torch
 from hogwild.data.batching import bucket_length
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
 from hogwild.models.host_fields import to_device
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 from bench import command_line
 from bench.bench_models import AFFIX, POS_VOCAB, time_update
@@ -90,26 +91,30 @@ def three_ways(name: str, model, loss_fn, batch: dict, bucketed: dict, rounds: i
             (f"{name} padded to {shape}", model, padded, bucketed, rounds)]
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\nOf run.py's options it takes "
+                                "--vocab-size (or --config FILE's).", formatter_class=HelpFormatter)
+    add_run_options(p, only=("vocab_size",))
     p.add_argument("--device", default="cpu", help="cpu, or cuda when a GPU is available")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds for the small presets")
     p.add_argument("--paper-rounds", type=int, default=0, help="timed rounds for the paper presets (0: skip them)")
-    p.add_argument("--vocab", type=int, default=15_000, help="NMT words per side")
     p.add_argument("--pairs", type=int, default=64, help="NMT pairs per batch")
     p.add_argument("--quick", action="store_true",
-                   help="--rounds 1 --paper-rounds 0 --vocab 2000 --pairs 16: seconds (CI)")
-    args = p.parse_args(argv)
+                   help="--rounds 1 --paper-rounds 0 --vocab-size 2000 --pairs 16: seconds (CI)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    _, args = parse_run_options(build_parser(), argv)  # the run options' values are checked, then read from args
     if args.quick:
-        args.rounds, args.paper_rounds, args.vocab, args.pairs = 1, 0, 2000, 16
+        args.rounds, args.paper_rounds, args.vocab_size, args.pairs = 1, 0, 2000, 16
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench_padded: --device cuda asked for, but torch sees no GPU")
     g = torch.Generator().manual_seed(0)
-    pos_one, pos_16, nmt_64 = pos_batch(1, g), pos_batch(16, g), nmt_batch(args.pairs, args.vocab, g)
+    pos_one, pos_16, nmt_64 = pos_batch(1, g), pos_batch(16, g), nmt_batch(args.pairs, args.vocab_size, g)
     batches = {name: (to_device(batch, device), to_device(bucket(batch, EDGES), device)) for name, batch, bucket in
                (("pos1", pos_one, bucketed_pos), ("pos16", pos_16, bucketed_pos), ("nmt", nmt_64, bucketed_nmt))}
     cases = []  # (name, model, loss_fn, batch, rounds)
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         torch.manual_seed(0)
         tagger = POSTagger(pos_preset(preset, **POS_VOCAB)).to(device)
-        nmt = AttentionNMT(nmt_preset(preset, src_words=args.vocab, tgt_words=args.vocab)).to(device)
+        nmt = AttentionNMT(nmt_preset(preset, src_words=args.vocab_size, tgt_words=args.vocab_size)).to(device)
         cases += three_ways(f"pos/{preset} B=1", tagger, pos_loss, *batches["pos1"], rounds)
         cases += three_ways(f"pos/{preset} B=16", tagger, pos_loss, *batches["pos16"], rounds)
         cases += three_ways(f"nmt/{preset} B={args.pairs}", nmt, nmt_loss, *batches["nmt"], rounds)
