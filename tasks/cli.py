@@ -155,19 +155,26 @@ def _train(options: RunOptions) -> int:
 
 def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
     """The options of a training command line: --config FILE's options, overridden by the flags given. Bad values
-    (in the file or on the command line) end with `run.py: error: ...` and exit status 2."""
+    (in the file or on the command line) end with `run.py: error: ...` and exit status 2; a value from the file that
+    clashes with a flag given is named with the file it came from."""
     args = parser.parse_args(argv)
     replayed, flag_read = {}, "--config" if args.config is not None else "--resume"
     try:
         if args.config is not None:
+            source = Path(args.config) / "config.json" if Path(args.config).is_dir() else Path(args.config)
             replayed = read_options_file(args.config)  # the file's values, under the flags given
             if args.resume and args.out is None and Path(args.config).is_dir():
                 replayed["out"] = args.config  # --config RUN --resume continues RUN itself
         elif args.resume and args.out is not None:
+            source = Path(args.out) / "config.json"
             replayed = run_directory_options(args.out) or {}  # --resume --out RUN: RUN's own options
     except OptionsFileError as error:
         parser.error(f"{flag_read} {error}")
+    given = _given(parser, argv)
     if replayed:
+        if args.resume and "task" in given and replayed.get("task", args.task) != args.task:
+            parser.error(f"--task {args.task}: {source} records a --task {replayed['task']} run, and a resumed run "
+                         f"keeps its task; drop --task, or start a new run in another --out")
         parser.set_defaults(**replayed)
         args = parser.parse_args(argv)
     values = vars(args)
@@ -175,7 +182,20 @@ def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
     try:
         return RunOptions(**values)  # flag values are checked before anything is loaded
     except OptionError as error:
+        if error.name in replayed and error.name not in given:  # the file's value, not the user's flag
+            parser.error(f"{flag_read} {source}: {error}")
         parser.error(str(error))
+
+
+def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The options given on the command line (not taken from a default or a --config file)."""
+    unset = object()
+    saved = {action.dest: action.default for action in parser._actions if action.default is not argparse.SUPPRESS}
+    parser.set_defaults(**{dest: unset for dest in saved})
+    try:
+        return {dest for dest, value in vars(parser.parse_args(argv)).items() if value is not unset}
+    finally:
+        parser.set_defaults(**saved)
 
 
 _argv: list[str] | None = None

@@ -14,6 +14,7 @@ given on the command line or in a --config file arrives in the field of that nam
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -378,6 +379,8 @@ def _check_type(name: str, kind: type, value: Any) -> None:
         fits = isinstance(value, kind)
     if not fits:
         raise OptionError(name, f"must be {_TYPE_NAMES[kind]}, got {value!r}")
+    if kind is float and not math.isfinite(value):  # float('nan') passes the type check and every comparison
+        raise OptionError(name, f"must be a finite number, got {value!r}")
 
 
 def _check_declared(name: str, value: Any) -> None:
@@ -390,10 +393,12 @@ def _check_declared(name: str, value: Any) -> None:
 
 
 def check_value(name: str, value: Any) -> None:
-    """The type check of one option's value (for values read from a --config file)."""
+    """The checks of one option's value on its own, type and range (for values read from a --config file, so that
+    the error names the file)."""
     kind, optional = option_types()[name]
     if not (value is None and optional):
         _check_type(name, kind, value)
+        _check_declared(name, value)
 
 
 def _check_not_trained_on(dev: str, train: list[str], options: RunOptions) -> None:

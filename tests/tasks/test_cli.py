@@ -170,6 +170,43 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
     assert last.startswith("run.py: error: " + message.format(path=path))
 
 
+@pytest.mark.parametrize("text, message", [
+    ('{"run": {\n  "task": "pos",\n  "lr": 0.01,,\n  "steps": 5}}', "--resume {path}:3:14: not valid JSON: "
+                                                                   "Expecting property name enclosed in double quotes"),
+    ('{"run": {\n  "task": "pos",\n  "lr"', "--resume {path}:3:7: not valid JSON: Expecting ':' delimiter"),
+    ("", "--resume {path}:1:1: not valid JSON: Expecting value"),
+    ('{"config": {"lr": 0.1}}', "--resume {path}: has no 'run' section (the options run.py recorded, which --resume "
+                                "continues); restore it, or give the run's options with --config FILE"),
+])
+def test_resume_refuses_a_broken_config_json_naming_file_line_and_column(tmp_path, capsys, text, message):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        run_options(train_parser(), ["--resume", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "run.py: error: " + message.format(path=path)
+    assert path.read_text() == text
+
+
+def test_a_replayed_value_is_named_with_its_file(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"run": {"task": "pos", "word_min_freq": 1}}))
+    (tmp_path / "nan.yaml").write_text("lr: .nan\n")
+    for argv, message in [
+            (["--resume", "--out", str(tmp_path), "--task", "nmt"],
+             f"--task nmt: {tmp_path / 'config.json'} records a --task pos run, and a resumed run keeps its task; "
+             f"drop --task, or start a new run in another --out"),
+            (["--config", str(tmp_path), "--task", "nmt"],
+             f"--config {tmp_path / 'config.json'}: --word-min-freq: applies to --task pos only (NMT keeps the "
+             f"--vocab-size most frequent words)"),
+            (["--config", str(tmp_path / "nan.yaml")], f"--config {tmp_path / 'nan.yaml'}: --lr: must be a finite "
+                                                       f"number, got nan"),
+            (["--lr", "inf"], "--lr: must be a finite number, got inf")]:
+        with pytest.raises(SystemExit) as exit_:
+            run_options(train_parser(), argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == "run.py: error: " + message
+
+
 def test_config_replays_a_real_run(tmp_path):
     first = tmp_path / "first"
     done = run_py("--synthetic-size", "60", "--steps", "4", "--workers", "1", "--no-progress", "--lr", "0.05",

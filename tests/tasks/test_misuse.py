@@ -1,6 +1,7 @@
 """A hostile but fair user (issue #14): a table of bad inputs and bad flags run through `run.py` in real processes.
 Each must exit non-zero with one line naming the flag or the file (and line), print no traceback, leave no process
 or /dev/shm entry behind, and leave an existing run directory byte for byte as it was."""
+import json
 import re
 import shutil
 
@@ -13,6 +14,7 @@ from tests.tasks.misuse_helpers import fingerprint, run_py_session
 pytestmark = pytest.mark.slow
 
 SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
+FINGERPRINTED = ("run", "truncated", "momentum", "typo", "cut", "no-run")  # run directories no case may change
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,11 @@ def world(tmp_path_factory):
     shutil.copytree(run, truncated)
     data = (truncated / "last.pt").read_bytes()
     (truncated / "last.pt").write_bytes(data[: len(data) // 3])
+    config = (run / "config.json").read_text()
+    for name, text in [("typo", config.replace('"lr": 0.1,', '"lr": 0.1,,', 1)), ("cut", config[:500]),
+                       ("no-run", json.dumps({k: v for k, v in json.loads(config).items() if k != "run"}))]:
+        shutil.copytree(run, root / name)  # a run whose config.json was damaged by hand or by a crash
+        (root / name / "config.json").write_text(text)
     (root / "a-file").write_text("not a folder\n")
     (root / "mixed.txt").write_text("The/DT dog/NN barks/VBZ\nA/DT cat/NN\nsleeps\tVBZ\tx\n")
     (root / "bad.conllu").write_text(
@@ -54,6 +61,14 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"run\.py: error: --out {root}/a-file: is a file, not a directory"),
     ("truncated last.pt on --resume", [*SMALL, "--resume", "--out", "{root}/truncated"], 1,
      r"run\.py: error: {root}/truncated/last\.pt: cannot read the checkpoint \(truncated or not a checkpoint: .*\)"),
+    ("a typo in config.json on --resume", [*SMALL, "--steps", "40", "--resume", "--out", "{root}/typo"], 2,
+     r"run\.py: error: --resume {root}/typo/config\.json:\d+:15: not valid JSON: Expecting property name enclosed in "
+     r"double quotes"),
+    ("a truncated config.json on --resume", ["--steps", "40", "--resume", "--out", "{root}/cut"], 2,
+     r"run\.py: error: --resume {root}/cut/config\.json:\d+:\d+: not valid JSON: \w.*"),
+    ("config.json without its run section", ["--steps", "40", "--resume", "--out", "{root}/no-run"], 2,
+     r"run\.py: error: --resume {root}/no-run/config\.json: has no 'run' section \(the options run\.py recorded, "
+     r"which --resume continues\); restore it, or give the run's options with --config FILE"),
     ("unknown --encoding (train)", [*SMALL, "--encoding", "foo"], 2,
      r"run\.py: error: --encoding: unknown text encoding 'foo' \(e\.g\. utf-8, latin-1, cp1252\)"),
     ("unknown --encoding (tag)", ["tag", "--checkpoint", "{root}/run", "--encoding", "foo"], 2,
@@ -101,7 +116,7 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
 
 @pytest.mark.parametrize("name, argv, status, last_line", CASES, ids=[case[0] for case in CASES])
 def test_bad_input_fails_cleanly_and_touches_nothing(world, name, argv, status, last_line):
-    before = {folder: fingerprint(world / folder) for folder in ("run", "truncated", "momentum")}
+    before = {folder: fingerprint(world / folder) for folder in FINGERPRINTED}
     done = run_py_session(*[arg.format(root=world) for arg in argv], timeout=240)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == status, done.stdout + done.stderr
