@@ -35,7 +35,7 @@ from .model_tensors import trainable_parameters
 from .parent_loop import ParentLoop, natural_reason, start_workers, total_updates
 from .process_prelude import WorkerSpec
 from .shared_run import SharedRun, share
-from .supervisor import Supervisor, WorkerFailed, graceful_signals
+from .supervisor import WORKER_NAMES, Supervisor, WorkerFailed, graceful_signals
 from .worker import worker_main
 
 
@@ -132,10 +132,10 @@ def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: B
     if config.mode == "sync":
         from .sync import sync_main
         init = f"file://{os.path.join(scratch, 'rendezvous')}"
-        processes = [ctx.Process(target=sync_main, args=(spec, init), name=f"hogwild-sync-{spec.worker}")
+        processes = [ctx.Process(target=sync_main, args=(spec, init), name=f"{WORKER_NAMES[1]}{spec.worker}")
                      for spec in specs]
     else:
-        processes = [ctx.Process(target=worker_main, args=(spec,), name=f"hogwild-worker-{spec.worker}")
+        processes = [ctx.Process(target=worker_main, args=(spec,), name=f"{WORKER_NAMES[0]}{spec.worker}")
                      for spec in specs]
     return Supervisor(processes, errors, config.devices)
 

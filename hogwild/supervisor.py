@@ -6,7 +6,9 @@
   so is one that ignores a stop request for join_timeout when it had been without progress for many of its steps.
 - SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return). Workers ignore both
   (PARENT_SIGNALS): Ctrl-C, `timeout` and batch schedulers signal the whole process group, and the parent decides.
-- Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
+- Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop), also while
+  they are still starting: `import hogwild` sets it first thing in the engine's workers (`die_while_starting`),
+  before torch is imported (seconds, during which a killed parent's workers used to live on).
 - Before spawning, /dev/shm must be able to hold the parameters and the optimizer state.
 
 Serves steps 3 and 4 of `hogwild.train` (spawn, supervise).
@@ -27,12 +29,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from multiprocessing.connection import wait as wait_for_sentinels
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .run_control import RunControl
+if TYPE_CHECKING:  # this module imports no torch: hogwild/__init__.py calls die_with_parent before torch loads
+    from .run_control import RunControl
 
 _PR_SET_PDEATHSIG = 1
 PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # handled by the parent only; workers ignore them
+WORKER_NAMES = ("hogwild-worker-", "hogwild-sync-")  # the names of the engine's worker processes (a prefix)
+PARENT_PID_VARIABLE = "HOGWILD_PARENT_PID"  # the environment tells a starting worker which parent it dies with
 
 
 class WorkerFailed(RuntimeError):
@@ -53,6 +58,14 @@ def die_with_parent(parent_pid: int) -> None:
             pass  # no libc.so.6 (e.g. musl): the worker loop's getppid() check still applies
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def die_while_starting(process_name: str) -> None:
+    """In a worker the engine spawned (named WORKER_NAMES), as soon as `import hogwild` starts: die with the parent
+    from now on, or now if it has already exited (its prelude does the same, but only after torch is imported)."""
+    parent = os.environ.get(PARENT_PID_VARIABLE, "")
+    if process_name.startswith(WORKER_NAMES) and parent.isdigit():
+        die_with_parent(int(parent))
 
 
 def check_shared_memory(required_bytes: int, path: str = "/dev/shm") -> None:
@@ -113,6 +126,7 @@ class Supervisor:
         self.describe_late: Callable[[int, float], str | None] | None = None
 
     def start(self) -> None:
+        os.environ[PARENT_PID_VARIABLE] = str(os.getpid())  # a worker's `import hogwild` reads it (die_while_starting)
         for process in self.processes:
             process.start()
 

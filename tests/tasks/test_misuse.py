@@ -88,8 +88,8 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"run\.py: error: --optimizer: --distributed eamsgd needs a momentum optimizer \(msgd or nesterov\), got "
      r"'sgd'; use --distributed easgd for plain SGD"),
     ("more workers than memory", [*SMALL, "--workers", "4000", "--steps", "40", "--out", "{root}/run", "--resume"], 1,
-     r"run\.py: error: --workers: 4000 workers need about \d+\.\d GiB of memory \(150 MiB per process .*\), but "
-     r"\d+\.\d GiB is available; about \d+ workers fit"),
+     r"run\.py: error: --workers: 4000 workers need about \d+\.\d GiB of memory \(300 MiB per process .*\), but "
+     r"\d+\.\d GiB is available \((MemAvailable|the memory cgroup limit of .*)\); about \d+ workers fit"),
     ("empty --separator", [*SMALL, "--separator", ""], 2,
      r"run\.py: error: --separator: must be a non-empty string without spaces, got ''"),
     ("negative --seed", [*SMALL, "--seed", "-1"], 2, r"run\.py: error: --seed: must be >= 0, got -1"),
