@@ -223,3 +223,19 @@ def test_config_replays_a_real_run(tmp_path):
     assert f"resuming {first / 'last.pt'} at update 4" in done.stdout
     summary = json.loads((first / "summary.json").read_text())
     assert (summary["updates"], summary["segments"], summary["lr"]) == (8, 2, 0.05)
+
+
+def test_plot_prints_the_file_it_writes(tmp_path, capsys):
+    """--out a folder writes curves.png inside it, --out without a suffix NAME.png (as matplotlib does): the path
+    printed is the file written (it printed the folder)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"kind": "train", "elapsed": 1.0, "updates": 10, "loss": 2.5}\n'
+        '{"kind": "eval", "elapsed": 1.5, "updates": 10, "metrics": {"accuracy": 0.5}}\n')
+    (tmp_path / "figures").mkdir()
+    for out, written in [(tmp_path / "figures", tmp_path / "figures" / "curves.png"),
+                         (tmp_path / "noext", tmp_path / "noext.png"), (tmp_path / "a.png", tmp_path / "a.png")]:
+        assert main(["plot", str(run), "--out", str(out)]) == 0
+        assert capsys.readouterr().out == f"{written}\n"
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -36,6 +36,11 @@ def world(tmp_path_factory):
                        ("no-run", json.dumps({k: v for k, v in json.loads(config).items() if k != "run"}))]:
         shutil.copytree(run, root / name)  # a run whose config.json was damaged by hand or by a crash
         (root / name / "config.json").write_text(text)
+    metrics = (run / "metrics.jsonl").read_text()
+    for name, data in [("soon", re.sub(r'"elapsed": [\d.]+', '"elapsed": "soon"', metrics, count=1).encode()),
+                       ("no-records", b""), ("binary", (run / "last.pt").read_bytes()[:300])]:
+        (root / name).mkdir()  # metrics.jsonl files `run.py plot` cannot draw
+        (root / name / "metrics.jsonl").write_bytes(data)
     (root / "a-file").write_text("not a folder\n")
     (root / "mixed.txt").write_text("The/DT dog/NN barks/VBZ\nA/DT cat/NN\nsleeps\tVBZ\tx\n")
     (root / "bad.conllu").write_text(
@@ -69,6 +74,14 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
     ("config.json without its run section", ["--steps", "40", "--resume", "--out", "{root}/no-run"], 2,
      r"run\.py: error: --resume {root}/no-run/config\.json: has no 'run' section \(the options run\.py recorded, "
      r"which --resume continues\); restore it, or give the run's options with --config FILE"),
+    ("plot: a record with a value that is not a number", ["plot", "{root}/soon", "--out", "{root}/p.png"], 1,
+     r"run\.py plot: error: {root}/soon/metrics\.jsonl:1: 'elapsed' is 'soon', not a number"),
+    ("plot: an empty metrics.jsonl", ["plot", "{root}/no-records", "--out", "{root}/p.png"], 1,
+     r"run\.py plot: error: {root}/no-records/metrics\.jsonl: no training or evaluation record to plot \(the run "
+     r"logged none yet\)"),
+    ("plot: a binary metrics.jsonl", ["plot", "{root}/binary", "--out", "{root}/p.png"], 1,
+     r"run\.py plot: error: {root}/binary/metrics\.jsonl: not a metrics file \(not UTF-8 text: byte \d+ is "
+     r"0x[0-9a-f]{{2}}\)"),
     ("unknown --encoding (train)", [*SMALL, "--encoding", "foo"], 2,
      r"run\.py: error: --encoding: unknown text encoding 'foo' \(e\.g\. utf-8, latin-1, cp1252\)"),
     ("unknown --encoding (tag)", ["tag", "--checkpoint", "{root}/run", "--encoding", "foo"], 2,
