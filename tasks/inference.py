@@ -17,7 +17,7 @@ from typing import TextIO
 
 from hogwild.data.compressed import BOM
 from hogwild.files import write_text_atomic
-from hogwild.tasks.rundir import RunDirError, load_trained
+from hogwild.tasks.rundir import RunDirError, load_trained, run_dir_of
 from hogwild.tasks.runlock import describe_holder, live_holder
 
 
@@ -51,8 +51,8 @@ def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | No
 
 def _load_trained_as(run_dir: str | Path, task: str, command: str, loader):
     """`loader(run_dir, spec, state)` on the trained model of a run directory, refused unless it is a `task` run."""
-    run_dir = Path(run_dir)
-    spec, state, path = load_trained(run_dir)
+    run_dir, chosen = run_dir_of(run_dir)
+    spec, state, path = load_trained(run_dir, chosen or "best")
     if spec.get("task") != task:
         raise RunDirError(f"--checkpoint {run_dir}: this is a {spec.get('task')!r} run; `run.py {command}` needs a "
                           f"{task!r} run")
@@ -83,6 +83,7 @@ def checkpoint_note(run_dir: str | Path, path: Path) -> tuple[str, str | None]:
     state = read_checkpoint(str(path))
     update = state.get("best_step", state.get("global_step"))
     note = f"using {path} (update {update})"
+    run_dir = run_dir_of(run_dir)[0]
     holder = live_holder(run_dir)
     if holder is None:
         return note, None

@@ -66,17 +66,33 @@ def engine_dir(run_dir: Path) -> Path:
     return run_dir / "host0" if not (run_dir / "last.pt").exists() and (run_dir / "host0").is_dir() else run_dir
 
 
-def load_trained(run_dir: str | Path, checkpoint: str = "best") -> tuple[dict, dict[str, torch.Tensor], Path]:
-    """(model.json contents, model state_dict, checkpoint path) of a run directory; best.pt, else last.pt."""
+def run_dir_of(given: str | Path) -> tuple[Path, Path | None]:
+    """`--checkpoint` as given: a run directory, or a checkpoint file inside one (RUN/last.pt, RUN/host0/best.pt):
+    (the run directory, the file or None)."""
+    given = Path(given)
+    if not given.is_file():
+        return given, None
+    folder = given.parent
+    if not (folder / MODEL_FILE).exists() and (folder.parent / MODEL_FILE).exists():  # RUN/host0/last.pt
+        folder = folder.parent
+    return folder, given
+
+
+def load_trained(run_dir: str | Path, checkpoint: str | Path = "best") -> tuple[dict, dict[str, torch.Tensor], Path]:
+    """(model.json contents, model state_dict, checkpoint path) of a run directory; best.pt, else last.pt ("best"),
+    last.pt ("last"), or the checkpoint file given (a Path: see `run_dir_of`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise RunDirError(f"--checkpoint {run_dir}: no such run directory")
+        raise RunDirError(f"--checkpoint {run_dir}: no such run directory (give the folder run.py wrote, or a "
+                          f"checkpoint file in it)")
     spec_path = run_dir / MODEL_FILE
     if not spec_path.exists():
-        raise RunDirError(f"--checkpoint {run_dir}: no {MODEL_FILE} there (is it a run.py run directory?)")
+        what = f"{checkpoint} is not inside a run directory" if isinstance(checkpoint, Path) else run_dir
+        raise RunDirError(f"--checkpoint {what}: no {MODEL_FILE} in {run_dir} (is it a run.py run directory?)")
     folder = engine_dir(run_dir)
     names = ["best.pt", "last.pt"] if checkpoint == "best" else ["last.pt"]
-    path = next((folder / name for name in names if (folder / name).exists()), None)
+    path = checkpoint if isinstance(checkpoint, Path) else \
+        next((folder / name for name in names if (folder / name).exists()), None)
     if path is None:
         raise RunDirError(f"--checkpoint {run_dir}: no {' or '.join(names)} in {folder}")
     try:
