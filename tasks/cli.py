@@ -180,11 +180,33 @@ def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
     values = vars(args)
     del values["config"]
     try:
-        return RunOptions(**values)  # flag values are checked before anything is loaded
+        options = RunOptions(**values)  # flag values are checked before anything is loaded
     except OptionError as error:
         if error.name in replayed and error.name not in given:  # the file's value, not the user's flag
             parser.error(f"{flag_read} {source}: {error}")
         parser.error(str(error))
+    _refuse_ignored(parser, options, given)
+    return options
+
+
+_GPU_ONLY = ("amp", "tf32", "workers_per_gpu")  # flags that change GPU workers only
+
+
+def _refuse_ignored(parser: argparse.ArgumentParser, options: RunOptions, given: set[str]) -> None:
+    """Flags given on the command line that this run would ignore are refused, naming them (exit 2): whoever gave
+    one expects it to act. (Values replayed from a run's config.json are not flags given.)"""
+    if "workers" in given and options.mode == "single" and options.workers != 1:
+        parser.error(f"--workers {options.workers}: --mode single trains with one worker; drop --workers, or use "
+                     f"--mode hogwild (or sync) for {options.workers}")
+    if options.distributed is None:
+        for name in sorted(given & declared().keys()):
+            if name != "distributed" and declared()[name].group == declared()["distributed"].group:
+                parser.error(f"{flag(name)}: applies to multi-host runs only (--distributed ALGO, under mpiexec); "
+                             f"this run is on one host")
+    if options.gpus == 0:
+        for name in _GPU_ONLY:
+            if name in given:
+                parser.error(f"{flag(name)}: applies to GPU workers only (--gpus N); this run trains on CPU workers")
 
 
 def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:

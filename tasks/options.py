@@ -272,6 +272,11 @@ class RunOptions:
             raise OptionError("task", "--word-column, --tag-column and --tag apply to --task pos only")
         if self.length_bucket is not None and self.task != "nmt":
             raise OptionError("length_bucket", "applies to --task nmt only")
+        if self.length_bucket is not None and self.length_bucket > self.max_len:
+            raise OptionError("length_bucket", f"{self.length_bucket} is above --max-len {self.max_len}: every batch "
+                                               f"would be padded to {self.length_bucket} positions, longer than any "
+                                               f"pair; give at most --max-len (a compiled step is served by "
+                                               f"{defaults.COMPILED_LENGTH_BUCKET})")
         if self.subwords is not None and self.task != "nmt":
             raise OptionError("subwords", "applies to --task nmt only")
         if self.subwords is not None and self.synthetic:

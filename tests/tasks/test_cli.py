@@ -97,7 +97,7 @@ def test_a_malformed_corpus_line_is_named_by_file_and_line(tmp_path, capsys):
 def test_inference_on_a_missing_run_directory_is_a_clear_error(tmp_path, capsys):
     assert main(["tag", "--checkpoint", str(tmp_path / "nowhere")]) == 1
     assert capsys.readouterr().err.strip() == f"run.py tag: error: --checkpoint {tmp_path / 'nowhere'}: no such run " \
-                                              f"directory"
+                                              f"directory (give the folder run.py wrote, or a checkpoint file in it)"
     assert main(["plot", str(tmp_path), "--out", str(tmp_path / "p.png")]) == 1
     assert "no metrics.jsonl" in capsys.readouterr().err
 
@@ -239,3 +239,33 @@ def test_plot_prints_the_file_it_writes(tmp_path, capsys):
         assert main(["plot", str(run), "--out", str(out)]) == 0
         assert capsys.readouterr().out == f"{written}\n"
         assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "single", "--workers", "3"], "--workers 3: --mode single trains with one worker; drop --workers, or "
+                                             "use --mode hogwild (or sync) for 3"),
+    (["--tester"], "--tester: applies to multi-host runs only (--distributed ALGO, under mpiexec); this run is on one "
+                   "host"),
+    (["--servers", "2"], "--servers: applies to multi-host runs only (--distributed ALGO, under mpiexec); this run "
+                         "is on one host"),
+    (["--amp", "bf16"], "--amp: applies to GPU workers only (--gpus N); this run trains on CPU workers"),
+    (["--tf32"], "--tf32: applies to GPU workers only (--gpus N); this run trains on CPU workers"),
+    (["--workers-per-gpu", "2"], "--workers-per-gpu: applies to GPU workers only (--gpus N); this run trains on CPU "
+                                 "workers"),
+    (["--task", "nmt", "--length-bucket", "1000"], "--length-bucket: 1000 is above --max-len 50: every batch would "
+                                                   "be padded to 1000 positions, longer than any pair; give at most "
+                                                   "--max-len (a compiled step is served by 8)"),
+])
+def test_a_flag_the_run_would_ignore_is_refused_naming_it(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        run_options(train_parser(), argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "run.py: error: " + message
+
+
+def test_flags_that_act_are_accepted():
+    assert run_options(train_parser(), ["--mode", "single"]).workers == 2  # the default: one worker is trained
+    assert run_options(train_parser(), ["--mode", "single", "--workers", "1"]).mode == "single"
+    assert run_options(train_parser(), ["--gpus", "1", "--amp", "bf16", "--tf32", "--workers-per-gpu", "2"]).tf32
+    assert run_options(train_parser(), ["--distributed", "easgd", "--servers", "2", "--tester"]).servers == 2
+    assert run_options(train_parser(), ["--task", "nmt", "--length-bucket", "50"]).length_bucket == 50

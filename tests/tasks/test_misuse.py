@@ -115,6 +115,9 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
     ("resume a finished run", [*SMALL, "--steps", "20", "--resume", "--out", "{root}/run"], 1,
      r"run\.py: error: --steps 20: {root}/run/last\.pt is already at update 20, where --steps 20 stops the run: "
      r"nothing to train \(the run is left as it was\); give a larger --steps than 20 to continue it"),
+    ("resume past a smaller --steps", [*SMALL, "--steps", "10", "--resume", "--out", "{root}/run"], 1,
+     r"run\.py: error: --steps 10: {root}/run/last\.pt is already at update 20, where --steps 10 stops the run: "
+     r"nothing to train \(the run is left as it was\); give a larger --steps than 20 to continue it"),
     ("resume with another --optimizer", [*SMALL, "--steps", "40", "--optimizer", "adam", "--lr", "0.5", "--resume",
                                          "--out", "{root}/run"], 1,
      r"run\.py: error: --optimizer adam: {root}/run/last\.pt holds the state of --optimizer sgd; resume with "
