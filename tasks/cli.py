@@ -72,7 +72,8 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, option: Option) -> None
 
 def tag_parser() -> argparse.ArgumentParser:
     p = _parser("run.py tag", "Tag sentences with a trained POS run: one whitespace-tokenized sentence per line "
-                              "in (stdin or FILEs), tagged sentences out.")
+                              f"in (stdin or FILEs), tagged sentences out. A line may have at most {DECODE_MAX_LEN} "
+                              f"words (as a translation).")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR", help="run directory (best.pt, else last.pt)")
     p.add_argument("files", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
     p.add_argument("--output", default=None, help="write here instead of stdout")
@@ -113,7 +114,7 @@ def _tag(args: argparse.Namespace) -> int:
     from hogwild.tasks.inference import load_tagger, read_input, tag_lines, write_output
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     _say_checkpoint("run.py tag", args.checkpoint, tagger.checkpoint)
-    lines = read_input(args.files, args.encoding)
+    lines = read_input(args.files, args.encoding, max_words=DECODE_MAX_LEN)
     write_output(tag_lines(tagger, lines, args.format, args.batch_size, args.separator), args.output,
                  conll=args.format == "conll")
     return 0

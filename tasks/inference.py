@@ -25,9 +25,11 @@ class InputError(ValueError):
     """An input file that cannot be read, named with its line when the problem is on one."""
 
 
-def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | None = None) -> list[str]:
+def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | None = None,
+               max_words: int | None = None) -> list[str]:
     """All lines of the files (in order), or of stdin when there is none or a path is '-'; a byte-order mark at the
-    start of one is dropped (as the training corpora's)."""
+    start of one is dropped (as the training corpora's). A line of more than `max_words` words is refused, naming
+    it (`tag` keeps every word of a line, so it bounds the line instead of cutting it)."""
     lines: list[str] = []
     for path in paths or ["-"]:
         if path == "-":
@@ -46,6 +48,9 @@ def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | No
             except UnicodeDecodeError as error:
                 raise InputError(f"{name}:{number}: not valid {encoding} text ({error.reason} at byte "
                                  f"{error.start}); give --encoding") from None
+            if max_words is not None and len(raw) > max_words and len(lines[-1].split()) > max_words:
+                raise InputError(f"{name}:{number}: {len(lines[-1].split()):,} words, more than the {max_words} a "
+                                 f"line may have; split long lines into sentences")
     return lines
 
 

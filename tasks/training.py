@@ -237,7 +237,7 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
     loading = time.time()
     job = build_job(options)
     n_params = sum(p.numel() for p in job.model.parameters())
-    say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
+    say(f"{options.task}: {_data_line(job.info, options.max_len)}; model '{options.preset}' with {n_params:,} parameters; "
         f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
     finish_only = False
     with tempfile.TemporaryDirectory(prefix="hogwild-run-") as staging:
@@ -309,9 +309,21 @@ def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _data_line(info: dict[str, Any]) -> str:
+def _data_line(info: dict[str, Any], max_len: int | None = None) -> str:
     if "train_sentences" in info:
         return (f"{info['train_sentences']:,} training sentences, {info.get('dev_eval_sentences', 0):,} held-out "
                 f"for evaluation, {info['words']:,} words / {info['chars']:,} chars / {info['tags']:,} tags")
-    return (f"{info.get('train_pairs', 0):,} training pairs, {info.get('dev_eval_sentences', 0):,} held-out for "
-            f"evaluation, vocabularies {info.get('src_vocab', 0):,} / {info.get('tgt_vocab', 0):,}")
+    return (f"{info.get('train_pairs', 0):,} training pairs{_pairs_not_trained(info.get('train'), max_len)}, "
+            f"{info.get('dev_eval_sentences', 0):,} held-out for evaluation, vocabularies "
+            f"{info.get('src_vocab', 0):,} / {info.get('tgt_vocab', 0):,}")
+
+
+def _pairs_not_trained(counts: dict[str, int] | None, max_len: int | None) -> str:
+    """Where the lines of --train that are not training pairs went (longer than --max-len units: Moses words or
+    subword pieces, which may be many more), e.g. " (of 12 lines: 4 over --max-len 30 units, dropped; 1 empty, dropped)"."""
+    if not counts or not counts.get("total"):
+        return ""
+    parts = [f"{counts[key]:,} {what}" for key, what in (
+        ("dropped_long", f"over --max-len {max_len} units, dropped"), ("dropped_empty", "empty, dropped"),
+        ("held_out", "held out as the dev set")) if counts.get(key)]
+    return f" (of {counts['total']:,} lines: {'; '.join(parts)})" if parts else ""

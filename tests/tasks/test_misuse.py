@@ -36,6 +36,7 @@ def world(tmp_path_factory):
                        ("no-run", json.dumps({k: v for k, v in json.loads(config).items() if k != "run"}))]:
         shutil.copytree(run, root / name)  # a run whose config.json was damaged by hand or by a crash
         (root / name / "config.json").write_text(text)
+    (root / "long.txt").write_text("the dog\n" + " ".join(["dog"] * 201) + "\n")  # one word over tag's bound
     metrics = (run / "metrics.jsonl").read_text()
     for name, data in [("soon", re.sub(r'"elapsed": [\d.]+', '"elapsed": "soon"', metrics, count=1).encode()),
                        ("no-records", b""), ("binary", (run / "last.pt").read_bytes()[:300])]:
@@ -82,6 +83,9 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
     ("plot: a binary metrics.jsonl", ["plot", "{root}/binary", "--out", "{root}/p.png"], 1,
      r"run\.py plot: error: {root}/binary/metrics\.jsonl: not a metrics file \(not UTF-8 text: byte \d+ is "
      r"0x[0-9a-f]{{2}}\)"),
+    ("tag: a line over 200 words", ["tag", "--checkpoint", "{root}/run", "{root}/long.txt"], 1,
+     r"run\.py tag: error: {root}/long\.txt:2: 201 words, more than the 200 a line may have; split long lines into "
+     r"sentences"),
     ("unknown --encoding (train)", [*SMALL, "--encoding", "foo"], 2,
      r"run\.py: error: --encoding: unknown text encoding 'foo' \(e\.g\. utf-8, latin-1, cp1252\)"),
     ("unknown --encoding (tag)", ["tag", "--checkpoint", "{root}/run", "--encoding", "foo"], 2,
