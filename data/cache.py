@@ -7,10 +7,13 @@ The key hashes each input file's resolved path, size and modification time (not 
 cost what the cache saves) plus the settings dict (tokenizer, vocabulary and split options) and CACHE_VERSION. An
 entry is a folder of ``<name>.npy`` files, ``meta.json`` and optional extra files (e.g. sentencepiece models), written
 to a temporary folder and renamed into place, so concurrent writers and interrupted runs never leave half an entry.
-An entry damaged anyway (a disk error, a hand edit) is named in a warning, removed and rebuilt by the next load.
+An entry damaged anyway (a disk error, a hand edit, a 0-byte or truncated array, a plain file where its folder belongs)
+is named in a warning, removed and rebuilt. The cache is an optimisation: a cache that cannot be written (a full disk,
+a read-only ``$HOGWILD_CACHE``) is named in one warning and the run goes on from the corpus.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -27,7 +30,7 @@ T = TypeVar("T")
 
 
 class CacheWarning(UserWarning):
-    """A damaged cache entry was found (and is rebuilt)."""
+    """A damaged cache entry was found (and is rebuilt), or the cache cannot be written (and is done without)."""
 
 
 def cache_root() -> Path:
@@ -64,14 +67,25 @@ class ArrayCache:
         for a miss. A damaged entry (a file that cannot be read, an array or a meta.json key that ``build`` cannot
         use) is warned about once, naming it, and removed: a miss, which the caller rebuilds and stores again."""
         folder = self.path(key)
-        if not self.enabled or not (folder / "meta.json").is_file():
+        if not self.enabled:
             return None
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            warnings.warn(f"damaged cache entry {folder} (not a folder): rebuilding it", CacheWarning)
+            self._discard(folder)
+            return None
+        if not (folder / "meta.json").is_file():
+            return None
+        reading = folder / "meta.json"
         try:
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-            arrays = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in meta["__arrays__"]}
+            meta = json.loads(reading.read_text(encoding="utf-8"))
+            arrays = {}
+            for name in meta["__arrays__"]:
+                reading = folder / f"{name}.npy"
+                arrays[name] = np.load(reading, allow_pickle=False)
+            reading = folder
             return (arrays, meta, folder) if build is None else build(arrays, meta, folder)
-        except (OSError, ValueError, KeyError, IndexError, TypeError) as error:
-            warnings.warn(f"damaged cache entry {folder} ({type(error).__name__}: {error}): rebuilding it",
+        except (OSError, EOFError, ValueError, KeyError, IndexError, TypeError) as error:  # EOFError: a 0-byte .npy
+            warnings.warn(f"damaged cache entry {reading} ({type(error).__name__}: {error}): rebuilding it",
                           CacheWarning)
             self._discard(folder)
             return None
@@ -83,15 +97,39 @@ class ArrayCache:
             os.rename(folder, trash)
         except OSError:  # another process replaced or removed it first
             return
-        shutil.rmtree(trash, ignore_errors=True)
+        if trash.is_dir() and not trash.is_symlink():
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            trash.unlink(missing_ok=True)
 
     def store(self, key: str, arrays: dict[str, np.ndarray], meta: dict,
               files: dict[str, str | os.PathLike] | None = None) -> Path | None:
-        """Write an entry (arrays, meta and extra files copied under the given names); returns its folder."""
+        """Write an entry (arrays, meta and extra files copied under the given names); returns its folder, or None
+        when the cache is off or cannot be written (a full disk, a read-only folder: warned about, naming it)."""
         if not self.enabled:
             return None
-        self.root.mkdir(parents=True, exist_ok=True)
         folder = self.path(key)
+        try:
+            return self._write(folder, arrays, meta, files)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            if error.errno in (None, errno.ENOSPC):  # numpy's short write ("N requested and M written") has none
+                try:
+                    reason += f"; {shutil.disk_usage(self.root).free:,} bytes free there"
+                except OSError:
+                    pass
+            warnings.warn(f"cannot write the cache entry {folder} ({reason}): training from the corpus without "
+                          f"caching it (set HOGWILD_CACHE to a writable folder to cache it)", CacheWarning)
+            return None
+
+    def _write(self, folder: Path, arrays: dict[str, np.ndarray], meta: dict,
+               files: dict[str, str | os.PathLike] | None) -> Path:
+        if self.root.exists() and not self.root.is_dir():  # mkdir would say "File exists"
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.root))
+        self.root.mkdir(parents=True, exist_ok=True)
+        key = folder.name
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            self._discard(folder)  # a plain file where the entry belongs: a broken entry, rebuilt
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
         try:
             for name, array in arrays.items():

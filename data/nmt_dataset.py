@@ -11,9 +11,11 @@ scored on detokenized output against them. The second load of the same corpus an
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -204,7 +206,9 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
         return cached
     models: dict[str, str] = {}
     if config.subwords:
-        models = _train_subwords(config, cache.root / f".{key}.spm")
+        work = Path(tempfile.mkdtemp(prefix="hogwild-spm-"))  # outside the cache, which may be full or read-only
+        atexit.register(shutil.rmtree, work, ignore_errors=True)  # in use until then if the entry is not stored
+        models = _train_subwords(config, work)
     text = _text(config, models)
     train = read_parallel(config.train, config.src_lang, config.tgt_lang, config.max_len, text.tokenize,
                           config.encoding, config.train_limit)
@@ -221,7 +225,7 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
             "subword_sides": sorted(models)}
     folder = cache.store(key, arrays, meta, {f"spm.{side}.model": path for side, path in models.items()})
     if folder is not None and models:
-        shutil.rmtree(cache.root / f".{key}.spm", ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
         dataset.encoder.text = _text(config, {side: str(folder / f"spm.{side}.model") for side in models})
     dataset.info["cached"] = False
     return dataset

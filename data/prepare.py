@@ -8,7 +8,8 @@ Without ``--source`` the official location is used (statmt.org Europarl v7; the 
 ``--source`` a local folder (e.g. ../shared/corpora/europarl-fr-en) or a ``file://`` URL. Europarl archives are
 unpacked, empty pairs dropped, and the last ``2 * --held-out`` pairs become dev and test. Every output is checked with
 the project's readers; ``manifest.json`` records each file's sha256 and line/sentence count. Bad input prints one
-``error: file:line: ...`` line and exits with status 1, without a traceback.
+``error: file:line: ...`` line and exits with status 1, without a traceback, and leaves ``--out`` as it was (what the
+failed command wrote there is removed; a folder it created, too).
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm import tqdm
@@ -80,6 +83,27 @@ def download(url: str, dest: str | Path, sha256: str | None = None, timeout: flo
         raise CorpusError(f"sha256 mismatch: expected {expected.lower()}, got {digest.hexdigest()}", path=url)
     part.replace(dest)
     return dest
+
+
+@contextmanager
+def _output_folder(out: Path) -> Iterator[Path]:
+    """`out`, created if needed; on a failure inside, what this command added there is removed again (the folder
+    too when it created it), so that a failed prepare leaves no partial corpus that looks prepared."""
+    if out.exists() and not out.is_dir():
+        raise CorpusError(f"--out {out}: is a file, not a folder (give a folder to write the corpus into)")
+    created = not out.exists()
+    before = set() if created else {path.name for path in out.iterdir()}
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        yield out
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for path in out.iterdir():
+                if path.name not in before:
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        raise
 
 
 def _is_url(source: str) -> bool:
@@ -177,8 +201,8 @@ def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: 
             print(f"note: {source} has no training split (*-train.conllu): only "
                   f"{', '.join(p.name for p in files)} copied", file=sys.stderr)
         for path in files:
+            counts[path.name] = len(read_tagged(path, format="conllu"))  # an error names the source file
             shutil.copyfile(path, out / path.name)
-            counts[path.name] = len(read_tagged(out / path.name, format="conllu"))
     else:
         if code is None:
             raise ValueError(f"unknown treebank {treebank!r}: pass --code (e.g. de_gsd), known: {sorted(UD_CODES)}")
@@ -218,11 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--sha256", default=None, help="expected sha256 of the downloaded archive (UD: test file)")
     args = parser.parse_args(argv)
     try:
-        if args.corpus == "europarl":
-            manifest = prepare_europarl(args.src, args.tgt, args.out, args.source, args.sha256, args.held_out)
-        else:
-            manifest = prepare_ud(args.treebank, args.out, args.source, args.code, args.sha256)
-    except (CorpusError, ValueError) as error:
+        with _output_folder(Path(args.out)) as out:
+            if args.corpus == "europarl":
+                manifest = prepare_europarl(args.src, args.tgt, out, args.source, args.sha256, args.held_out)
+            else:
+                manifest = prepare_ud(args.treebank, out, args.source, args.code, args.sha256)
+    except (CorpusError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     for name, entry in manifest["files"].items():

@@ -24,6 +24,7 @@ from typing import Any
 import torch.multiprocessing as mp
 from torch import nn
 
+from ._lifeline import WORKER_NAMES
 from .config import Config
 from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
@@ -133,10 +134,10 @@ def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: B
     if config.mode == "sync":
         from .worker.sync import sync_main
         init = f"file://{os.path.join(scratch, 'rendezvous')}"
-        processes = [ctx.Process(target=sync_main, args=(spec, init), name=f"hogwild-sync-{spec.worker}")
+        processes = [ctx.Process(target=sync_main, args=(spec, init), name=f"{WORKER_NAMES[1]}{spec.worker}")
                      for spec in specs]
     else:
-        processes = [ctx.Process(target=worker_main, args=(spec,), name=f"hogwild-worker-{spec.worker}")
+        processes = [ctx.Process(target=worker_main, args=(spec,), name=f"{WORKER_NAMES[0]}{spec.worker}")
                      for spec in specs]
     return Supervisor(processes, errors, config.devices)
 

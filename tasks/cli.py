@@ -14,8 +14,8 @@ import warnings
 from typing import Callable
 
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
-from hogwild.tasks.options import OptionError, RunOptions, flag
-from hogwild.tasks.run_flags import add_run_options, parse_run_options
+from hogwild.tasks.options import OptionError, RunOptions, declared, flag
+from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands ({prog} SUBCOMMAND --help for their flags):
@@ -51,7 +51,8 @@ def train_parser(prog: str = "run.py") -> argparse.ArgumentParser:
 
 def tag_parser(prog: str = "run.py") -> argparse.ArgumentParser:
     p = _parser(f"{prog} tag", "Tag sentences with a trained POS run: one whitespace-tokenized sentence per line "
-                              "in (stdin or FILEs), tagged sentences out.")
+                              f"in (stdin or FILEs), tagged sentences out. A line may have at most {DECODE_MAX_LEN} "
+                              f"words (as a translation).")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR", help="run directory (best.pt, else last.pt)")
     p.add_argument("files", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
     p.add_argument("--output", default=None, help="write here instead of stdout")
@@ -92,7 +93,7 @@ def _tag(args: argparse.Namespace) -> int:
     from hogwild.tasks.inference import load_tagger, read_input, tag_lines, write_output
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     _say_checkpoint(f"{_prog} tag", args.checkpoint, tagger.checkpoint)
-    lines = read_input(args.files, args.encoding)
+    lines = read_input(args.files, args.encoding, max_words=DECODE_MAX_LEN)
     write_output(tag_lines(tagger, lines, args.format, args.batch_size, args.separator), args.output,
                  conll=args.format == "conll")
     return 0
@@ -134,8 +135,32 @@ def _train(options: RunOptions) -> int:
 
 def run_options(parser: argparse.ArgumentParser, argv: list[str]) -> RunOptions:
     """The options of a training command line: --config FILE's options, overridden by the flags given. Bad values
-    (in the file or on the command line) end with `run.py: error: ...` and exit status 2."""
-    return parse_run_options(parser, argv)[0]
+    (in the file or on the command line) end with `run.py: error: ...` and exit status 2; a value from the file that
+    clashes with a flag given is named with the file it came from; a flag given that this run would ignore is
+    refused."""
+    options, _ = parse_run_options(parser, argv)
+    _refuse_ignored(parser, options, given_options(parser, argv))
+    return options
+
+
+_GPU_ONLY = ("amp", "tf32", "workers_per_gpu")  # flags that change GPU workers only
+
+
+def _refuse_ignored(parser: argparse.ArgumentParser, options: RunOptions, given: set[str]) -> None:
+    """Flags given on the command line that this run would ignore are refused, naming them (exit 2): whoever gave
+    one expects it to act. (Values replayed from a run's config.json are not flags given.)"""
+    if "workers" in given and options.mode == "single" and options.workers != 1:
+        parser.error(f"--workers {options.workers}: --mode single trains with one worker; drop --workers, or use "
+                     f"--mode hogwild (or sync) for {options.workers}")
+    if options.distributed is None:
+        for name in sorted(given & declared().keys()):
+            if name != "distributed" and declared()[name].group == declared()["distributed"].group:
+                parser.error(f"{flag(name)}: applies to multi-host runs only (--distributed ALGO, under mpiexec); "
+                             f"this run is on one host")
+    if options.gpus == 0:
+        for name in _GPU_ONLY:
+            if name in given:
+                parser.error(f"{flag(name)}: applies to GPU workers only (--gpus N); this run trains on CPU workers")
 
 
 _argv: list[str] | None = None

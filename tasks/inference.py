@@ -17,7 +17,7 @@ from typing import TextIO
 
 from hogwild.data.compressed import BOM
 from hogwild.files import write_text_atomic
-from hogwild.tasks.rundir import RunDirError, load_trained
+from hogwild.tasks.rundir import RunDirError, load_trained, run_dir_of
 from hogwild.tasks.runlock import describe_holder, live_holder
 
 
@@ -25,9 +25,11 @@ class InputError(ValueError):
     """An input file that cannot be read, named with its line when the problem is on one."""
 
 
-def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | None = None) -> list[str]:
+def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | None = None,
+               max_words: int | None = None) -> list[str]:
     """All lines of the files (in order), or of stdin when there is none or a path is '-'; a byte-order mark at the
-    start of one is dropped (as the training corpora's)."""
+    start of one is dropped (as the training corpora's). A line of more than `max_words` words is refused, naming
+    it (`tag` keeps every word of a line, so it bounds the line instead of cutting it)."""
     lines: list[str] = []
     for path in paths or ["-"]:
         if path == "-":
@@ -46,13 +48,16 @@ def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | No
             except UnicodeDecodeError as error:
                 raise InputError(f"{name}:{number}: not valid {encoding} text ({error.reason} at byte "
                                  f"{error.start}); give --encoding") from None
+            if max_words is not None and len(raw) > max_words and len(lines[-1].split()) > max_words:
+                raise InputError(f"{name}:{number}: {len(lines[-1].split()):,} words, more than the {max_words} a "
+                                 f"line may have; split long lines into sentences")
     return lines
 
 
 def _load_trained_as(run_dir: str | Path, task: str, command: str, loader):
     """`loader(run_dir, spec, state)` on the trained model of a run directory, refused unless it is a `task` run."""
-    run_dir = Path(run_dir)
-    spec, state, path = load_trained(run_dir)
+    run_dir, chosen = run_dir_of(run_dir)
+    spec, state, path = load_trained(run_dir, chosen or "best")
     if spec.get("task") != task:
         raise RunDirError(f"--checkpoint {run_dir}: this is a {spec.get('task')!r} run; `run.py {command}` needs a "
                           f"{task!r} run")
@@ -83,6 +88,7 @@ def checkpoint_note(run_dir: str | Path, path: Path) -> tuple[str, str | None]:
     state = read_checkpoint(str(path))
     update = state.get("best_step", state.get("global_step"))
     note = f"using {path} (update {update})"
+    run_dir = run_dir_of(run_dir)[0]
     holder = live_holder(run_dir)
     if holder is None:
         return note, None

@@ -14,6 +14,7 @@ given on the command line or in a --config file arrives in the field of that nam
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -275,6 +276,11 @@ class RunOptions:
             raise OptionError("task", "--word-column, --tag-column and --tag apply to --task pos only")
         if self.length_bucket is not None and self.task != "nmt":
             raise OptionError("length_bucket", "applies to --task nmt only")
+        if self.length_bucket is not None and self.length_bucket > self.max_len:
+            raise OptionError("length_bucket", f"{self.length_bucket} is above --max-len {self.max_len}: every batch "
+                                               f"would be padded to {self.length_bucket} positions, longer than any "
+                                               f"pair; give at most --max-len (a compiled step is served by "
+                                               f"{defaults.COMPILED_LENGTH_BUCKET})")
         if self.subwords is not None and self.task != "nmt":
             raise OptionError("subwords", "applies to --task nmt only")
         if self.subwords is not None and self.synthetic:
@@ -382,6 +388,8 @@ def _check_type(name: str, kind: type, value: Any) -> None:
         fits = isinstance(value, kind)
     if not fits:
         raise OptionError(name, f"must be {_TYPE_NAMES[kind]}, got {value!r}")
+    if kind is float and not math.isfinite(value):  # float('nan') passes the type check and every comparison
+        raise OptionError(name, f"must be a finite number, got {value!r}")
 
 
 def _check_declared(name: str, value: Any) -> None:
@@ -394,10 +402,12 @@ def _check_declared(name: str, value: Any) -> None:
 
 
 def check_value(name: str, value: Any) -> None:
-    """The type check of one option's value (for values read from a --config file)."""
+    """The checks of one option's value on its own, type and range (for values read from a --config file, so that
+    the error names the file)."""
     kind, optional = option_types()[name]
     if not (value is None and optional):
         _check_type(name, kind, value)
+        _check_declared(name, value)
 
 
 def _check_not_trained_on(dev: str, train: list[str], options: RunOptions) -> None:

@@ -35,32 +35,40 @@ def read_options_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise OptionsFileError(f"{path}: cannot read it ({error.strerror or error})") from None
-    try:
-        loaded = _parse(path, text)
-    except (ValueError, yaml.YAMLError) as error:
-        raise OptionsFileError(f"{path}: not valid {_kind(path)}: {' '.join(str(error).split())}") from None
-    if not isinstance(loaded, dict):
-        raise OptionsFileError(f"{path}: expected a mapping of option names to values, got {type(loaded).__name__}")
+    loaded = _load(path)
     replay = "run" in loaded and isinstance(loaded["run"], dict)  # a run directory's config.json
     values = {key: value for key, value in loaded["run"].items() if key not in _NOT_REPLAYED} if replay else loaded
     return _checked(path, values)
 
 
 def run_directory_options(run_dir: str | Path) -> dict[str, Any] | None:
-    """The options a run directory's config.json records (as read_options_file gives them), or None when the
-    directory holds no run.py run (no config.json, or one without its `run` section): what --resume continues."""
+    """The options a run directory's config.json records (as read_options_file gives them): what --resume continues.
+    None when there is no config.json yet (a new run directory). A config.json that does not parse (a hand-edit's
+    typo, a truncated file) or has no `run` section raises OptionsFileError naming the file and the fault: training
+    on default options instead would rewrite the file with them."""
     path = Path(run_dir) / "config.json"
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not path.exists():
         return None
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("run"), dict):
-        return None
+    if not isinstance(_load(path).get("run"), dict):
+        raise OptionsFileError(f"{path}: has no 'run' section (the options run.py recorded, which --resume "
+                               f"continues); restore it, or give the run's options with --config FILE")
     return read_options_file(path)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise OptionsFileError(f"{path}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+    try:
+        loaded = _parse(path, text)
+    except json.JSONDecodeError as error:  # file:line:col, as an editor jumps to it
+        raise OptionsFileError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from None
+    except (ValueError, yaml.YAMLError) as error:
+        raise OptionsFileError(f"{path}: not valid {_kind(path)}: {' '.join(str(error).split())}") from None
+    if not isinstance(loaded, dict):
+        raise OptionsFileError(f"{path}: expected a mapping of option names to values, got {type(loaded).__name__}")
+    return loaded
 
 
 def _kind(path: Path) -> str:

@@ -45,11 +45,20 @@ def plot_curves(curves: Sequence[Curves], out: str | Path, title: str | None = N
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    out = Path(out)
+    out = figure_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
     plt.close(figure)
     return out
+
+
+def figure_path(out: str | Path) -> Path:
+    """The file a figure goes to: `out`, `out/curves.png` for a folder, `out.png` without a suffix (as matplotlib
+    would write it, so that the path printed is the file written)."""
+    out = Path(out)
+    if out.is_dir():
+        return out / "curves.png"
+    return out if out.suffix else out.with_name(out.name + ".png")
 
 
 def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, labels: Sequence[str] | None = None,

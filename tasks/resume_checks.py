@@ -3,7 +3,7 @@ only after run.py has rewritten config.json and appended to command.txt): the ch
 condition the checkpoint has not reached yet. Each refusal names the flag to change and the checkpoint file.
 
 Usage: `check_optimizer(state, path, options)`; `reached = stop_reached(state, options, n_batches)` -> e.g.
-"--steps 2000" or None
+("--steps", 2000, 2300) or None
 """
 from __future__ import annotations
 
@@ -41,15 +41,15 @@ def _state_keys(name: str, hyper: dict[str, Any]) -> set[str]:
     return set(SharedOptimizer([torch.zeros(1).share_memory_()], name, **hyper).state[0])
 
 
-def stop_reached(state: dict[str, Any], options, n_batches: int) -> str | None:
-    """The stop condition (as its flag and value) that the checkpoint has already reached, so that resuming would
-    train nothing: --steps (updates made), --epochs (passes over the data the feed completed). None: there is
-    training left (a --time-limit counts per segment)."""
+def stop_reached(state: dict[str, Any], options, n_batches: int) -> tuple[str, int, int] | None:
+    """The stop condition the checkpoint has already reached, so that resuming would train nothing: (its flag, the
+    value given, how far the checkpoint is on that measure): --steps (updates made), --epochs (passes over the data
+    the feed completed). None: there is training left (a --time-limit counts per segment)."""
     if options.steps is not None and int(state["global_step"]) >= options.steps:
-        return f"--steps {options.steps}"
+        return "--steps", options.steps, int(state["global_step"])
     done = epochs_done(state["data_position"], n_batches, options.data_assignment == "partition")
     if options.epochs is not None and done >= options.epochs:
-        return f"--epochs {options.epochs}"
+        return "--epochs", options.epochs, done
     return None
 
 
@@ -63,7 +63,7 @@ def epochs_done(position: dict[str, Any], n_batches: int, partition: bool) -> in
                for w, (epoch, done) in enumerate(shards))
 
 
-def nothing_to_train(path: Path, reached: str, updates: int) -> ResumeError:
-    flag, value = reached.split()
-    return ResumeError(f"{reached}: {path} is already at update {updates}, where {reached} stops the run: nothing to "
-                       f"train (the run is left as it was); give a larger {flag} than {value} to continue it")
+def nothing_to_train(path: Path, reached: tuple[str, int, int], updates: int) -> ResumeError:
+    flag, value, at = reached
+    return ResumeError(f"{flag} {value}: {path} is already at update {updates}, where {flag} {value} stops the run: "
+                       f"nothing to train (the run is left as it was); give a larger {flag} than {at} to continue it")

@@ -72,17 +72,24 @@ def parse_run_options(parser: argparse.ArgumentParser,
     _refuse_copies(parser)
     args = parser.parse_args(argv)
     resume, out = getattr(args, "resume", False), getattr(args, "out", None)
-    replayed, flag_read = {}, "--config" if args.config is not None else "--resume"
+    replayed, flag_read, source = {}, "--config" if args.config is not None else "--resume", None
     try:
         if args.config is not None:
+            source = Path(args.config) / "config.json" if Path(args.config).is_dir() else Path(args.config)
             replayed = read_options_file(args.config)  # the file's values, under the flags given
             if resume and out is None and Path(args.config).is_dir():
                 replayed["out"] = args.config  # --config RUN --resume continues RUN itself
         elif resume and out is not None:
-            replayed = run_directory_options(out) or {}  # --resume --out RUN: RUN's own options
+            source = Path(out) / "config.json"
+            replayed = run_directory_options(out) or {}  # --resume --out RUN: RUN's own options (a broken one: error)
     except OptionsFileError as error:
         parser.error(f"{flag_read} {error}")
+    given = given_options(parser, argv) if replayed else set()
     if replayed:
+        task = getattr(args, "task", None)
+        if resume and "task" in given and replayed.get("task", task) != task:
+            parser.error(f"--task {task}: {source} records a --task {replayed['task']} run, and a resumed run "
+                         f"keeps its task; drop --task, or start a new run in another --out")
         parser.set_defaults(**replayed)  # a replayed option the parser has no flag for arrives in args all the same
         args = parser.parse_args(argv)
     values = {field.name: getattr(args, field.name) for field in dataclasses.fields(RunOptions)
@@ -91,7 +98,20 @@ def parse_run_options(parser: argparse.ArgumentParser,
     try:
         return RunOptions(**values), args  # flag values are checked before anything is loaded
     except OptionError as error:
+        if error.name in replayed and error.name not in given:  # the file's value, not the user's flag
+            parser.error(f"{flag_read} {source}: {error}")
         parser.error(str(error))
+
+
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The options given on the command line (not taken from a default or a --config file)."""
+    unset = object()
+    saved = {action.dest: action.default for action in parser._actions if action.default is not argparse.SUPPRESS}
+    parser.set_defaults(**{dest: unset for dest in saved})
+    try:
+        return {dest for dest, value in vars(parser.parse_args(argv)).items() if value is not unset}
+    finally:
+        parser.set_defaults(**saved)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -68,17 +68,33 @@ def engine_dir(run_dir: Path) -> Path:
     return run_dir / "host0" if not (run_dir / "last.pt").exists() and (run_dir / "host0").is_dir() else run_dir
 
 
-def load_trained(run_dir: str | Path, checkpoint: str = "best") -> tuple[dict, dict[str, torch.Tensor], Path]:
-    """(model.json contents, model state_dict, checkpoint path) of a run directory; best.pt, else last.pt."""
+def run_dir_of(given: str | Path) -> tuple[Path, Path | None]:
+    """`--checkpoint` as given: a run directory, or a checkpoint file inside one (RUN/last.pt, RUN/host0/best.pt):
+    (the run directory, the file or None)."""
+    given = Path(given)
+    if not given.is_file():
+        return given, None
+    folder = given.parent
+    if not (folder / MODEL_FILE).exists() and (folder.parent / MODEL_FILE).exists():  # RUN/host0/last.pt
+        folder = folder.parent
+    return folder, given
+
+
+def load_trained(run_dir: str | Path, checkpoint: str | Path = "best") -> tuple[dict, dict[str, torch.Tensor], Path]:
+    """(model.json contents, model state_dict, checkpoint path) of a run directory; best.pt, else last.pt ("best"),
+    last.pt ("last"), or the checkpoint file given (a Path: see `run_dir_of`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise RunDirError(f"--checkpoint {run_dir}: no such run directory")
+        raise RunDirError(f"--checkpoint {run_dir}: no such run directory (give the folder run.py wrote, or a "
+                          f"checkpoint file in it)")
     spec_path = run_dir / MODEL_FILE
     if not spec_path.exists():
-        raise RunDirError(f"--checkpoint {run_dir}: no {MODEL_FILE} there (is it a run.py run directory?)")
+        what = f"{checkpoint} is not inside a run directory" if isinstance(checkpoint, Path) else run_dir
+        raise RunDirError(f"--checkpoint {what}: no {MODEL_FILE} in {run_dir} (is it a run.py run directory?)")
     folder = engine_dir(run_dir)
     names = ["best.pt", "last.pt"] if checkpoint == "best" else ["last.pt"]
-    path = next((folder / name for name in names if (folder / name).exists()), None)
+    path = checkpoint if isinstance(checkpoint, Path) else \
+        next((folder / name for name in names if (folder / name).exists()), None)
     if path is None:
         raise RunDirError(f"--checkpoint {run_dir}: no {' or '.join(names)} in {folder}")
     try:
@@ -104,21 +120,38 @@ class Curves:
     values: list[float] = field(default_factory=list)
 
 
+_NUMBERS = ("time", "elapsed", "updates", "loss")  # record fields plot and the run's clock compute with
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl. A last line without its newline is a record torn by a crash or a full disk:
-    it is skipped (the next --resume cuts it off); a bad line anywhere else is an error naming it."""
+    it is skipped (the next --resume cuts it off); a bad line anywhere else (not JSON, not a record, a field that
+    must be a number and is not) is an error naming it."""
     records = []
-    with open(path, encoding="utf-8") as file:
-        lines = file.readlines()
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.readlines()
+    except UnicodeDecodeError as error:
+        raise RunDirError(f"{path}: not a metrics file (not UTF-8 text: byte {error.start} is "
+                          f"{error.object[error.start]:#04x})") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as error:
             if number == len(lines) and not line.endswith("\n"):
                 break
             raise RunDirError(f"{path}:{number}: not a JSON record ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise RunDirError(f"{path}:{number}: not a record (a JSON object), got {type(record).__name__}")
+        values = [(name, record.get(name)) for name in _NUMBERS]
+        metrics = record.get("metrics")
+        values += list(metrics.items()) if isinstance(metrics, dict) else [("metrics", metrics)] if metrics else []
+        for name, value in values:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise RunDirError(f"{path}:{number}: {name!r} is {value!r}, not a number")
+        records.append(record)
     return records
 
 
@@ -161,7 +194,10 @@ def read_curves(run_dir: str | Path, metric: str | None = None, name: str | None
     if metric is None and summary_path.exists():
         metric = json.loads(summary_path.read_text(encoding="utf-8")).get("best", {}).get("metric")
     curves = Curves(name or run_dir.name, metric)
-    for seconds, record in timeline(read_metrics(path))[0]:
+    records = read_metrics(path)
+    if not any(record.get("kind") in ("train", "eval", "final_eval") for record in records):
+        raise RunDirError(f"{path}: no training or evaluation record to plot (the run logged none yet)")
+    for seconds, record in timeline(records)[0]:
         if record.get("kind") == "train" and record.get("loss") is not None:
             curves.loss_seconds.append(seconds)
             curves.loss_updates.append(record["updates"])

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import sys
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +32,7 @@ from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.resume_checks import check_optimizer, nothing_to_train, stop_reached
 from hogwild.tasks.rundir import RunDirError, check_out, segment_start, write_command, write_config
-from hogwild.tasks.runlock import RunDirLock
+from hogwild.tasks.runlock import LOCK_FILE, RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
 from hogwild.tasks.task_job import MODEL_FILE, TaskJob
 
@@ -94,6 +96,7 @@ class _RunDirOwner:
         self.run_dir, self.resume, self.writer, self.say = run_dir, resume, writer, say
         self._lock: RunDirLock | None = None
         check_out(run_dir, resume, writer)
+        self._before = set(os.listdir(run_dir)) if run_dir.is_dir() else None  # None: this run creates it
         if writer and run_dir.is_dir():
             self._take()
 
@@ -113,9 +116,29 @@ class _RunDirOwner:
     def __enter__(self) -> "_RunDirOwner":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, error, trace) -> None:
+        refused = kind is not None and self.writer and not self._trained()
+        if refused:
+            self._remove_new_files()  # while still holding the lock: no other run is writing here
         if self._lock is not None:
             self._lock.release()
+        if refused and self._before is None:
+            with suppress(OSError):
+                self.run_dir.rmdir()
+
+    def _trained(self) -> bool:
+        """Whether training began here (a record or a checkpoint exists): from then on the run directory stays."""
+        return any((folder / name).exists() for folder in (self.run_dir, self.run_dir / "host0")
+                   for name in ("metrics.jsonl", "last.pt", "best.pt", "summary.json"))
+
+    def _remove_new_files(self) -> None:
+        """A start refused after the run directory was written (the engine's /dev/shm or memory check): what this
+        run added goes, so that the same command is not then refused as "already holds a run"."""
+        if not self.run_dir.is_dir() or (self.resume and self._before):
+            return
+        for entry in self.run_dir.iterdir():
+            if entry.name not in (self._before or ()) and entry.name != LOCK_FILE:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink(missing_ok=True)
 
 
 def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, argv: list[str] | None,
@@ -214,7 +237,7 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
     loading = time.time()
     job = build_job(options)
     n_params = sum(p.numel() for p in job.model.parameters())
-    say(f"{options.task}: {_data_line(job.info)}; model '{options.preset}' with {n_params:,} parameters; "
+    say(f"{options.task}: {_data_line(job.info, options.max_len)}; model '{options.preset}' with {n_params:,} parameters; "
         f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")
     finish_only = False
     with tempfile.TemporaryDirectory(prefix="hogwild-run-") as staging:
@@ -286,9 +309,21 @@ def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _data_line(info: dict[str, Any]) -> str:
+def _data_line(info: dict[str, Any], max_len: int | None = None) -> str:
     if "train_sentences" in info:
         return (f"{info['train_sentences']:,} training sentences, {info.get('dev_eval_sentences', 0):,} held-out "
                 f"for evaluation, {info['words']:,} words / {info['chars']:,} chars / {info['tags']:,} tags")
-    return (f"{info.get('train_pairs', 0):,} training pairs, {info.get('dev_eval_sentences', 0):,} held-out for "
-            f"evaluation, vocabularies {info.get('src_vocab', 0):,} / {info.get('tgt_vocab', 0):,}")
+    return (f"{info.get('train_pairs', 0):,} training pairs{_pairs_not_trained(info.get('train'), max_len)}, "
+            f"{info.get('dev_eval_sentences', 0):,} held-out for evaluation, vocabularies "
+            f"{info.get('src_vocab', 0):,} / {info.get('tgt_vocab', 0):,}")
+
+
+def _pairs_not_trained(counts: dict[str, int] | None, max_len: int | None) -> str:
+    """Where the lines of --train that are not training pairs went (longer than --max-len units: Moses words or
+    subword pieces, which may be many more), e.g. " (of 12 lines: 4 over --max-len 30 units, dropped; 1 empty, dropped)"."""
+    if not counts or not counts.get("total"):
+        return ""
+    parts = [f"{counts[key]:,} {what}" for key, what in (
+        ("dropped_long", f"over --max-len {max_len} units, dropped"), ("dropped_empty", "empty, dropped"),
+        ("held_out", "held out as the dev set")) if counts.get(key)]
+    return f" (of {counts['total']:,} lines: {'; '.join(parts)})" if parts else ""

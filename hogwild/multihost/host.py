@@ -69,8 +69,17 @@ def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, co
     try:
         return _run_rank(t, model, loss_fn, batches, config, dist, evaluate, start)
     except BaseException as error:  # noqa: BLE001 - one rank failing must end the job, never leave the others waiting
-        import traceback
-        t.abort(f"{error!r}\n{traceback.format_exc()}")
+        t.abort(abort_reason(error))
+
+
+def abort_reason(error: BaseException) -> str:
+    """What a rank's abort says: an expected failure (bad input, a failed worker or peer: a ValueError, OSError or
+    RuntimeError, whose message names the cause) as its type and message, as run.py prints one; anything else (a
+    bug) with its traceback. HOGWILD_TRACEBACK=1 shows the traceback always."""
+    if isinstance(error, (ValueError, OSError, RuntimeError)) and not os.environ.get("HOGWILD_TRACEBACK"):
+        return f"{type(error).__name__}: {error}"
+    import traceback
+    return f"{error!r}\n{''.join(traceback.format_exception(error))}"
 
 
 def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, start: float) -> DistributedResult:

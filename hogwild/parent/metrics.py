@@ -3,7 +3,8 @@
 Per worker and in total: updates/s, examples (or tokens)/s, mean training loss, skipped updates; staleness (shared
 updates that landed between a worker's read of the parameters and its write) as mean and histogram. Written as
 JSON lines to `<run dir>/metrics.jsonl`, as TensorBoard events when tensorboard is installed, and shown on a tqdm
-progress bar. Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk.
+progress bar (on a terminal; when stderr is a file, as a plain `progress:` line every PLAIN_PROGRESS_SECONDS).
+Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk.
 
 Serves steps 4 and 5 of `hogwild.train` (supervise, result).
 
@@ -15,12 +16,54 @@ import math
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
 from ..files import RecordLog
 from ..share.run_state import CounterSnapshot
+
+PLAIN_PROGRESS_SECONDS = 30.0  # a progress line in a log file this often: 20 lines in a 10-minute run
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or foreign stream
+        return False
+
+
+class PlainProgress:
+    """The progress bar's stand-in when stderr is not a terminal: one plain line every `every` seconds (and one at
+    the end) instead of a `\\r` redraw per update that a log file keeps whole. The tqdm calls MetricsLog makes."""
+
+    def __init__(self, total: int | None, every: float = PLAIN_PROGRESS_SECONDS,
+                 clock: Callable[[], float] = time.monotonic, stream=None):
+        self.total, self.every, self.clock, self.stream = total, every, clock, stream
+        self.n, self.loss = 0, ""
+        self.started = self.shown_at = clock()
+        self.shown_n = 0
+
+    def update(self, count: int) -> None:
+        self.n += count
+        if self.clock() - self.shown_at >= self.every:
+            self._line()
+
+    def set_postfix(self, loss: str, refresh: bool = False) -> None:
+        self.loss = loss
+
+    def close(self) -> None:
+        if self.n > self.shown_n:
+            self._line()
+
+    def _line(self) -> None:
+        now = self.clock()
+        rate = (self.n - self.shown_n) / max(now - self.shown_at, 1e-9)
+        share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        loss = f", loss {self.loss}" if self.loss else ""
+        print(f"progress: {self.n:,}{f'/{self.total:,}' if self.total else ''} updates{share} after "
+              f"{now - self.started:.0f} s, {rate:.1f} updates/s{loss}", file=self.stream or sys.stderr, flush=True)
+        self.shown_at, self.shown_n = now, self.n
 
 
 class MetricsLog:
@@ -39,7 +82,9 @@ class MetricsLog:
                 self.writer = SummaryWriter(log_dir=os.path.join(run_dir, "tensorboard"))
             except ImportError:  # tensorboard not installed: JSON lines only
                 self.writer = None
-        self.bar = tqdm(total=total, unit="upd", dynamic_ncols=True, disable=not progress)
+        # a terminal gets tqdm's bar; a log file (stderr redirected) plain lines now and then, not every redraw
+        self.bar = tqdm(total=total, unit="upd", dynamic_ncols=True, disable=not progress) \
+            if not progress or _is_terminal(sys.stderr) else PlainProgress(total)
         self.previous = initial  # counters at the previous record (rates are per interval)
         self.previous_time = self.start
         self.shown = initial.updates() if initial is not None else 0

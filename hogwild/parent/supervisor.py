@@ -6,7 +6,9 @@
   so is one that ignores a stop request for join_timeout when it had been without progress for many of its steps.
 - SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return). Workers ignore both
   (PARENT_SIGNALS): Ctrl-C, `timeout` and batch schedulers signal the whole process group, and the parent decides.
-- Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop).
+- Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop), also while
+  they are still starting: `import hogwild` sets it first thing in the engine's workers (hogwild/_lifeline.py),
+  before torch is imported (seconds, during which a killed parent's workers used to live on).
 
 Serves steps 3 and 4 of `hogwild.train` (spawn, supervise).
 
@@ -15,21 +17,21 @@ Usage: `sup = Supervisor(processes, errors); sup.start(); failure = sup.wait(0.1
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import wait as wait_for_sentinels
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..share.run_state import RunControl
+from .._lifeline import PARENT_PID_VARIABLE
 
-_PR_SET_PDEATHSIG = 1
+if TYPE_CHECKING:  # this module imports no torch (nor does hogwild/_lifeline.py, which `import hogwild` runs first)
+    from ..share.run_state import RunControl
+
 PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # handled by the parent only; workers ignore them
 
 
@@ -39,18 +41,6 @@ class WorkerFailed(RuntimeError):
     def __init__(self, message: str, worker: int, checkpoint: str | None = None):
         super().__init__(message)
         self.worker, self.checkpoint = worker, checkpoint
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL this process when its parent exits (Linux); exit now if it already has."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except OSError:
-            pass  # no libc.so.6 (e.g. musl): the worker loop's getppid() check still applies
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 def describe_signal(number: int) -> str:
@@ -74,6 +64,7 @@ class Supervisor:
         self.describe_late: Callable[[int, float], str | None] | None = None
 
     def start(self) -> None:
+        os.environ[PARENT_PID_VARIABLE] = str(os.getpid())  # a worker's `import hogwild` reads it (die_while_starting)
         for process in self.processes:
             process.start()
 

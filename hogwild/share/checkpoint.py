@@ -80,8 +80,13 @@ def load_file(path: str) -> Any:
         with torch.serialization.safe_globals(safe_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        unsafe = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
-        what = f"it needs {unsafe.group(1)} unpickled" if unsafe else str(error).strip().splitlines()[0]
+        # torch names the blocked global ("Unsupported global: GLOBAL io.open", "unsupported GLOBAL posix.system
+        # whose module posix is blocked") after its advice to load with weights_only=False, which is not ours to give
+        unsafe = re.search(r"GLOBAL ([\w.]+)", str(error))
+        lines = [line.strip() for line in str(error).splitlines()
+                 if line.strip() and not line.startswith(("Weights only load failed", "Check the documentation"))]
+        what = f"it needs {unsafe.group(1)} unpickled" if unsafe else lines[0] if lines else \
+            "it needs objects other than tensors unpickled"
         raise CheckpointError(f"{path}: not a hogwild checkpoint ({what}; refused: loading it could run code)") \
             from None
     except Exception as error:  # noqa: BLE001 - torch's reader errors do not say which file

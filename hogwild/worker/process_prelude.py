@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from ..config import Config
-from ..parent.supervisor import PARENT_SIGNALS, die_with_parent
+from .._lifeline import die_with_parent
+from ..parent.supervisor import PARENT_SIGNALS
 from ..share.batch_store import BatchStore
 from ..share.run_state import RunControl, SharedCounters, StepBudget
 from .gradients import use_tf32

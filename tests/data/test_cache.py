@@ -1,10 +1,21 @@
-"""ArrayCache: round trips, keys that follow files and settings, damaged entries, the environment variable."""
+"""ArrayCache: round trips, keys that follow files and settings, damaged entries, the environment variable, and a
+cache that cannot be written (read-only, full, under a plain file): a warning, and the corpus is read instead."""
+import errno
+import json
 import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import warnings
 
 import numpy as np
 import pytest
 
-from hogwild.data.cache import ArrayCache, cache_root
+from hogwild.data.cache import ArrayCache, CacheWarning, cache_root
+from tests.tasks.helpers import REPO
 
 
 def test_store_load_round_trip(tmp_path):
@@ -40,7 +51,7 @@ def test_damaged_entry_is_a_miss_and_disabled_cache_does_nothing(tmp_path):
     cache = ArrayCache(tmp_path)
     folder = cache.store("k", {"a": np.zeros(3)}, {})
     (folder / "a.npy").write_bytes(b"garbage")
-    with pytest.warns(UserWarning, match=f"damaged cache entry {folder} "):
+    with pytest.warns(UserWarning, match=f"damaged cache entry {folder}/a.npy "):
         assert cache.load("k") is None
     assert not folder.exists() and list(tmp_path.iterdir()) == []  # removed, so that the next store replaces it
     assert cache.store("k", {"a": np.zeros(3)}, {}) == folder and cache.load("k")[1] == {"__arrays__": ["a"]}
@@ -54,3 +65,120 @@ def test_cache_root_from_environment(monkeypatch, tmp_path):
     assert cache_root() == tmp_path and ArrayCache().root == tmp_path
     monkeypatch.delenv("HOGWILD_CACHE")
     assert cache_root().parts[-2:] == (".cache", "hogwild")
+
+
+@pytest.mark.parametrize("how, error", [
+    ("0-byte", r"/a\.npy \(EOFError: No data left in file\)"),
+    ("truncated", r"/a\.npy \(ValueError: Failed to read all data for array\. .*\)"),
+    ("a plain file", r" \(not a folder\)")])
+def test_a_broken_entry_is_named_once_and_rebuilt(tmp_path, how, error):
+    cache = ArrayCache(tmp_path)
+    folder = cache.store("k", {"a": np.arange(1000)}, {})
+    if how == "0-byte":
+        (folder / "a.npy").write_bytes(b"")
+    elif how == "truncated":
+        data = (folder / "a.npy").read_bytes()
+        (folder / "a.npy").write_bytes(data[: len(data) // 2])
+    else:
+        shutil.rmtree(folder)
+        folder.write_text("not an entry\n")
+    with pytest.warns(CacheWarning) as caught:
+        assert cache.load("k") is None
+    assert len(caught) == 1
+    assert re.fullmatch(rf"damaged cache entry {re.escape(str(folder))}{error}: rebuilding it",
+                        str(caught[0].message))
+    assert not folder.exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.store("k", {"a": np.arange(1000)}, {}) == folder
+        assert np.array_equal(cache.load("k")[0]["a"], np.arange(1000))
+
+
+def test_a_plain_file_at_the_entry_path_is_replaced_by_the_store(tmp_path):
+    cache = ArrayCache(tmp_path)
+    cache.path("k").write_text("not an entry\n")  # e.g. what a user's script left there
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.store("k", {"a": np.arange(3)}, {}) == cache.path("k")
+    assert np.array_equal(cache.load("k")[0]["a"], np.arange(3))
+
+
+def test_a_cache_under_a_plain_file_or_proc_is_skipped_with_one_warning(tmp_path):
+    (tmp_path / "a-file").write_text("x\n")
+    for root in (tmp_path / "a-file", pathlib.Path("/proc/hogwild-cache")):
+        cache = ArrayCache(root)
+        with pytest.warns(CacheWarning) as caught:
+            assert cache.store("k", {"a": np.arange(3)}, {}) is None
+        reason = "Not a directory" if root.name == "a-file" else "No such file or directory"
+        assert [str(w.message) for w in caught] == [
+            f"cannot write the cache entry {root / 'k'} ({reason}): training from the corpus without caching it (set "
+            f"HOGWILD_CACHE to a writable folder to cache it)"]
+        assert cache.load("k") is None
+
+
+def test_a_full_disk_while_storing_is_one_warning_and_leaves_no_partial_entry(tmp_path, monkeypatch):
+    """Simulated (the real one, a tiny tmpfs, is test_a_read_only_or_full_cache_trains_from_the_corpus): the writer
+    raising ENOSPC half way."""
+    cache = ArrayCache(tmp_path)
+    writes = []
+
+    def save(path, array, allow_pickle):
+        if writes:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        writes.append(path)
+        real_save(path, array, allow_pickle=allow_pickle)
+    real_save = np.save
+    monkeypatch.setattr(np, "save", save)
+    with pytest.warns(CacheWarning, match=rf"^cannot write the cache entry {re.escape(str(tmp_path / 'k'))} "
+                                          r"\(No space left on device; [\d,]+ bytes free there\): training from the corpus"):
+        assert cache.store("k", {"a": np.arange(3), "b": np.arange(4)}, {}) is None
+    assert list(tmp_path.iterdir()) == []  # the temporary folder is gone
+
+
+CORPUS_SCRIPT = """
+import json, sys, warnings
+from hogwild.data.cache import ArrayCache
+from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
+config = NmtDataConfig(train=sys.argv[1], dev=sys.argv[2], subwords="bpe", subword_vocab_size=60, processes=1)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    task = load_nmt_dataset(config, ArrayCache(sys.argv[3]))
+print(json.dumps({"warnings": [str(w.message) for w in caught], "cached": task.info["cached"],
+                  "pairs": task.info["train_pairs"], "decoded": task.decode(task.dev.batch([0])["tgt"][0].tolist())}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["read-only", "full"])
+def test_a_read_only_or_full_cache_trains_from_the_corpus(tmp_path, kind):
+    """A real read-only HOGWILD_CACHE (chmod, or as root a read-only bind mount) and a real full disk (a 64 KiB
+    tmpfs: the arrays do not fit): one warning naming the entry, the dataset built from the corpus, sentencepiece
+    models trained outside the cache."""
+    for lang, text in (("fr", "Le chat numéro {} dort, n'est-ce pas ?"), ("en", "The cat number {} sleeps.")):
+        lines = "".join(text.format(i) + "\n" for i in range(3000 if kind == "full" else 60))
+        (tmp_path / f"train.{lang}").write_text(lines, encoding="utf-8")
+        (tmp_path / f"dev.{lang}").write_text(text.format(7) + "\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    command = [sys.executable, "-c", CORPUS_SCRIPT, str(tmp_path / "train"), str(tmp_path / "dev"), str(cache)]
+    if kind == "read-only" and os.geteuid() != 0:
+        cache.chmod(0o555)
+    else:  # root writes through chmod: a mount namespace of its own, with a read-only bind mount or a tiny tmpfs
+        if shutil.which("unshare") is None or os.geteuid() != 0:
+            pytest.skip("needs root and unshare for a tiny tmpfs of its own")
+        mount = (f"mount --bind {cache} {cache} && mount -o remount,bind,ro {cache}" if kind == "read-only" else
+                 f"mount -t tmpfs -o size=64k tmpfs {cache}")
+        command = ["unshare", "-m", "sh", "-c", f"{mount} && exec {shlex.join(command)}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    if done.returncode != 0 and "mount" in done.stderr and "Traceback" not in done.stderr:
+        pytest.skip(f"cannot mount here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    reason = "Read-only file system" if kind == "read-only" and os.geteuid() == 0 else \
+        "Permission denied" if kind == "read-only" else r"(No space left on device|\d+ requested and \d+ written); " \
+                                                        r"[\d,]+ bytes free there"
+    assert len(result["warnings"]) == 1, result
+    assert re.fullmatch(rf"cannot write the cache entry {re.escape(str(cache))}/nmt-\w+ \({reason}\): "
+                        r"training from the corpus without caching it \(set HOGWILD_CACHE to a writable folder to "
+                        r"cache it\)", result["warnings"][0]), result
+    assert result["cached"] is False and result["decoded"] == "The cat number 7 sleeps."

@@ -123,3 +123,28 @@ def test_command_line_as_documented(tmp_path):
                          text=True, timeout=60)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.startswith("error: ") and "missing.tgz" in bad.stderr
+
+
+def test_a_failed_prepare_leaves_out_as_it_was(tmp_path):
+    """A bad corpus after good files were written: a new --out folder is removed, an existing one keeps only what it
+    held; --out naming a file is one line (it was a FileExistsError traceback)."""
+    source = tmp_path / "ud"
+    source.mkdir()
+    (source / "aa-ud-dev.conllu").write_bytes((FIXTURES / "tiny.conllu").read_bytes())  # copied before the bad one
+    (source / "aa-ud-train.conllu").write_text("1\tDas\tder\tDET\n\n", encoding="utf-8")
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine\n")
+    (tmp_path / "a-file").write_text("x\n")
+    for out, message in [
+            (tmp_path / "new", f"{source / 'aa-ud-train.conllu'}:1: expected 10 tab-separated CoNLL-U columns, "
+                               f"found 4"),
+            (existing, f"{source / 'aa-ud-train.conllu'}:1: expected 10 tab-separated CoNLL-U columns, found 4"),
+            (tmp_path / "a-file", f"--out {tmp_path / 'a-file'}: is a file, not a folder (give a folder to write the "
+                                  f"corpus into)")]:
+        done = subprocess.run([sys.executable, "-m", "hogwild.data.prepare", "ud", "--treebank", "UD_Aa", "--source",
+                               str(source), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stderr) == (1, f"error: {message}\n")
+    assert not (tmp_path / "new").exists()
+    assert [path.name for path in existing.iterdir()] == ["notes.txt"]
+    assert (tmp_path / "a-file").read_text() == "x\n"

@@ -97,7 +97,7 @@ def test_a_malformed_corpus_line_is_named_by_file_and_line(tmp_path, capsys):
 def test_inference_on_a_missing_run_directory_is_a_clear_error(tmp_path, capsys):
     assert main(["tag", "--checkpoint", str(tmp_path / "nowhere")]) == 1
     assert capsys.readouterr().err.strip() == f"run.py tag: error: --checkpoint {tmp_path / 'nowhere'}: no such run " \
-                                              f"directory"
+                                              f"directory (give the folder run.py wrote, or a checkpoint file in it)"
     assert main(["plot", str(tmp_path), "--out", str(tmp_path / "p.png")]) == 1
     assert "no metrics.jsonl" in capsys.readouterr().err
 
@@ -170,6 +170,43 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
     assert last.startswith("run.py: error: " + message.format(path=path))
 
 
+@pytest.mark.parametrize("text, message", [
+    ('{"run": {\n  "task": "pos",\n  "lr": 0.01,,\n  "steps": 5}}', "--resume {path}:3:14: not valid JSON: "
+                                                                   "Expecting property name enclosed in double quotes"),
+    ('{"run": {\n  "task": "pos",\n  "lr"', "--resume {path}:3:7: not valid JSON: Expecting ':' delimiter"),
+    ("", "--resume {path}:1:1: not valid JSON: Expecting value"),
+    ('{"config": {"lr": 0.1}}', "--resume {path}: has no 'run' section (the options run.py recorded, which --resume "
+                                "continues); restore it, or give the run's options with --config FILE"),
+])
+def test_resume_refuses_a_broken_config_json_naming_file_line_and_column(tmp_path, capsys, text, message):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        run_options(train_parser(), ["--resume", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "run.py: error: " + message.format(path=path)
+    assert path.read_text() == text
+
+
+def test_a_replayed_value_is_named_with_its_file(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"run": {"task": "pos", "word_min_freq": 1}}))
+    (tmp_path / "nan.yaml").write_text("lr: .nan\n")
+    for argv, message in [
+            (["--resume", "--out", str(tmp_path), "--task", "nmt"],
+             f"--task nmt: {tmp_path / 'config.json'} records a --task pos run, and a resumed run keeps its task; "
+             f"drop --task, or start a new run in another --out"),
+            (["--config", str(tmp_path), "--task", "nmt"],
+             f"--config {tmp_path / 'config.json'}: --word-min-freq: applies to --task pos only (NMT keeps the "
+             f"--vocab-size most frequent words)"),
+            (["--config", str(tmp_path / "nan.yaml")], f"--config {tmp_path / 'nan.yaml'}: --lr: must be a finite "
+                                                       f"number, got nan"),
+            (["--lr", "inf"], "--lr: must be a finite number, got inf")]:
+        with pytest.raises(SystemExit) as exit_:
+            run_options(train_parser(), argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == "run.py: error: " + message
+
+
 def test_config_replays_a_real_run(tmp_path):
     first = tmp_path / "first"
     done = run_py("--synthetic-size", "60", "--steps", "4", "--workers", "1", "--no-progress", "--lr", "0.05",
@@ -186,3 +223,49 @@ def test_config_replays_a_real_run(tmp_path):
     assert f"resuming {first / 'last.pt'} at update 4" in done.stdout
     summary = json.loads((first / "summary.json").read_text())
     assert (summary["updates"], summary["segments"], summary["lr"]) == (8, 2, 0.05)
+
+
+def test_plot_prints_the_file_it_writes(tmp_path, capsys):
+    """--out a folder writes curves.png inside it, --out without a suffix NAME.png (as matplotlib does): the path
+    printed is the file written (it printed the folder)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"kind": "train", "elapsed": 1.0, "updates": 10, "loss": 2.5}\n'
+        '{"kind": "eval", "elapsed": 1.5, "updates": 10, "metrics": {"accuracy": 0.5}}\n')
+    (tmp_path / "figures").mkdir()
+    for out, written in [(tmp_path / "figures", tmp_path / "figures" / "curves.png"),
+                         (tmp_path / "noext", tmp_path / "noext.png"), (tmp_path / "a.png", tmp_path / "a.png")]:
+        assert main(["plot", str(run), "--out", str(out)]) == 0
+        assert capsys.readouterr().out == f"{written}\n"
+        assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "single", "--workers", "3"], "--workers 3: --mode single trains with one worker; drop --workers, or "
+                                             "use --mode hogwild (or sync) for 3"),
+    (["--tester"], "--tester: applies to multi-host runs only (--distributed ALGO, under mpiexec); this run is on one "
+                   "host"),
+    (["--servers", "2"], "--servers: applies to multi-host runs only (--distributed ALGO, under mpiexec); this run "
+                         "is on one host"),
+    (["--amp", "bf16"], "--amp: applies to GPU workers only (--gpus N); this run trains on CPU workers"),
+    (["--tf32"], "--tf32: applies to GPU workers only (--gpus N); this run trains on CPU workers"),
+    (["--workers-per-gpu", "2"], "--workers-per-gpu: applies to GPU workers only (--gpus N); this run trains on CPU "
+                                 "workers"),
+    (["--task", "nmt", "--length-bucket", "1000"], "--length-bucket: 1000 is above --max-len 50: every batch would "
+                                                   "be padded to 1000 positions, longer than any pair; give at most "
+                                                   "--max-len (a compiled step is served by 8)"),
+])
+def test_a_flag_the_run_would_ignore_is_refused_naming_it(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        run_options(train_parser(), argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "run.py: error: " + message
+
+
+def test_flags_that_act_are_accepted():
+    assert run_options(train_parser(), ["--mode", "single"]).workers == 2  # the default: one worker is trained
+    assert run_options(train_parser(), ["--mode", "single", "--workers", "1"]).mode == "single"
+    assert run_options(train_parser(), ["--gpus", "1", "--amp", "bf16", "--tf32", "--workers-per-gpu", "2"]).tf32
+    assert run_options(train_parser(), ["--distributed", "easgd", "--servers", "2", "--tester"]).servers == 2
+    assert run_options(train_parser(), ["--task", "nmt", "--length-bucket", "50"]).length_bucket == 50

@@ -1,6 +1,7 @@
 """A hostile but fair user (issue #14): a table of bad inputs and bad flags run through `run.py` in real processes.
 Each must exit non-zero with one line naming the flag or the file (and line), print no traceback, leave no process
 or /dev/shm entry behind, and leave an existing run directory byte for byte as it was."""
+import json
 import re
 import shutil
 
@@ -13,6 +14,7 @@ from tests.tasks.misuse_helpers import fingerprint, run_py_session
 pytestmark = pytest.mark.slow
 
 SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
+FINGERPRINTED = ("run", "truncated", "momentum", "typo", "cut", "no-run")  # run directories no case may change
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,17 @@ def world(tmp_path_factory):
     shutil.copytree(run, truncated)
     data = (truncated / "last.pt").read_bytes()
     (truncated / "last.pt").write_bytes(data[: len(data) // 3])
+    config = (run / "config.json").read_text()
+    for name, text in [("typo", config.replace('"lr": 0.1,', '"lr": 0.1,,', 1)), ("cut", config[:500]),
+                       ("no-run", json.dumps({k: v for k, v in json.loads(config).items() if k != "run"}))]:
+        shutil.copytree(run, root / name)  # a run whose config.json was damaged by hand or by a crash
+        (root / name / "config.json").write_text(text)
+    (root / "long.txt").write_text("the dog\n" + " ".join(["dog"] * 201) + "\n")  # one word over tag's bound
+    metrics = (run / "metrics.jsonl").read_text()
+    for name, data in [("soon", re.sub(r'"elapsed": [\d.]+', '"elapsed": "soon"', metrics, count=1).encode()),
+                       ("no-records", b""), ("binary", (run / "last.pt").read_bytes()[:300])]:
+        (root / name).mkdir()  # metrics.jsonl files `run.py plot` cannot draw
+        (root / name / "metrics.jsonl").write_bytes(data)
     (root / "a-file").write_text("not a folder\n")
     (root / "mixed.txt").write_text("The/DT dog/NN barks/VBZ\nA/DT cat/NN\nsleeps\tVBZ\tx\n")
     (root / "bad.conllu").write_text(
@@ -54,6 +67,25 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"run\.py: error: --out {root}/a-file: is a file, not a directory"),
     ("truncated last.pt on --resume", [*SMALL, "--resume", "--out", "{root}/truncated"], 1,
      r"run\.py: error: {root}/truncated/last\.pt: cannot read the checkpoint \(truncated or not a checkpoint: .*\)"),
+    ("a typo in config.json on --resume", [*SMALL, "--steps", "40", "--resume", "--out", "{root}/typo"], 2,
+     r"run\.py: error: --resume {root}/typo/config\.json:\d+:15: not valid JSON: Expecting property name enclosed in "
+     r"double quotes"),
+    ("a truncated config.json on --resume", ["--steps", "40", "--resume", "--out", "{root}/cut"], 2,
+     r"run\.py: error: --resume {root}/cut/config\.json:\d+:\d+: not valid JSON: \w.*"),
+    ("config.json without its run section", ["--steps", "40", "--resume", "--out", "{root}/no-run"], 2,
+     r"run\.py: error: --resume {root}/no-run/config\.json: has no 'run' section \(the options run\.py recorded, "
+     r"which --resume continues\); restore it, or give the run's options with --config FILE"),
+    ("plot: a record with a value that is not a number", ["plot", "{root}/soon", "--out", "{root}/p.png"], 1,
+     r"run\.py plot: error: {root}/soon/metrics\.jsonl:1: 'elapsed' is 'soon', not a number"),
+    ("plot: an empty metrics.jsonl", ["plot", "{root}/no-records", "--out", "{root}/p.png"], 1,
+     r"run\.py plot: error: {root}/no-records/metrics\.jsonl: no training or evaluation record to plot \(the run "
+     r"logged none yet\)"),
+    ("plot: a binary metrics.jsonl", ["plot", "{root}/binary", "--out", "{root}/p.png"], 1,
+     r"run\.py plot: error: {root}/binary/metrics\.jsonl: not a metrics file \(not UTF-8 text: byte \d+ is "
+     r"0x[0-9a-f]{{2}}\)"),
+    ("tag: a line over 200 words", ["tag", "--checkpoint", "{root}/run", "{root}/long.txt"], 1,
+     r"run\.py tag: error: {root}/long\.txt:2: 201 words, more than the 200 a line may have; split long lines into "
+     r"sentences"),
     ("unknown --encoding (train)", [*SMALL, "--encoding", "foo"], 2,
      r"run\.py: error: --encoding: unknown text encoding 'foo' \(e\.g\. utf-8, latin-1, cp1252\)"),
     ("unknown --encoding (tag)", ["tag", "--checkpoint", "{root}/run", "--encoding", "foo"], 2,
@@ -73,8 +105,8 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"run\.py: error: --optimizer: --distributed eamsgd needs a momentum optimizer \(msgd or nesterov\), got "
      r"'sgd'; use --distributed easgd for plain SGD"),
     ("more workers than memory", [*SMALL, "--workers", "4000", "--steps", "40", "--out", "{root}/run", "--resume"], 1,
-     r"run\.py: error: --workers: 4000 workers need about \d+\.\d GiB of memory \(150 MiB per process .*\), but "
-     r"\d+\.\d GiB is available; about \d+ workers fit"),
+     r"run\.py: error: --workers: 4000 workers need about \d+\.\d GiB of memory \(300 MiB per process .*\), but "
+     r"\d+\.\d GiB is available \((MemAvailable|the memory cgroup limit of .*)\); about \d+ workers fit"),
     ("empty --separator", [*SMALL, "--separator", ""], 2,
      r"run\.py: error: --separator: must be a non-empty string without spaces, got ''"),
     ("negative --seed", [*SMALL, "--seed", "-1"], 2, r"run\.py: error: --seed: must be >= 0, got -1"),
@@ -86,6 +118,9 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"needed\); give a held-out corpus with --dev, or a larger --train"),
     ("resume a finished run", [*SMALL, "--steps", "20", "--resume", "--out", "{root}/run"], 1,
      r"run\.py: error: --steps 20: {root}/run/last\.pt is already at update 20, where --steps 20 stops the run: "
+     r"nothing to train \(the run is left as it was\); give a larger --steps than 20 to continue it"),
+    ("resume past a smaller --steps", [*SMALL, "--steps", "10", "--resume", "--out", "{root}/run"], 1,
+     r"run\.py: error: --steps 10: {root}/run/last\.pt is already at update 20, where --steps 10 stops the run: "
      r"nothing to train \(the run is left as it was\); give a larger --steps than 20 to continue it"),
     ("resume with another --optimizer", [*SMALL, "--steps", "40", "--optimizer", "adam", "--lr", "0.5", "--resume",
                                          "--out", "{root}/run"], 1,
@@ -101,7 +136,7 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
 
 @pytest.mark.parametrize("name, argv, status, last_line", CASES, ids=[case[0] for case in CASES])
 def test_bad_input_fails_cleanly_and_touches_nothing(world, name, argv, status, last_line):
-    before = {folder: fingerprint(world / folder) for folder in ("run", "truncated", "momentum")}
+    before = {folder: fingerprint(world / folder) for folder in FINGERPRINTED}
     done = run_py_session(*[arg.format(root=world) for arg in argv], timeout=240)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == status, done.stdout + done.stderr

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hogwild.tasks.resume_checks import epochs_done, stop_reached
+from hogwild.tasks.resume_checks import epochs_done, nothing_to_train, stop_reached
 
 
 def _options(steps=None, epochs=None, data_assignment="queue"):
@@ -25,8 +25,17 @@ def test_partition_counts_the_slowest_shard():
 
 def test_stop_reached_names_the_flag_that_stops_the_run():
     state = {"global_step": 200, "data_position": {"n_batches": 100, "seq": 200, "workers": []}}
-    assert stop_reached(state, _options(steps=200), 100) == "--steps 200"
+    assert stop_reached(state, _options(steps=200), 100) == ("--steps", 200, 200)
+    assert stop_reached(state, _options(steps=150), 100) == ("--steps", 150, 200)  # "larger than 200", not than 150
     assert stop_reached(state, _options(steps=201), 100) is None
-    assert stop_reached(state, _options(epochs=2), 100) == "--epochs 2"
+    assert stop_reached(state, _options(epochs=2), 100) == ("--epochs", 2, 2)
+    assert stop_reached(state, _options(epochs=1), 100) == ("--epochs", 1, 2)
     assert stop_reached(state, _options(epochs=3), 100) is None
     assert stop_reached(state, _options(), 100) is None  # only a --time-limit: each segment has its own
+
+
+def test_nothing_to_train_asks_for_more_than_the_checkpoint_holds(tmp_path):
+    message = str(nothing_to_train(tmp_path / "last.pt", ("--steps", 200, 300), 300))
+    assert message == (f"--steps 200: {tmp_path / 'last.pt'} is already at update 300, where --steps 200 stops the "
+                       f"run: nothing to train (the run is left as it was); give a larger --steps than 300 to "
+                       f"continue it")

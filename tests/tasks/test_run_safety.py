@@ -3,6 +3,8 @@ a run killed with SIGKILL (its lock is taken over by --resume), a torn metrics l
 repairs it), and a run on a full disk (it stops naming the file; metrics.jsonl holds whole records only)."""
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,3 +100,21 @@ def test_a_full_disk_stops_the_run_naming_the_file(small_disk):
     before = fingerprint(out)
     again = run_py_session(*SMALL, "--steps", "40", "--out", str(out))  # refused before writing anything
     assert again.returncode == 1 and fingerprint(out) == before
+
+
+def test_a_start_refused_by_a_small_dev_shm_leaves_nothing_that_blocks_the_retry(tmp_path):
+    """The engine's /dev/shm check refuses after run.py wrote model.json and config.json: those go again, so the
+    same command is refused for the same reason (it said "already holds a run; add --resume"), and an --out folder
+    that existed (empty) is left as it was."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare to give run.py a 1 MiB /dev/shm of its own")
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    for out in (tmp_path / "new", tmp_path / "new", existing):
+        command = shlex.join([sys.executable, str(REPO / "run.py"), *SMALL, "--steps", "5", "--out", str(out)])
+        done = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs /dev/shm && {command}"],
+                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("run.py: error: /dev/shm has 1.0 MiB free, but "), \
+            done.stderr
+    assert not (tmp_path / "new").exists() and list(existing.iterdir()) == []

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from hogwild.tasks.rundir import RunDirError, load_trained, read_curves, write_config
+from hogwild.tasks.rundir import RunDirError, load_trained, read_curves, run_dir_of, write_config
 
 
 def _write(path, records):
@@ -64,7 +64,8 @@ def test_bad_metrics_line_is_named(tmp_path):
 
 
 def test_load_trained_errors_name_what_is_missing(tmp_path):
-    with pytest.raises(RunDirError, match="no model.json there"):
+    with pytest.raises(RunDirError, match=rf"^--checkpoint {tmp_path}: no model\.json in {tmp_path} \(is it a run\.py "
+                                          r"run directory\?\)$"):
         load_trained(tmp_path)
     (tmp_path / "model.json").write_text('{"task": "pos"}')
     with pytest.raises(RunDirError, match=r"no best.pt or last.pt in"):
@@ -98,6 +99,30 @@ def test_load_trained_refuses_a_crafted_checkpoint_and_names_a_foreign_one(tmp_p
     torch.save({"format": 1, "model": {"w": torch.ones(2)}}, tmp_path / "best.pt")
     spec, state, path = load_trained(tmp_path)
     assert spec == {"task": "pos"} and state["w"].tolist() == [1.0, 1.0] and path == tmp_path / "best.pt"
+
+
+def test_a_checkpoint_file_inside_a_run_directory_is_accepted(tmp_path):
+    """--checkpoint RUN/last.pt (or RUN/host0/best.pt) means that file of RUN: it said "no such run directory"."""
+    (tmp_path / "model.json").write_text('{"task": "pos"}')
+    (tmp_path / "host0").mkdir()
+    for name, value in [("best.pt", 1.0), ("last.pt", 2.0), ("host0/best.pt", 3.0)]:
+        torch.save({"format": 1, "model": {"w": torch.full((2,), value)}}, tmp_path / name)
+    assert run_dir_of(tmp_path) == (tmp_path, None)
+    for name, value in [("last.pt", 2.0), ("host0/best.pt", 3.0)]:
+        run_dir, chosen = run_dir_of(tmp_path / name)
+        assert (run_dir, chosen) == (tmp_path, tmp_path / name)
+        spec, state, path = load_trained(run_dir, chosen)
+        assert (path, state["w"].tolist()) == (tmp_path / name, [value, value])
+    (tmp_path / "elsewhere.pt").write_bytes(b"x")
+    outside = tmp_path / "host0" / "stray"
+    outside.mkdir()
+    (outside / "last.pt").write_bytes(b"x")
+    with pytest.raises(RunDirError, match=rf"^--checkpoint {outside}/last\.pt is not inside a run directory: no "
+                                          rf"model\.json in {outside} "):
+        load_trained(*run_dir_of(outside / "last.pt"))
+    with pytest.raises(RunDirError, match=rf"^--checkpoint {tmp_path}/none: no such run directory \(give the folder "
+                                          r"run\.py wrote, or a checkpoint file in it\)$"):
+        load_trained(tmp_path / "none")
 
 
 def test_write_config_keeps_the_engines_part(tmp_path):

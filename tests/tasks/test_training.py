@@ -117,3 +117,18 @@ def test_plot_draws_a_png_for_both_runs(pos_run, nmt_run, tmp_path):
     done = run_py("plot", str(pos_run["out"]), str(nmt_run["out"]), "--out", str(tmp_path / "curves.png"))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_data_line_says_where_the_lines_not_trained_on_went():
+    """A 12-line corpus reported as "7 training pairs" said nothing of the 5 others (--subwords bpe dropped most of
+    a corpus as longer than --max-len in pieces, silently)."""
+    from hogwild.tasks.training import _data_line
+    info = {"train_pairs": 7, "dev_eval_sentences": 1, "src_vocab": 13, "tgt_vocab": 12,
+            "train": {"total": 12, "kept": 7, "dropped_empty": 1, "dropped_long": 4, "held_out": 0}}
+    assert _data_line(info, 30) == ("7 training pairs (of 12 lines: 4 over --max-len 30 units, dropped; 1 empty, "
+                                    "dropped), 1 held-out for evaluation, vocabularies 13 / 12")
+    info["train"] = {"total": 20, "kept": 18, "dropped_empty": 0, "dropped_long": 0, "held_out": 2}
+    info["train_pairs"] = 18
+    assert _data_line(info, 50).startswith("18 training pairs (of 20 lines: 2 held out as the dev set), ")
+    info["train"]["held_out"] = 0
+    assert _data_line(info, 50).startswith("18 training pairs, 1 held-out")

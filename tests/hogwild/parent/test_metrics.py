@@ -37,3 +37,29 @@ def test_tensorboard_events_are_written_when_tensorboard_is_installed(tmp_path):
     log.close()
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0
+
+
+def test_a_log_file_gets_plain_progress_lines_not_redraws(tmp_path, capsys):
+    """stderr not a terminal (a log file, here pytest's capture): MetricsLog shows PlainProgress, which prints a line
+    every `every` seconds of its clock and one at the end, and never a carriage return."""
+    from hogwild.parent.metrics import PlainProgress
+    log = MetricsLog(None, workers=1, total=100, progress=True, tensorboard=False)
+    assert isinstance(log.bar, PlainProgress)
+    log.close()
+    now = [0.0]
+    bar = PlainProgress(400, every=30.0, clock=lambda: now[0])
+    for _ in range(10):  # 10 s of updates, 4 per second: under the interval, silent
+        now[0] += 1.0
+        bar.update(4)
+    assert capsys.readouterr().err == ""
+    bar.set_postfix(loss="2.5")
+    for _ in range(25):
+        now[0] += 1.0
+        bar.update(4)
+    bar.update(0)
+    now[0] += 5.0
+    bar.update(10)
+    bar.close()
+    assert capsys.readouterr().err.splitlines() == [
+        "progress: 120/400 updates (30%) after 30 s, 4.0 updates/s, loss 2.5",
+        "progress: 150/400 updates (38%) after 40 s, 3.0 updates/s, loss 2.5"]

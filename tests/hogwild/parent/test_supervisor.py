@@ -142,3 +142,23 @@ def test_killing_the_parent_leaves_no_orphan_workers(tmp_path):
         assert H.wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10), "orphan workers remain"
     finally:
         process.kill()
+
+
+def test_killing_the_parent_while_workers_start_leaves_none_behind(tmp_path):
+    """Workers still loading (held 60 s before their prelude, as a slow torch import holds them) die with a parent
+    killed by SIGKILL at once: they used to live on until their prelude's check, tens of seconds with many workers."""
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env={**os.environ, "HOLD_WORKER_START": "60"})
+    try:
+        def workers() -> list[int]:
+            return [pid for pid in children_of(process.pid)
+                    if b"spawn_main" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert H.wait_for(lambda: len(workers()) == 2, timeout=60), "the workers did not start"
+        started = workers()
+        time.sleep(2)  # into their hold (or not yet at `import hogwild`: either way they must not outlive the parent)
+        assert trained_updates(tmp_path) == 0
+        process.kill()
+        process.wait(10)
+        assert H.wait_for(lambda: not any(alive(pid) for pid in started), timeout=5), "workers outlived the parent"
+    finally:
+        process.kill()

@@ -107,6 +107,16 @@ def test_a_crafted_checkpoint_is_refused_without_running_its_code(tmp_path):
     assert not marker.exists()
     torch.load(path, weights_only=False)  # what the engine once did: the payload runs
     assert marker.exists()
+    torch.save({"format": C.FORMAT, "model": {}, "payload": RunsACommand()}, path)  # a blocked module's function
+    with pytest.raises(C.CheckpointError) as refused:
+        C.read_checkpoint(str(path))
+    assert str(refused.value) == f"{path}: not a hogwild checkpoint (it needs {os.system.__module__}.system " \
+                                 f"unpickled; refused: loading it could run code)"  # not torch's weights_only advice
+
+
+class RunsACommand:
+    def __reduce__(self):
+        return os.system, ("exit 3",)
 
 
 def test_a_foreign_pt_file_is_named(tmp_path):

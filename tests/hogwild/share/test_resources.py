@@ -9,45 +9,100 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
 
-from hogwild.share.resources import (GPU_WORKER_BYTES, WORKER_BYTES, OversubscriptionWarning, ResourceError,
-                                     available_memory, check_resources, check_shared_memory, estimate_memory,
-                                     tensor_nbytes)
+from hogwild.share.resources import (GPU_WORKER_BYTES, WORKER_BYTES, MemoryRoom, OversubscriptionWarning,
+                                     ResourceError, cgroup_memory_room, check_resources, check_shared_memory,
+                                     estimate_memory, memory_room, tensor_nbytes)
+from tests.tasks.helpers import REPO
 
 GIB = 2**30
+PLENTY = MemoryRoom(100 * GIB, "MemAvailable")
 
 
 def test_more_cpu_workers_than_cores_warns_naming_the_numbers():
     with pytest.warns(OversubscriptionWarning, match=r"^100 CPU workers on 2 usable cores: workers will take turns, "
                                                      r".* at most 2 keep every core busy"):
-        check_resources(["cpu"] * 100, 1, 0, 0, 0, cores=2, available=100 * GIB)
+        check_resources(["cpu"] * 100, 1, 0, 0, 0, cores=2, available=PLENTY)
     with pytest.warns(OversubscriptionWarning, match=r"^2 CPU workers x 2 threads on 3 usable cores.* at most 1 "):
-        check_resources(["cpu"] * 2, 2, 0, 0, 0, cores=3, available=100 * GIB)
+        check_resources(["cpu"] * 2, 2, 0, 0, 0, cores=3, available=PLENTY)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        check_resources(["cpu"] * 2, 1, 0, 0, 0, cores=2, available=100 * GIB)  # one worker per core: quiet
-        check_resources(["cuda:0", "cuda:1", "cuda:2"], 1, 0, 0, 0, cores=2, available=100 * GIB)
+        check_resources(["cpu"] * 2, 1, 0, 0, 0, cores=2, available=PLENTY)  # one worker per core: quiet
+        check_resources(["cuda:0", "cuda:1", "cuda:2"], 1, 0, 0, 0, cores=2, available=PLENTY)
 
 
 def test_a_memory_estimate_above_what_is_available_is_refused():
     assert estimate_memory(["cpu"] * 3, 10, 20, 5) == 3 * (WORKER_BYTES + 10) + 10 + 20 + 2 * 5
     assert estimate_memory(["cuda:0"], 0, 0, 0) == WORKER_BYTES + GPU_WORKER_BYTES
-    with pytest.raises(ResourceError, match=r"^100 workers need about 14\.6 GiB of memory \(150 MiB per process "
-                                            r"plus 0\.0 MiB of gradients each, .*\), but 2\.0 GiB is available; "
-                                            r"about 13 workers fit$") as refused:
-        check_resources(["cpu"] * 100, 1, 0, 0, 0, cores=100, available=2 * GIB)
+    room = MemoryRoom(2 * GIB, "the memory cgroup limit of 8.0 GiB (/sys/fs/cgroup/memory.max)")
+    with pytest.raises(ResourceError, match=r"^100 workers need about 29\.3 GiB of memory \(300 MiB per process "
+                                            r"plus 0\.0 MiB of gradients each, .*\), but 2\.0 GiB is available \(the "
+                                            r"memory cgroup limit of 8\.0 GiB \(/sys/fs/cgroup/memory\.max\)\); about 6 "
+                                            r"workers fit$") as refused:
+        check_resources(["cpu"] * 100, 1, 0, 0, 0, cores=100, available=room)
     assert refused.value.option == "workers"
-    check_resources(["cpu"] * 13, 1, 0, 0, 0, cores=100, available=2 * GIB)  # 13 fit
+    check_resources(["cpu"] * 6, 1, 0, 0, 0, cores=100, available=room)  # 6 fit
 
 
-def test_meminfo_and_tensor_sizes(tmp_path):
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:  1000 kB\nMemAvailable:   22000000 kB\n")
-    assert available_memory(str(meminfo)) == 22000000 * 1024
-    assert available_memory(str(tmp_path / "none")) is None
+def fake_root(tmp_path, cgroup: str, files: dict[str, str], meminfo_kib: int = 22000000) -> pathlib.Path:
+    """A /proc and /sys tree as the kernel writes them: /proc/meminfo, /proc/self/cgroup and cgroup files."""
+    for name, text in {"proc/meminfo": f"MemTotal: 24000000 kB\nMemAvailable:   {meminfo_kib} kB\n",
+                       "proc/self/cgroup": cgroup, **files}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_cgroup_v2_limits_are_read_at_every_level_and_the_smallest_room_wins(tmp_path):
+    v2 = "sys/fs/cgroup"
+    root = fake_root(tmp_path, "0::/docker/abc\n", {
+        f"{v2}/cgroup.controllers": "cpu memory\n",
+        f"{v2}/docker/memory.max": "max\n", f"{v2}/docker/memory.current": "9000000000\n",
+        f"{v2}/docker/abc/memory.max": "8589934592\n", f"{v2}/docker/abc/memory.current": "3221225472\n",
+        f"{v2}/docker/abc/memory.stat": "anon 2000\nfile 1073741824\ninactive_file 1073741824\nactive_file 0\n"})
+    limit = f"the memory cgroup limit of 8.0 GiB ({root / v2 / 'docker/abc/memory.max'})"
+    assert cgroup_memory_room(root) == MemoryRoom(8 * GIB - 2 * GIB, limit)  # the inactive file cache is reclaimed
+    assert memory_room(root) == MemoryRoom(6 * GIB, limit)  # below MemAvailable's 21 GiB
+    (root / v2 / "docker/memory.max").write_text("4294967296\n")  # a tighter limit on the level above
+    assert cgroup_memory_room(root).source == f"the memory cgroup limit of 4.0 GiB ({root / v2 / 'docker/memory.max'})"
+    assert cgroup_memory_room(root).available == 0  # 9 GB charged against 4 GiB: no room at all
+    (root / v2 / "docker/memory.max").write_text("max\n")
+    (root / v2 / "docker/abc/memory.max").write_text("max\n")
+    assert cgroup_memory_room(root) is None
+    assert memory_room(root) == MemoryRoom(22000000 * 1024, "MemAvailable")
+
+
+def test_cgroup_v1_limits_and_no_limit(tmp_path):
+    v1 = "sys/fs/cgroup/memory"
+    root = fake_root(tmp_path, "12:pids:/x\n4:memory:/process_api/7\n1:name=systemd:/\n0::/\n", {
+        f"{v1}/memory.limit_in_bytes": "9223372036854771712\n", f"{v1}/memory.usage_in_bytes": "6000000000\n",
+        f"{v1}/process_api/7/memory.limit_in_bytes": "2147483648\n",
+        f"{v1}/process_api/7/memory.usage_in_bytes": "1073741824\n",
+        f"{v1}/process_api/7/memory.stat": "cache 0\ninactive_file 5\ntotal_inactive_file 536870912\n"},
+        meminfo_kib=1000)
+    limit = f"the memory cgroup limit of 2.0 GiB ({root / v1 / 'process_api/7/memory.limit_in_bytes'})"
+    assert cgroup_memory_room(root) == MemoryRoom(GIB + GIB // 2, limit)
+    assert memory_room(root) == MemoryRoom(1000 * 1024, "MemAvailable")  # the host has less: the smaller wins
+    (root / v1 / "process_api/7/memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    assert cgroup_memory_room(root) is None
+    # a container that mounts its own cgroup as the root (no cgroup namespace): the path is not under the mount
+    root = fake_root(tmp_path / "container", "4:memory:/docker/abc\n", {
+        f"{v1}/memory.limit_in_bytes": "1073741824\n", f"{v1}/memory.usage_in_bytes": "0\n"})
+    assert cgroup_memory_room(root).available == GIB
+    assert cgroup_memory_room(tmp_path / "nothing") is None and memory_room(tmp_path / "nothing") is None
+
+
+def test_this_machines_memory_room_is_read():
+    room = memory_room()
+    assert room is not None and 0 < room.available < 2**50
+    assert room.source == "MemAvailable" or room.source.startswith("the memory cgroup limit of ")
+
+
+def test_tensor_sizes():
     import torch
     assert tensor_nbytes([{"a": torch.zeros(3, 2)}, (torch.zeros(4, dtype=torch.int64), "x")]) == 24 + 32
 
@@ -145,3 +200,44 @@ def test_a_failure_inside_torch_leaves_no_dev_shm_file(tmp_path):
                      r"parameters and optimizer state; enlarge it \(docker run --shm-size=\.\.\.\) or free space "
                      r"there", done.stderr), done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {"left": []}
+
+
+@pytest.fixture
+def memory_cgroup():
+    """A child of this process's memory cgroup with a 1 GiB limit (cgroup v1 or v2), removed afterwards; skipped
+    where it cannot be made (it needs root and a writable cgroup hierarchy)."""
+    from hogwild.share.resources import _cgroup_levels
+    levels = list(_cgroup_levels(pathlib.Path("/")))
+    if not levels:
+        pytest.skip("no memory cgroup hierarchy to make a limited cgroup in")
+    folder, limit_file = levels[0][0] / f"hogwild-test-{os.getpid()}", levels[0][1]
+    try:
+        folder.mkdir()
+        (folder / limit_file).write_text(str(GIB))
+    except OSError as error:
+        if folder.exists():
+            folder.rmdir()
+        pytest.skip(f"cannot make a memory cgroup with a limit here ({error}): needs root")
+    yield folder, limit_file
+    for _ in range(50):  # the processes it held have exited; the kernel releases the cgroup soon after
+        try:
+            folder.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def test_run_py_in_a_memory_cgroup_is_refused_naming_workers_and_the_limit(memory_cgroup, tmp_path):
+    """A real container-style limit (1 GiB) on a host with more MemAvailable: the check counts the cgroup's room,
+    refuses before anything is written or spawned, and names --workers and the limit file."""
+    folder, limit_file = memory_cgroup
+    command = (f"echo $$ > {shlex.quote(str(folder / 'cgroup.procs'))} && exec {shlex.quote(sys.executable)} run.py "
+               f"--synthetic-size 200 --steps 5 --no-progress --workers 8 --out {shlex.quote(str(tmp_path / 'run'))}")
+    done = subprocess.run(["sh", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert re.fullmatch(rf"run\.py: error: --workers: 8 workers need about 2\.\d GiB of memory \(300 MiB per process "
+                        rf".*\), but 0\.\d GiB is available \(the memory cgroup limit of 1\.0 GiB "
+                        rf"\({re.escape(str(folder / limit_file))}\)\); about [0-2] workers fit",
+                        done.stderr.strip().splitlines()[-1]), done.stderr
+    assert not (tmp_path / "run").exists() and "Traceback" not in done.stderr
