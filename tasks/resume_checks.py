@@ -2,17 +2,27 @@
 only after run.py has rewritten config.json and appended to command.txt): the checkpoint's optimizer, and a stop
 condition the checkpoint has not reached yet. Each refusal names the flag to change and the checkpoint file.
 
+The job files a resumed run rebuilds from its data and flags (vocabularies, sentencepiece models) must be the run's
+own, byte for byte; one the run holds that cannot be read is named as damaged, not blamed on the flags.
+
 Usage: `check_optimizer(state, path, options)`; `reached = stop_reached(state, options, n_batches)` -> e.g.
-("--steps", 2000, 2300) or None
+("--steps", 2000, 2300) or None; `check_same_files(staged_dir, run_dir)`
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hogwild.data.subwords import SubwordModel
 from hogwild.shared_optim import SharedOptimizer
+from hogwild.tasks.task_job import MODEL_FILE
+
+# Files a resumed run must share with the run it continues: the same ids for the same words. data.json (corpus
+# statistics, paths as given) and model.json (sizes; the checkpoint's shapes are checked instead) may differ.
+_NOT_COMPARED = ("data.json", MODEL_FILE)
 
 
 class ResumeError(ValueError):
@@ -67,3 +77,32 @@ def nothing_to_train(path: Path, reached: tuple[str, int, int], updates: int) ->
     flag, value, at = reached
     return ResumeError(f"{flag} {value}: {path} is already at update {updates}, where {flag} {value} stops the run: "
                        f"nothing to train (the run is left as it was); give a larger {flag} than {at} to continue it")
+
+
+def check_same_files(staged: Path, run_dir: Path) -> None:
+    """Each job file built from this command's data and flags (in `staged`) must equal the run's own copy."""
+    for path in sorted(staged.iterdir()):
+        if path.name in _NOT_COMPARED:
+            continue
+        existing = run_dir / path.name
+        if not existing.exists() or existing.read_bytes() == path.read_bytes():
+            continue
+        damage = _unreadable(existing)
+        if damage:
+            raise ResumeError(f"--resume: {existing} is damaged ({damage}); the run cannot continue with it. The same "
+                              f"data and flags rebuild it as {path.name}: restore the file from a copy, or start a new "
+                              f"run in another --out; the run is left as it was")
+        raise ResumeError(f"--resume: {existing} differs from the one built from this command's data and flags "
+                          f"(another --train, --format, --tag, --vocab-size or --seed?); the run is left as it was")
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a run's job file cannot be read in its format (a sentencepiece model, JSON), or None when it can."""
+    try:
+        if path.suffix == ".model":
+            SubwordModel(path)
+        elif path.suffix == ".json":
+            json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, RuntimeError, UnicodeDecodeError, ValueError) as error:
+        return f"{type(error).__name__}: {error}".strip()
+    return None

@@ -30,11 +30,11 @@ from hogwild.tasks.devices import worker_devices
 from hogwild.tasks.final_signals import FinalSignals
 from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.resume_checks import check_optimizer, nothing_to_train, stop_reached
-from hogwild.tasks.rundir import RunDirError, check_out, segment_start, write_command, write_config
+from hogwild.tasks.resume_checks import check_optimizer, check_same_files, nothing_to_train, stop_reached
+from hogwild.tasks.rundir import check_out, segment_start, write_command, write_config
 from hogwild.tasks.runlock import LOCK_FILE, RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
-from hogwild.tasks.task_job import MODEL_FILE, TaskJob
+from hogwild.tasks.task_job import TaskJob
 
 
 def _say(message: str) -> None:
@@ -250,7 +250,7 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
             finish_only = reached is not None and dist is None and _evaluation_skipped(owner.run_dir, start_updates)
             if reached is not None and not finish_only:
                 raise nothing_to_train(resume_path, reached, start_updates)
-            _check_same_files(Path(staging), owner.run_dir)
+            check_same_files(Path(staging), owner.run_dir)
         _check_machine(job, devices, options)
         del resume_state  # the engine reads it again (its tensors are not needed here)
         if options.resume and not finish_only:
@@ -280,21 +280,6 @@ def _check_machine(job: TaskJob, devices: list[str], options: RunOptions) -> Non
     optimizer_bytes = SharedOptimizer.state_nbytes(params, options.optimizer, **options.optimizer_args())
     check_resources(devices, options.threads_per_worker, tensor_nbytes(job.model.state_dict()), optimizer_bytes,
                     tensor_nbytes(job.batches))
-
-
-# Files a resumed run must share with the run it continues: the same ids for the same words. data.json (corpus
-# statistics, paths as given) and model.json (sizes; the checkpoint's shapes are checked instead) may differ.
-_NOT_COMPARED = ("data.json", MODEL_FILE)
-
-
-def _check_same_files(staged: Path, run_dir: Path) -> None:
-    for path in sorted(staged.iterdir()):
-        if path.name in _NOT_COMPARED:
-            continue
-        existing = run_dir / path.name
-        if existing.exists() and existing.read_bytes() != path.read_bytes():
-            raise RunDirError(f"--resume: {existing} differs from the one built from this command's data and flags "
-                              f"(another --train, --format, --tag, --vocab-size or --seed?); the run is left as it was")
 
 
 def _install_files(staged: Path, run_dir: Path) -> None:

@@ -1,10 +1,12 @@
 """tasks.resume_checks: the stop condition a checkpoint has reached, in every data mode (exact counts on small data
 positions); the refusals themselves run through run.py in tests/tasks/test_misuse.py."""
+import shutil
 from types import SimpleNamespace
 
 import pytest
 
-from hogwild.tasks.resume_checks import epochs_done, nothing_to_train, stop_reached
+from hogwild.data.subwords import SubwordModel
+from hogwild.tasks.resume_checks import ResumeError, check_same_files, epochs_done, nothing_to_train, stop_reached
 
 
 def _options(steps=None, epochs=None, data_assignment="queue"):
@@ -39,3 +41,25 @@ def test_nothing_to_train_asks_for_more_than_the_checkpoint_holds(tmp_path):
     assert message == (f"--steps 200: {tmp_path / 'last.pt'} is already at update 300, where --steps 200 stops the "
                        f"run: nothing to train (the run is left as it was); give a larger --steps than 300 to "
                        f"continue it")
+
+
+def test_a_damaged_sentencepiece_model_is_named_as_damaged_and_another_one_as_different(tmp_path):
+    """A resumed run rebuilds its job files from its data and flags; the run's own sentencepiece model cut short is
+    named as damaged (not blamed on --train), a readable other one as different; the run's files are not touched."""
+    staged, run_dir = tmp_path / "staged", tmp_path / "run"
+    run_dir.mkdir()
+    lines = [f"le chat {i} mange la souris numero {i % 7}" for i in range(200)]
+    built = SubwordModel.train(lines, staged / "spm.fr", vocab_size=40).path
+    (staged / "vocab.json").write_text('{"words": ["a"]}', encoding="utf-8")
+    shutil.copy(staged / "vocab.json", run_dir / "vocab.json")
+    damaged = built.read_bytes()[: len(built.read_bytes()) // 2]
+    (run_dir / built.name).write_bytes(damaged)
+    with pytest.raises(ResumeError, match=r"run/spm\.fr\.model is damaged \(.+\); the run cannot continue") as error:
+        check_same_files(staged, run_dir)
+    assert "another --train" not in str(error.value)
+    assert (run_dir / built.name).read_bytes() == damaged
+    SubwordModel.train(lines[:100], tmp_path / "other", vocab_size=30).path.replace(run_dir / built.name)
+    with pytest.raises(ResumeError, match=r"spm\.fr\.model differs from the one built .*another --train"):
+        check_same_files(staged, run_dir)
+    shutil.copy(built, run_dir / built.name)
+    check_same_files(staged, run_dir)  # the same bytes: nothing to say
