@@ -64,9 +64,9 @@ from bench import command_line
 from bench.bench_models import POS_VOCAB
 from bench.corpus_batches import CORPUS, LENGTH_EDGES, bucketed, corpus_lengths, fallback_lengths, make_batch, \
     pad_to_edges
+from bench.gpu_engine import ENGINE, IncompleteRun, engine_config, engine_overrides, run_engine
 from bench.gpu_report import Measurement, report, save
-from bench.gpu_timing import StampedLoss, StepSpans, UtilisationSampler, sampler_for, steady_tokens, steady_window, \
-    tf32_matmuls
+from bench.gpu_timing import StepSpans, UtilisationSampler, sampler_for, steady_tokens, steady_window, tf32_matmuls
 from bench.plain_loop import PLAIN_OPTIMIZERS, BucketGraphs, PlainStep, dense_embeddings, eager_steps, \
     plain_optimizers
 from hogwild.data.corpora import corpora_dir
@@ -78,8 +78,6 @@ from hogwild.worker.worker import device_options
 
 PLAIN = {"plain": dict(graphed=False, bf16=False), "plain-graphed": dict(graphed=True, bf16=False),
          "plain-graphed-bf16": dict(graphed=True, bf16=True)}
-ENGINE = {"engine": {}, "engine-tf32": {"tf32": True}, "engine-bf16": {"amp": "bf16"},
-          "engine-compiled": {"compile": "reduce-overhead", "hang_timeout": None}}  # Config fields per variant
 VARIANTS = (*PLAIN, *ENGINE)
 DEFAULT_VARIANTS = "plain,plain-graphed,plain-graphed-bf16,engine"
 UPDATES = {"nmt": 120, "pos": 300}  # per run: steady windows of 5 s or more for the eager rows on an H100/H200
@@ -88,14 +86,6 @@ RUN_DEFAULTS = {"preset": "paper", "recipe": "paper"}
 QUICK_RUN_DEFAULTS = {"recipe": "paper", "vocab_size": 500}  # and run.py's --preset, small
 QUICK = dict(updates=20, repeats=1, repeats_shared=1, worker_counts="1,2")  # --quick's own defaults
 QUICK_NMT_BATCH = 4
-BENCH_SET = ("devices", "workers", "epochs", "max_steps", "time_limit", "eval_every", "eval_every_seconds",
-             "checkpoint_dir", "progress", "tensorboard", "log_every", "resume")  # Config fields the bench sets
-RECIPE = ("optimizer", "lr", "optimizer_args", "clip_norm", "lr_schedule", "decay_per_epoch", "decay_updates",
-          "warmup_steps", "min_lr", "seed")  # Config fields of the recipe every side shares: run.py's flags set them
-
-
-class IncompleteRun(RuntimeError):
-    """An engine run that did not train every batch: it is reported, not timed."""
 
 
 @dataclasses.dataclass
@@ -137,7 +127,7 @@ def task_loss(task: str, padded: bool):
     return functools.partial(loss, padded=True) if padded else loss
 
 
-# ---------------------------------------------------------------- the two sides
+# ---------------------------------------------------------------- the plain loops (the engine's: gpu_engine.py)
 def run_plain(task: str, variant: str, model: nn.Module, batches: Batches, device: torch.device, options: RunOptions,
               nvml: bool, padded_eager: bool) -> Measurement:
     """A plain loop on one device, in this process, on a copy of `model`."""
@@ -180,74 +170,6 @@ def run_plain(task: str, variant: str, model: nn.Module, batches: Batches, devic
     return Measurement(task, variant, 1, rate, steady_tokens(stamps, batches.tokens), "bf16" if bf16 else "fp32",
                        nonfinite, gpu, "nvml" if nvml else "span", graphs=prepared, eager_steps=eager,
                        prepare_s=prepare_s if graphed else None)
-
-
-def engine_config(options: RunOptions, device: str, workers: int, variant: str = "engine",
-                  overrides: dict | None = None) -> hogwild.Config:
-    """run.py's engine configuration for `workers` workers on `device`, the variant's fields and --engine-option's
-    over it; one epoch of the batches, nothing written (a ConfigError names a refused field)."""
-    config = options.engine_config([device] * workers, "accuracy")
-    return dataclasses.replace(config, epochs=1, max_steps=None, time_limit=None, eval_every=None,
-                               eval_every_seconds=None, checkpoint_dir=None, progress=False, tensorboard=False,
-                               log_every=10 ** 9, **{**ENGINE[variant], **(overrides or {})})
-
-
-def run_engine(task: str, variant: str, model: nn.Module, batches: Batches, device: str, workers: int,
-               options: RunOptions, nvml: bool, padded: bool, overrides: dict) -> Measurement:
-    """hogwild.train with `workers` workers sharing `device`."""
-    config = engine_config(options, device, workers, variant, overrides)
-    padded = padded or config.compile != "off"  # shapes that repeat: one compilation per bucket
-    chosen = batches.bucketed if padded else batches.exact
-    stamps = torch.zeros(len(chosen), dtype=torch.float64).share_memory_()
-    with sampler_for(torch_device(device), nvml) as sampler:
-        result = hogwild.train(copy.deepcopy(model), StampedLoss(task_loss(task, padded), stamps), chosen, config)
-    if result.updates != len(chosen):  # one epoch, nothing asked to stop it
-        raise IncompleteRun(f"the run ended after {result.updates} of {len(chosen)} updates (stop reason "
-                            f"{result.stop_reason!r}, per worker {result.worker_updates}, {result.wall_seconds:.1f} s)")
-    if int((stamps > 0).sum()) >= len(chosen) // 2:
-        rate, t0, t1 = steady_window(stamps)
-        tokens_rate, timing = steady_tokens(stamps, batches.tokens), "stamps"
-    else:  # a graphed step replays without calling the loss: the training clock (from when every worker was ready)
-        rate, t0, t1 = result.updates / result.wall_seconds, 0.0, float("inf")
-        tokens_rate, timing = rate * statistics.fmean(batches.tokens), "run clock"
-    ms = result.phase_ms
-    gpu = sampler.mean(t0, t1) if nvml else rate * (ms["pull"] + ms["compute"] + ms["push"]) / 10
-    return Measurement(task, variant, workers, rate, tokens_rate, "bf16" if config.amp == "bf16" else "fp32",
-                       result.skipped_updates, gpu, "nvml" if nvml else "span", dict(ms), timing=timing)
-
-
-# ---------------------------------------------------------------- options
-def engine_overrides(pairs: list[str]) -> dict:
-    """--engine-option k=v pairs -> Config field values, each converted by its field's type; a ValueError names the
-    pair and says why it is refused."""
-    fields = {f.name: str(f.type) for f in dataclasses.fields(hogwild.Config)}
-    out = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep:
-            raise ValueError(f"{pair!r}: expected FIELD=VALUE")
-        if name not in fields:
-            raise ValueError(f"{name!r} is not a hogwild.Config field (one of: {', '.join(sorted(fields))})")
-        if name in BENCH_SET:
-            raise ValueError(f"{name!r} is set by the bench (one epoch of the batches on the variant's workers)")
-        if name in RECIPE:
-            raise ValueError(f"{name!r} belongs to the recipe every side shares: set it with run.py's flags "
-                             f"(--optimizer, --lr, --recipe, --seed)")
-        kind = fields[name]
-        if text.lower() == "none" and "None" in kind:
-            out[name] = None
-        elif kind.startswith("bool"):
-            if text.lower() not in ("true", "false", "on", "off", "1", "0"):
-                raise ValueError(f"{name}={text}: expected true or false")
-            out[name] = text.lower() in ("true", "on", "1")
-        elif kind.split(" ")[0] in ("int", "float", "str"):
-            try:
-                out[name] = {"int": int, "float": float, "str": str}[kind.split(" ")[0]](text)
-            except ValueError:
-                raise ValueError(f"{name}={text}: expected {kind}") from None
-        else:
-            raise ValueError(f"{name} ({kind}) cannot be set from the command line")
-    return out
 
 
 def build_parser(quick: bool = False) -> argparse.ArgumentParser:
@@ -357,8 +279,10 @@ def bench_task(task: str, options: RunOptions, args: argparse.Namespace, nvml: b
             label = f"    [{repeat + 1}/{len(rounds)}] {variant} x{workers}:"
             try:
                 if variant in ENGINE:
-                    m = run_engine(task, variant, model, batches, workers_on, workers, options, nvml,
-                                   args.loss == "padded", args.overrides)
+                    config = engine_config(options, workers_on, workers, variant, args.overrides)
+                    padded = args.loss == "padded" or config.compile != "off"  # compiled: one shape per bucket
+                    m = run_engine(task, variant, model, task_loss(task, padded),
+                                   batches.bucketed if padded else batches.exact, batches.tokens, config, nvml)
                 else:
                     m = run_plain(task, variant, model, batches, device, options, nvml, args.loss == "padded")
             except (IncompleteRun, hogwild.WorkerFailed, RuntimeError) as error:  # said; the other runs go on

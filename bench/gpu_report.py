@@ -86,11 +86,12 @@ def report(runs: list[Measurement], overlap: bool, repeats: int) -> None:
     """The task's table, its ratios and the projection to 1..4 GPUs beside the paper's Table 1."""
     rows = summarise(runs)
     eager = rows[(EAGER, 1)]["median"] if (EAGER, 1) in rows else None
-    print("  variant              K  updates/s (median, min - max, runs)   tokens/s  x plain  x graphed  non-finite"
-          f"  GPU %       graphs/eager  pull compute   push update (ms/update, per worker)")
+    print(f"  {'variant':19} K  {'updates/s':>9} {'(min - max, runs)':27} {'tokens/s':>10}{'x plain':>10}"
+          f"{'x graphed':>10}  {'non-finite':>10}  {'GPU %':10}  {'graphs/eager':>12}  {'pull':>6} {'compute':>7} "
+          f"{'push':>6} {'update':>6} (ms/update, per worker)")
     for (variant, workers), row in rows.items():
         graphed = _reference(rows, row["precision"])
-        ratios = "".join(f"{row['median'] / base:9.3f}" if base else f"{'-':>9}" for base in (eager, graphed))
+        ratios = "".join(f"{row['median'] / base:10.3f}" if base else f"{'-':>10}" for base in (eager, graphed))
         gpu = f"{row['gpu']:5.1f} {row['source']:4}" if row["gpu"] is not None else f"{'-':>5} {'-':4}"
         shapes = f"{row['graphs']}/{row['eager']}" if row["graphs"] is not None else "-"
         ms = row["phase_ms"]

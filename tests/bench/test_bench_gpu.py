@@ -1,9 +1,9 @@
-"""bench/bench_gpu.py (with corpus_batches.py, plain_loop.py, gpu_timing.py, gpu_report.py) and bench/gpu_check.sh:
-the projection's arithmetic, corpus-like batches padded to length buckets, the graphed plain loop in its CPU form
-(bucketing, static-buffer copy-in, warm-up undone, the eager fallback counted) against the eager loop, the plain loop
-against the engine on the same model and recipe, run.py's options and --engine-option, a failed run reported as NOT
-MEASURED, the --quick run on the CPU as the docstring shows it, and gpu_check.sh's budget (a step past its limit is cut
-and reported, never left hanging) and steps."""
+"""bench/bench_gpu.py (with corpus_batches.py, plain_loop.py, gpu_engine.py, gpu_timing.py, gpu_report.py) and
+bench/gpu_check.sh: the projection's arithmetic, corpus-like batches padded to length buckets, the graphed plain loop
+in its CPU form (bucketing, static-buffer copy-in, warm-up undone, the eager fallback counted) against the eager loop,
+the plain loop against the engine on the same model and recipe, run.py's options and --engine-option, a failed run
+reported as NOT MEASURED, the --quick run on the CPU as the docstring shows it, and gpu_check.sh's budget (a step past
+its limit is cut and reported, never left hanging), its chains side by side and its steps."""
 import copy
 import functools
 import json
@@ -25,7 +25,7 @@ from bench import bench_gpu as B
 from bench import corpus_batches as C
 from bench import gpu_report as R
 from bench import plain_loop as P
-from bench.gpu_timing import StepSpans, steady_tokens, steady_window
+from bench.gpu_timing import StampedLoss, StepSpans, steady_tokens, steady_window
 from hogwild.models import nmt_loss
 from tests.bench.usage_errors import assert_refused
 
@@ -223,7 +223,8 @@ def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, cap
     try:
         with pytest.raises(B.IncompleteRun, match=r"^the run ended after 0 of 20 updates \(stop reason "
                                                   r"'signal SIGINT', per worker \[0\], "):
-            B.run_engine("pos", "engine", model, batches, "cpu-replica", 1, pos, False, False, {})
+            B.run_engine("pos", "engine", model, B.task_loss("pos", False), batches.exact, batches.tokens,
+                         B.engine_config(pos, "cpu-replica", 1), False)
     finally:
         timer.cancel()
 
@@ -269,8 +270,8 @@ def test_plain_loop_and_one_engine_worker_make_the_same_updates(task):
     config = B.engine_config(options, "cpu-replica", 1)
     config = hogwild.Config(**{**config.to_dict(), "overlap_update": False, "shuffle": False})
     engine = copy.deepcopy(model)
-    result = hogwild.train(engine, B.StampedLoss(B.task_loss(task, False),
-                                                 torch.zeros(3, dtype=torch.float64).share_memory_()),
+    result = hogwild.train(engine, StampedLoss(B.task_loss(task, False),
+                                               torch.zeros(3, dtype=torch.float64).share_memory_()),
                            batches.exact, config)
     assert int(step.nonfinite) == 0 and result.updates == 3 and result.skipped_updates == 0
     for (name, a), b in zip(plain.named_parameters(), engine.parameters()):
