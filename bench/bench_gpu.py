@@ -15,7 +15,7 @@ each with its host-side `tokens`. The graphed rows get the same batches with the
 
 Variants (--variants). The plain loops (bench/plain_loop.py) run the model and optimizer on the device and apply every
 step; torch's fused optimizer runs on a GPU.
-  plain               the eager loop, packed path (--loss padded: the padded path on the bucketed batches)
+  plain               the eager loop, packed path: the reference row of earlier figures
   plain-graphed       forward + backward + clip + fused step captured as one CUDA graph per bucket shape (the padded
                       losses; POS embedding gradients dense), replayed on static buffers; TF32 matrix products
   plain-graphed-bf16  the same under bf16 autocast
@@ -23,7 +23,8 @@ The engine runs hogwild.train with K workers sharing the device, K from --worker
 On a GPU these are page-locked shared parameters, the update on the CPU overlapped with the next step, and the fused
 CPU optimizer kernel. Engine runs skip non-finite steps. --engine-option k=v sets any other hogwild.Config field in
 every engine run (e.g. update_threads=4, overlap_update=false, pull_every=8).
-  engine              the packed loss (--loss padded: the padded loss on the bucketed batches)
+  engine              the packed loss (--engine-loss padded: the padded loss on the bucketed batches, what a
+                      graphed worker step needs)
   engine-tf32         the same with TF32 matrix products in the workers (Config.tf32)
   engine-bf16         the same with the workers' forward under bf16 autocast (Config.amp)
   engine-compiled     the workers' step compiled (Config.compile='reduce-overhead') on the bucketed batches, with the
@@ -129,11 +130,10 @@ def task_loss(task: str, padded: bool):
 
 # ---------------------------------------------------------------- the plain loops (the engine's: gpu_engine.py)
 def run_plain(task: str, variant: str, model: nn.Module, batches: Batches, device: torch.device, options: RunOptions,
-              nvml: bool, padded_eager: bool) -> Measurement:
+              nvml: bool) -> Measurement:
     """A plain loop on one device, in this process, on a copy of `model`."""
     graphed, bf16 = PLAIN[variant]["graphed"], PLAIN[variant]["bf16"]
-    padded = graphed or padded_eager
-    chosen = batches.bucketed if padded else batches.exact
+    chosen = batches.bucketed if graphed else batches.exact
     host = [{k: v for k, v in b.items() if k != "index"} for b in chosen]
     if device.type == "cuda":  # pinned: the copy to the device does not wait for the host
         host = [{k: v.pin_memory() if torch.is_tensor(v) else v for k, v in b.items()} for b in host]
@@ -141,7 +141,7 @@ def run_plain(task: str, variant: str, model: nn.Module, batches: Batches, devic
     model = (dense_embeddings(model) if graphed else model).to(device)
     optimizers = plain_optimizers(model, options.optimizer, options.lr, device,
                                   capturable=graphed and device.type == "cuda")
-    step = PlainStep(model, task_loss(task, padded), optimizers, options.clip_norm, bf16=bf16)
+    step = PlainStep(model, task_loss(task, graphed), optimizers, options.clip_norm, bf16=bf16)
     graphs, prepared, began = None, None, time.perf_counter()
     with tf32_matmuls(graphed):
         if graphed:
@@ -192,9 +192,9 @@ def build_parser(quick: bool = False) -> argparse.ArgumentParser:
                                                                        "with 1 worker, in rotating order")
     p.add_argument("--repeats-shared", type=int, default=own["repeats_shared"],
                    help="runs of the engine with 2 or more workers sharing the device")
-    p.add_argument("--loss", default="packed", choices=("packed", "padded"),
-                   help="the eager rows' loss (plain, engine*): packed, or padded on the bucketed batches (what a "
-                        "graphed engine step needs); the graphed rows always use padded")
+    p.add_argument("--engine-loss", default="packed", choices=("packed", "padded"),
+                   help="the engine rows' loss: packed, or padded on the bucketed batches (what a graphed worker "
+                        "step needs; the compiled variant always uses it)")
     p.add_argument("--engine-option", action="append", default=[], metavar="FIELD=VALUE",
                    help="a hogwild.Config field for every engine run, repeatable (e.g. update_threads=4)")
     p.add_argument("--json", default=None, help="write every run to this file (rewritten after each run)")
@@ -280,11 +280,11 @@ def bench_task(task: str, options: RunOptions, args: argparse.Namespace, nvml: b
             try:
                 if variant in ENGINE:
                     config = engine_config(options, workers_on, workers, variant, args.overrides)
-                    padded = args.loss == "padded" or config.compile != "off"  # compiled: one shape per bucket
+                    padded = args.engine_loss == "padded" or config.compile != "off"  # compiled: one shape a bucket
                     m = run_engine(task, variant, model, task_loss(task, padded),
                                    batches.bucketed if padded else batches.exact, batches.tokens, config, nvml)
                 else:
-                    m = run_plain(task, variant, model, batches, device, options, nvml, args.loss == "padded")
+                    m = run_plain(task, variant, model, batches, device, options, nvml)
             except (IncompleteRun, hogwild.WorkerFailed, RuntimeError) as error:  # said; the other runs go on
                 reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
                 print(f"{label} NOT MEASURED: {reason}", flush=True)

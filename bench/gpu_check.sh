@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # bench/gpu_check.sh - the project's checks on one GPU machine (16 cores, no internet), inside a time budget it
 # enforces. First the timed benches run alone: bench_gpu for NMT, then for POS (the plain loop eager and graphed per
-# length bucket, fp32/TF32 and bf16, against the engine with 1, 2 and 4 workers). Then the untimed checks run side by
-# side, none of them a timing:
+# length bucket, fp32/TF32 and bf16, against the engine with 1, 2 and 4 workers on the padded loss, which a graphed
+# worker step needs). Then the untimed checks run side by side, none of them a timing:
 #   - the CUDA tests, each test's name and outcome printed as it finishes, and a junit file;
 #   - the compiled-worker CUDA test in its own process;
 #   - run.py --gpus 1 end to end for POS, then `run.py tag` on its checkpoint in a CPU-only process
 #     (CUDA_VISIBLE_DEVICES=);
 #   - the same for NMT, then `run.py translate`;
 #   - bench/gpu_step_check.py (the graphed engine step against the eager one).
+# Last, as the budget allows and alone again, one engine worker under bf16 autocast against the graphed bf16 loop.
 #
 # Run from the repository root:
 #   OUT=/tmp/gc HOGWILD_CORPORA=$PWD/.dev/corpora HOGWILD_WHEELS=$PWD/.dev/whl bash bench/gpu_check.sh
 #   HOGWILD_GPU_CHECK_CPU=1 bash bench/gpu_check.sh    # every step on the CPU, tiny sizes: tests this script
 # It writes under $OUT:
 #   - <step>.log for every step;
-#   - bench-{nmt,pos}.json, every measurement, rewritten after each run;
+#   - bench-{nmt,pos,bf16}.json, every measurement, rewritten after each run;
 #   - tests.xml and tests-compiled.xml (junit);
 #   - runs/<task>/ (summary.json, config.json, metrics.jsonl; the checkpoints stay in a temporary folder);
 #   - gpu-samples.csv (nvidia-smi every 0.5 s, GPU mode);
@@ -160,13 +161,19 @@ main() {
     fi
     step modules 30 5 "$PYTHON" -c "import importlib; [importlib.import_module(m) for m in '${WHEELS_NEEDED[*]}'.split()]"
 
-    local device bench bench_nmt bench_pos
+    # The benches' flags on a GPU: repeats 2 for the plain loops and 1 worker, 1 for 2 and 4 workers; 120 NMT / 300
+    # POS updates per run (bench-bf16: bench_gpu's defaults, the same). On the CPU the same flags are parsed, and
+    # cheap ones after them win (bench_gpu's own tests cover the rest).
+    local device bench=(--worker-counts 1,2,4 --repeats 2 --repeats-shared 1 --engine-loss padded)
+    local bench_nmt=(--updates 120) bench_pos=(--updates 300)
+    local bench_bf16=(--tasks nmt,pos --variants plain-graphed-bf16,engine-bf16 --worker-counts 1 --repeats 1
+                      --engine-loss padded)
     if [ "$CPU_MODE" = 1 ]; then
         # the CUDA tests are skipped without CUDA: the steps themselves are what is tested here
         TESTS=(-m cuda tests/hogwild/test_gpu.py) COMPILED_TESTS=(-m cuda tests/hogwild/worker)
         device=cpu
-        bench=(--quick --variants plain --repeats 1 --repeats-shared 1)  # bench_gpu's own tests cover the rest
-        bench_nmt=() bench_pos=()
+        bench+=(--quick --variants plain --repeats 1) bench_nmt+=(--updates 20) bench_pos+=(--updates 20)
+        bench_bf16+=(--quick --tasks pos --variants plain-graphed-bf16)
         RUN_GPU=(--workers 1 --cpu-workers replica)   # the GPU workers' code path ('cpu-replica')
         POS_DATA=(--steps 20 --synthetic-size 200 --eval-every 100000)
         NMT_DATA=(--steps 6 --synthetic-size 200 --batch-size 8 --dev-limit 20 --eval-every 100000 --beam 2)
@@ -185,9 +192,6 @@ main() {
                tests)
         COMPILED_TESTS=(-m cuda tests/hogwild)
         device=cuda:0
-        # repeats: 2 for the plain loops and 1 worker, 1 for 2 and 4 workers; 120 NMT / 300 POS updates per run
-        bench=(--worker-counts 1,2,4 --repeats 2 --repeats-shared 1)
-        bench_nmt=(--updates 120) bench_pos=(--updates 300)
         RUN_GPU=(--gpus 1)
         POS_DATA=(--preset paper --time-limit 20 --dev-limit 200 --eval-every 100000)
         NMT_DATA=(--preset paper --time-limit 20 --dev-limit 100 --eval-every 100000 --beam 2)
@@ -203,12 +207,15 @@ main() {
     fi
 
     # Timed, each alone: nothing else runs on the machine meanwhile.
-    step bench-nmt 170 60 "$PYTHON" -m bench.bench_gpu --device "$device" --tasks nmt "${bench_nmt[@]}" \
-        "${bench[@]}" --json "$OUT/bench-nmt.json"
-    step bench-pos 125 45 "$PYTHON" -m bench.bench_gpu --device "$device" --tasks pos "${bench_pos[@]}" \
-        "${bench[@]}" --json "$OUT/bench-pos.json"
+    step bench-nmt 170 60 "$PYTHON" -m bench.bench_gpu --device "$device" --tasks nmt "${bench[@]}" \
+        "${bench_nmt[@]}" --json "$OUT/bench-nmt.json"
+    step bench-pos 125 45 "$PYTHON" -m bench.bench_gpu --device "$device" --tasks pos "${bench[@]}" \
+        "${bench_pos[@]}" --json "$OUT/bench-pos.json"
     # Untimed, side by side.
     side_by_side check_tests check_compiled check_pos check_nmt check_step_graphs
+    # Timed, alone, as the budget allows.
+    step bench-bf16 90 60 "$PYTHON" -m bench.bench_gpu --device "$device" "${bench_bf16[@]}" \
+        --json "$OUT/bench-bf16.json"
     rm -rf "$RUNS"
     exit "$(failed_steps)"
 }

@@ -23,6 +23,7 @@ import torch
 import hogwild
 from bench import bench_gpu as B
 from bench import corpus_batches as C
+from bench import gpu_engine
 from bench import gpu_report as R
 from bench import plain_loop as P
 from bench.gpu_timing import StampedLoss, StepSpans, steady_tokens, steady_window
@@ -255,6 +256,30 @@ def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, cap
     assert [m["variant"] for m in saved["not_measured"]] == ["plain-graphed", "engine", "plain-graphed", "engine"]
 
 
+class Unstamped(gpu_engine.StampedLoss):
+    """A loss that stamps no batch, as a graphed worker step that never calls the loss (module level: workers
+    unpickle it)."""
+
+    def _stamp(self, index):
+        pass
+
+
+def test_an_engine_run_on_the_padded_loss_is_timed_by_its_stamps_or_else_by_its_clock(monkeypatch):
+    """--engine-loss padded: one worker trains the bucketed batches with the padded loss, every batch stamped. A
+    graphed worker step replays without calling the loss: with no stamps the run is timed by its training clock."""
+    options, args = B.parse(["--device", "cpu", "--quick", "--engine-loss", "padded"])
+    pos = B.task_options("pos", options, args)
+    model, batches = B.build("pos", pos, 20, Path("/nonexistent"), 0)
+    config = B.engine_config(pos, "cpu-replica", 1)
+    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, batches.tokens, config, False)
+    assert (m.timing, m.workers, m.precision, m.nonfinite) == ("stamps", 1, "fp32", 0) and m.rate > 0
+    assert m.tokens_rate > m.rate  # several tokens per sentence
+
+    monkeypatch.setattr(gpu_engine, "StampedLoss", Unstamped)
+    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, batches.tokens, config, False)
+    assert m.timing == "run clock" and m.tokens_rate == pytest.approx(m.rate * sum(batches.tokens) / 20)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["pos", "nmt"])
 def test_plain_loop_and_one_engine_worker_make_the_same_updates(task):
@@ -379,8 +404,9 @@ def test_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     summary = (tmp_path / "summary.txt").read_text()
     status = {line.split()[0]: " ".join(line.split()[1:-1]) for line in summary.splitlines()[:-1]}
     assert list(status)[:4] == ["env", "modules", "bench-nmt", "bench-pos"], summary
-    assert set(status) == {"env", "modules", "bench-nmt", "bench-pos", "tests", "tests-compiled", "run-pos", "tag",
-                           "run-nmt", "translate", "gpu-step-check"}, summary
+    assert list(status)[-1] == "bench-bf16" and set(status) == {
+        "env", "modules", "bench-nmt", "bench-pos", "tests", "tests-compiled", "run-pos", "tag", "run-nmt", "translate",
+        "gpu-step-check", "bench-bf16"}, summary
     # bench/gpu_step_check.py comes from another branch: until it is there, its step fails like any missing module
     step_check = (REPO / "bench" / "gpu_step_check.py").exists()
     assert status.pop("gpu-step-check") == ("ok" if step_check else "failed (rc 1)"), summary
