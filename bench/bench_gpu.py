@@ -81,7 +81,7 @@ PLAIN = {"plain": dict(graphed=False, bf16=False), "plain-graphed": dict(graphed
          "plain-graphed-bf16": dict(graphed=True, bf16=True)}
 VARIANTS = (*PLAIN, *ENGINE)
 DEFAULT_VARIANTS = "plain,plain-graphed,plain-graphed-bf16,engine"
-UPDATES = {"nmt": 120, "pos": 300}  # per run: steady windows of 5 s or more for the eager rows on an H100/H200
+UPDATES = {"nmt": 120, "pos": 300}  # per run: timed windows of 5 s or more at the eager loop's pace on a GPU
 RUN_OPTIONS = ("preset", "recipe", "optimizer", "lr", "batch_size", "vocab_size", "threads_per_worker", "seed")
 RUN_DEFAULTS = {"preset": "paper", "recipe": "paper"}
 QUICK_RUN_DEFAULTS = {"recipe": "paper", "vocab_size": 500}  # and run.py's --preset, small
