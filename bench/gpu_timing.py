@@ -1,8 +1,10 @@
-"""How bench_gpu.py times a run: a loss function that stamps each batch's start, the steady window of the stamps,
-the GPU's utilisation (NVML samples) or the steps' CUDA-event spans, and TF32 matrix products on demand.
+"""How bench_gpu.py times a run: the engine's loss function stamps each batch's start (StampedLoss), the plain loop's
+steps are marked where the device runs them (StepSpans: CUDA events, which a loop that never waits for the device
+needs), then the steady window of the stamps (updates/s and tokens/s), the GPU's utilisation (NVML samples) or the
+steps' spans, and TF32 matrix products on demand.
 
 Usage: `stamps = torch.zeros(n, dtype=torch.float64).share_memory_(); loss_fn = StampedLoss(nmt_loss, stamps)`;
-after training `rate, start, end = steady_window(stamps)`
+after training `rate, start, end = steady_window(stamps)`; `steady_tokens(stamps, tokens)` (tokens per batch)
 """
 from __future__ import annotations
 
@@ -41,6 +43,16 @@ def steady_window(stamps: torch.Tensor) -> tuple[float, float, float]:
     first, last = int(0.1 * len(times)), max(int(0.9 * len(times)) - 1, 1)
     start, end = float(times[first]), float(times[last])
     return (last - first) / max(end - start, 1e-9), start, end
+
+
+def steady_tokens(stamps: torch.Tensor, tokens: list[int]) -> float:
+    """Tokens per second over steady_window's window: the tokens of the batches stamped inside it (tokens[i]: batch
+    i's), over its length."""
+    stamped = (stamps > 0).nonzero().squeeze(1)
+    order = stamped[stamps[stamped].argsort()]  # batch indices in the order they ran
+    _, start, end = steady_window(stamps)
+    first, last = int(0.1 * len(order)), max(int(0.9 * len(order)) - 1, 1)
+    return sum(tokens[i] for i in order[first:last].tolist()) / max(end - start, 1e-9)
 
 
 class UtilisationSampler:
@@ -82,10 +94,15 @@ class UtilisationSampler:
 
 class StepSpans:
     """Each plain step's span, from before its batch copy to after its optimizer step: CUDA events on a GPU (when
-    the device ran it, read once at the end: no sync per step), time.perf_counter on the CPU."""
+    the device ran it, read once at the end: no sync per step), time.perf_counter on the CPU. `starts()` gives the
+    steps' starts on time.perf_counter's clock (a GPU's events placed on it from an event recorded when the device
+    was idle), the stamps steady_window reads."""
 
     def __init__(self, device: torch.device):
         self.cuda, self.marks = device.type == "cuda", []
+        if self.cuda:
+            torch.cuda.synchronize(device)
+            self.origin, self.origin_event = time.perf_counter(), self._mark()
 
     def _mark(self):
         if not self.cuda:
@@ -106,6 +123,14 @@ class StepSpans:
             torch.cuda.synchronize()
             return [start.elapsed_time(end) / 1000 for start, end in pairs]
         return [end - start for start, end in pairs]
+
+    def starts(self) -> torch.Tensor:
+        """(steps,) float64: each step's start in time.perf_counter seconds."""
+        if not self.cuda:
+            return torch.tensor(self.marks[::2], dtype=torch.float64)
+        torch.cuda.synchronize()
+        return torch.tensor([self.origin + self.origin_event.elapsed_time(mark) / 1000 for mark in self.marks[::2]],
+                            dtype=torch.float64)
 
 
 @contextmanager

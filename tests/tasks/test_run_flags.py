@@ -15,11 +15,9 @@ from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_op
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_PY_FLAGS = {flag for action in train_parser()._actions for flag in action.option_strings} - {"-h", "--help"}
-# every file of scripts/ and bench/ that builds a parser; bench_gpu is rewritten by the GPU work (issue 38): until
-# then it re-declares run.py's flags, and the strict xfail below fails as soon as it stops, to drop it from here
+# every file of scripts/ and bench/ that builds a parser
 PARSERS = sorted(path.relative_to(REPO) for folder in ("scripts", "bench") for path in (REPO / folder).glob("*.py")
                  if "ArgumentParser(" in path.read_text(encoding="utf-8"))
-PENDING = {Path("bench/bench_gpu.py")}
 
 
 def _script_parser(**arguments) -> argparse.ArgumentParser:
@@ -99,10 +97,9 @@ def _copies_in_parser(path: Path) -> list[str]:
     return copies
 
 
-@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.xfail(
-    strict=True, reason="rewritten by the GPU work of issue 38")) if path in PENDING else path for path in PARSERS],
-    ids=str)
+@pytest.mark.parametrize("path", PARSERS, ids=str)
 def test_no_script_or_benchmark_declares_a_run_py_flag(path):
-    assert {"scripts/reproduce_pos.py", "scripts/train_serial.py", "bench/bench_engine.py"} <= set(map(str, PARSERS))
+    assert {"scripts/reproduce_pos.py", "scripts/train_serial.py", "bench/bench_engine.py",
+            "bench/bench_gpu.py"} <= set(map(str, PARSERS))
     assert sorted(_declared_in_source(path) & RUN_PY_FLAGS) == [], f"{path} declares run.py's flags"
     assert _copies_in_parser(path) == [], f"{path}'s parser has run.py's flags of its own"
