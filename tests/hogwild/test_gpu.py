@@ -52,16 +52,19 @@ def test_dropout_masks_follow_the_batch_seed_on_every_device():
         assert torch.equal(mask, masks[0])  # the same batch gets the same mask whichever GPU trains it
 
 
+@pytest.mark.parametrize("graphs", ["off", "on"])
 @pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("name, lr, factory", [
     ("sgd", 0.05, lambda params: torch.optim.SGD(params, lr=0.05)),
     ("adam", 0.01, lambda params: torch.optim.Adam(params, lr=0.01, fused=True)),
 ])
-def test_one_gpu_worker_equals_the_serial_gpu_loop(name, lr, factory, overlap):
+def test_one_gpu_worker_equals_the_serial_gpu_loop(name, lr, factory, overlap, graphs):
+    """The eager step and the captured one (Config.graphs; dropout masks from the batch's seed in a replay too)."""
     batches = H.regression_batches(n=10)
     model = H.regression_model()
-    result = hogwild.train(model, H.mse_loss, batches, config(optimizer=name, lr=lr, epochs=2,
+    result = hogwild.train(model, H.mse_loss, batches, config(optimizer=name, lr=lr, epochs=2, graphs=graphs,
                                                                overlap_update=overlap, fused_step=name == "adam"))
+    assert result.graphs == (1 if graphs == "on" else 0) and result.eager_steps == 0
     assert result.updates == 20, (result.stop_reason, result.worker_updates, result.wall_seconds)
     assert result.staleness_histogram[:2] == ([1, 19] if overlap else [20, 0])
     assert all(ms > 0 for ms in result.phase_ms.values())  # CUDA events timed every phase
