@@ -14,6 +14,7 @@ Usage (engine.py): `ctx.Process(target=worker_main, args=(spec,)).start()`
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from ..shared_optim import FUSED_OPTIMIZERS
 from .gradients import GradientCheck, NonFiniteStreak, batch_seed, call_loss, compiled_loss, gradient_stats, seed_batch
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch, torch_device
-from .step_graph import NotGraphable, StepGraphs
+from .step_graph import NotGraphable, StepGraphs, shape_buckets
 from .updates import SkipRule, Update, Updater, update_threads
 
 
@@ -58,11 +59,14 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
         updater = Updater(spec.optimizer, params.shared, config.schedule(), view, background=options["overlap"],
                           device=torch_device(spec.device), threads=update_threads(config, spec.device), skip=skip)
         try:
+            step_loss = compiled_loss(spec.loss_fn, config.compile)
+            if config.compile != "off":
+                compile_every_shape(spec, stopped, params, step_loss, batches)
             view.ready()
             if graphed is not None:
                 train_graphed_steps(spec, reader, stopped, graphed, updater, batches)
             else:
-                train_steps(spec, reader, stopped, params, updater, batches, skip)
+                train_steps(spec, reader, stopped, params, updater, batches, skip, step_loss)
             updater.finish()  # the last step's update lands before the worker reports it stopped
         finally:
             updater.shutdown()
@@ -86,6 +90,29 @@ def graphed_step(spec: WorkerSpec, batches: list) -> StepGraphs | None:
     return step
 
 
+def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], params: SharedParameters | DeviceReplica,
+                        step_loss: Callable, batches: list) -> None:
+    """Config.compile: compile the step for every batch shape now, in start-up (before ready: outside the training
+    clock and the hang watch, inside the parent's start-up bound), one forward and backward each, no update. Workers
+    after the first wait for it and then find its kernels in the run's inductor cache (in the batch store's scratch
+    directory). Buffers that forward writes are put back, gradients dropped."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.path.dirname(spec.store.path), "inductor")
+    while spec.worker and 0 in spec.counters.not_ready() and not stopped():
+        time.sleep(0.05)  # worker 0 fills the cache first
+    device = params.device
+    buffers = [buffer.clone() for buffer in params.shared_buffers] if device.type == "cpu" else []
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if spec.config.amp == "bf16" else nullcontext()
+    for _, index in shape_buckets(batches, limit=len(batches)):
+        net = params.pull(batches[index])
+        batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device)
+        with autocast:
+            loss, _ = call_loss(step_loss, net, batch)
+        loss.backward()
+        params.clear()
+    for shared, saved in zip(params.shared_buffers, buffers):
+        shared.copy_(saved)
+
+
 def next_ticket(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
                 deadline: float | None) -> tuple[int, int] | None:
     """The next (epoch, batch index) to train, with its max_steps slot claimed; None once the run is over for this
@@ -102,7 +129,8 @@ def next_ticket(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
 
 
 def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
-                params: SharedParameters | DeviceReplica, updater: Updater, batches: Any, skip: SkipRule) -> None:
+                params: SharedParameters | DeviceReplica, updater: Updater, batches: Any, skip: SkipRule,
+                step_loss: Callable) -> None:
     config, view = spec.config, reader.view
     deadline = spec.control.wait_for_start(stopped, config.time_limit)
     # Without clipping, finiteness is checked by hooks during backward; clipping computes the norm anyway.
@@ -110,7 +138,6 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     clock, device = PhaseClock(params.device), params.device
     overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
-    step_loss = compiled_loss(spec.loss_fn, config.compile)
     steps = read_version = 0  # read_version: the global update count at the last pull of the dense parameters
     while (ticket := next_ticket(spec, reader, stopped, deadline)) is not None:
         epoch, index = ticket
