@@ -20,14 +20,16 @@ Usage: `pull = PrefetchPull(shared, replica_params, shared_buffers, replica_buff
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import torch
 from torch import Tensor
 
 
 class PrefetchPull:
-    """Double-buffered copies of the shared parameters (and buffers) into a device replica's tensors."""
+    """Double-buffered copies of the shared parameters (and buffers) into a device replica's tensors.
+
+    On a GPU the parameters travel on their own stream, which waits only for the previous make_current (so the copy
+    overlaps the step that is computing); the buffers travel both ways on a second small stream, so that a step's
+    buffers reach the shared model before the next prefetch reads them, without waiting for the gradients' copy."""
 
     def __init__(self, shared: list[Tensor], targets: list[Tensor], shared_buffers: list[Tensor],
                  target_buffers: list[Tensor], device: torch.device):
@@ -36,27 +38,35 @@ class PrefetchPull:
         self.cuda = device.type == "cuda"
         self.next = [torch.empty_like(t) for t in targets]  # the second device buffer, one tensor per parameter
         self.next_buffers = [torch.empty_like(t) for t in target_buffers]
-        self.stream = torch.cuda.Stream(device) if self.cuda else None
-        self.event = torch.cuda.Event() if self.cuda else None  # recorded after the last prefetch's copies
+        if self.cuda:
+            self.stream, self.buffer_stream = torch.cuda.Stream(device), torch.cuda.Stream(device)
+            self.event = torch.cuda.Event()  # recorded after the last prefetch's parameter copies
+            self.buffers_in = torch.cuda.Event()  # ... and its buffer copies
+            self.current = torch.cuda.Event()  # recorded after make_current has read `next`
+        else:
+            self.stream = self.buffer_stream = self.event = self.buffers_in = self.current = None
         self.pending: int | None = None  # the version of a prefetch not yet made current
         self.version: int | None = None  # the version the replica holds
 
     @torch.no_grad()
     def prefetch(self, version: int) -> None:
         """Start copying the shared parameters as they are now (global update count `version`) into the second
-        buffer: on a GPU asynchronously on the copy stream, after the device work queued so far."""
+        buffer: on a GPU asynchronously, beside the step that is computing."""
         if not self.cuda:
-            self._copy_in()
+            for target, source in zip(self.next + self.next_buffers, self.shared + self.shared_buffers):
+                target.copy_(source)
         else:
-            self.stream.wait_stream(torch.cuda.current_stream())  # the previous make_current has read `next`
+            self.stream.wait_event(self.current)  # `next` has been read by the previous make_current
             with torch.cuda.stream(self.stream):
-                self._copy_in()
+                for target, source in zip(self.next, self.shared):
+                    target.copy_(source, non_blocking=True)
                 self.event.record(self.stream)
+            self.buffer_stream.wait_event(self.current)
+            with torch.cuda.stream(self.buffer_stream):  # after the last push_buffers, on this stream
+                for target, source in zip(self.next_buffers, self.shared_buffers):
+                    target.copy_(source, non_blocking=True)
+                self.buffers_in.record(self.buffer_stream)
         self.pending = version
-
-    def _copy_in(self) -> None:
-        for target, source in zip(self.next + self.next_buffers, self.shared + self.shared_buffers):
-            target.copy_(source, non_blocking=self.cuda)
 
     @torch.no_grad()
     def make_current(self) -> int:
@@ -68,16 +78,30 @@ class PrefetchPull:
             return self.version
         if self.cuda:
             torch.cuda.current_stream().wait_event(self.event)
+            torch.cuda.current_stream().wait_event(self.buffers_in)
         torch._foreach_copy_(self.targets, self.next)
         for target, source in zip(self.target_buffers, self.next_buffers):
             target.copy_(source)
+        if self.cuda:
+            self.current.record()
         self.version, self.pending = self.pending, None
         return self.version
 
     @torch.no_grad()
-    def push_buffers(self, stream: torch.cuda.Stream | None = None) -> None:
-        """The replica's buffers back into the shared ones, Hogwild style (on a GPU on `stream`, asynchronously)."""
-        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+    def push_buffers(self) -> None:
+        """The replica's buffers back into the shared ones, Hogwild style, after the step queued so far (on a GPU
+        asynchronously: `finish` waits for the last)."""
+        if not self.cuda:
             for shared, replica in zip(self.shared_buffers, self.target_buffers):
-                shared.copy_(replica, non_blocking=self.cuda)
+                shared.copy_(replica)
+            return
+        self.buffer_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.buffer_stream):
+            for shared, replica in zip(self.shared_buffers, self.target_buffers):
+                shared.copy_(replica, non_blocking=True)
 
+    def finish(self) -> None:
+        """Wait for the copies still in flight (the last step's buffers reach the shared model)."""
+        if self.cuda:
+            self.buffer_stream.synchronize()
+            self.stream.synchronize()

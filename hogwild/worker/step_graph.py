@@ -248,7 +248,7 @@ class StepGraphs:
                 present, _ = self._body(captured.static)
             count = host_count(batch)
         clock.mark()
+        self.pull.push_buffers()
         self.outbox.send(slot)
-        self.pull.push_buffers(self.outbox.copy_stream)
         clock.mark(self.outbox.copy_stream)
         return StepResult(self.outbox, slot, present, ids, clock, count, captured is None)

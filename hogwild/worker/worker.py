@@ -180,7 +180,7 @@ def train_graphed_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader,
     step.pull.prefetch(view.global_updates())  # the first step's parameters
     steps = 0
     while (ticket := next_ticket(spec, reader, stopped, deadline) or _after_last(spec, reader, stopped, deadline,
-                                                                                  updater)) is not None:
+                                                                                  updater, step)) is not None:
         epoch, index = ticket
         seed_batch(step.device, batch_seed(config.seed, epoch, index))
         clock = step.clocks[steps % 2]  # read by the update thread one step late
@@ -202,10 +202,13 @@ def train_graphed_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader,
 
 
 def _after_last(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
-                deadline: float | None, updater: Updater) -> tuple[int, int] | None:
+                deadline: float | None, updater: Updater, step: StepGraphs) -> tuple[int, int] | None:
     """No ticket: land the last update; a late skip gives its max_steps slot back, which may allow one more step."""
     updater.finish()
-    return next_ticket(spec, reader, stopped, deadline) if spec.budget is not None else None
+    ticket = next_ticket(spec, reader, stopped, deadline) if spec.budget is not None else None
+    if ticket is None:
+        step.pull.finish()  # the last step's buffers have reached the shared model
+    return ticket
 
 
 def worker_main(spec: WorkerSpec) -> None:
