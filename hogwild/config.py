@@ -157,8 +157,10 @@ class Config:
     eager path (the reference of the tests):
     - compile: torch.compile of the loss function (forward, and backward through AOTAutograd). Fewer, fused kernels
       per update (a launch-bound GPU step gains most; 'reduce-overhead' replays CUDA graphs), at the cost of a
-      compilation per distinct batch shape (minutes with inductor, paid in every worker process; the decoder loop
-      of a sequence model compiles once per target length, so pad lengths to buckets: run.py's --length-bucket)
+      compilation per distinct batch shape (minutes with inductor; every shape compiles in start-up, before the
+      worker is ready, and workers after the first reuse the first one's kernels from the run's inductor cache;
+      the decoder loop of a sequence model compiles once per target length, so pad lengths to buckets: run.py's
+      --length-bucket)
       and of results equal to eager only up to rounding (fused kernels sum in another order).
     - tf32: TF32 matrix products on GPUs (10 mantissa bits instead of 23 inside the products, fp32 accumulation):
       faster matmuls, slightly different arithmetic; no effect on CPU workers.
