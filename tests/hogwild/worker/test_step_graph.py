@@ -298,3 +298,21 @@ def test_the_captured_step_never_synchronises_the_gpu(task):
     reference = make()
     expected, _ = loss_fn(reference, batches[0])
     assert loss == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_with_auto_a_worker_whose_loss_reads_the_device_falls_back_to_the_eager_step():
+    from types import SimpleNamespace
+
+    from hogwild.share.run_state import SharedCounters
+    from hogwild.worker.worker import graphed_step
+
+    counters = SharedCounters(1)
+    spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=nmt_loss, device="cpu-replica", worker=0,
+                           counters=counters, config=config(graphs="auto"))
+    with pytest.warns(RuntimeWarning, match="worker 0: Config.graphs: the step reads the device.*runs the eager"):
+        assert graphed_step(spec, nmt_batches()) is None
+    spec.config = config(graphs="on")
+    with pytest.raises(NotGraphable):
+        graphed_step(spec, nmt_batches())
+    spec.loss_fn = PADDED_NMT
+    assert graphed_step(spec, nmt_batches()) is not None and counters.snapshot().graphs() == 2
