@@ -125,7 +125,7 @@ class GradientOutbox:
         (no host read). Returns the indices of the parameters that got a gradient (known on the host)."""
         grads = [p.grad for p in self.params]
         present = tuple(i for i, g in enumerate(grads) if g is not None)
-        norms, values = [], []
+        norms = []
         missing = torch.zeros((), dtype=torch.bool, device=self.device)
         for entry in self.sparse:
             grad, capacity = grads[entry.index], entry.capacity

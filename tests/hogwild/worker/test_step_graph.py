@@ -1,9 +1,9 @@
 """The graphed step (Config.graphs, hogwild/worker/step_graph.py, copy_out.py, pull.py) in its CPU form: the same
 static inputs, gradient copy-out, device-side clipping and late skip as on a GPU, without the capture. Whole runs on
 'cpu-replica' against the eager step (graphs='off', the reference): one step's gradients bit for bit (clipped on the
-device), whole runs within a few ulps (ULPS), POS's sparse rows within float rounding; the step reads nothing from the device (every host read patched to raise); a batch
-shape without a graph runs eager, counted. On a GPU (marked cuda): the captured worker against the eager one, and
-the step under torch's sync debug mode 'error'."""
+device), whole runs within a few ulps (ULPS), POS's sparse rows within float rounding; the step reads nothing from
+the device (every host read patched to raise); a batch shape without a graph runs eager, counted. On a GPU (marked
+cuda): the captured worker against the eager one, and the step under torch's sync debug mode 'error'."""
 import functools
 
 import pytest
