@@ -22,6 +22,8 @@ AMP_DTYPES = (None, "bf16")  # Config.amp: autocast dtypes of the forward
 # Config.compile: torch.compile modes of a worker's step; 'aot_eager' captures the same graphs without generating
 # code (seconds instead of minutes to compile: tests, and checking that a model captures).
 COMPILE_MODES = ("off", "default", "reduce-overhead", "aot_eager")
+# Config.graphs: the graphed step of device workers (hogwild/worker/step_graph.py); 'auto' is on for 'cuda' workers.
+GRAPH_MODES = ("auto", "on", "off")
 # 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
 
@@ -83,6 +85,8 @@ class Config:
     - compile = "off": one of COMPILE_MODES: torch.compile of the worker's loss function (see the step options below)
     - tf32 = False: TF32 matrix products in every worker process (GPUs only; see the step options below)
     - pull_every = 1: device workers pull the dense parameters every this many updates (see the step options below)
+    - graphs = "auto": one of GRAPH_MODES: the graphed step of device workers (see the step options below); 'auto':
+      on for 'cuda' workers in mode 'hogwild' or 'single' unless compile is set, off otherwise
 
     Optimizer and learning rate:
     - optimizer = "sgd": one of OPTIMIZERS (shared optimizer state, updated lock-free)
@@ -153,8 +157,10 @@ class Config:
     eager path (the reference of the tests):
     - compile: torch.compile of the loss function (forward, and backward through AOTAutograd). Fewer, fused kernels
       per update (a launch-bound GPU step gains most; 'reduce-overhead' replays CUDA graphs), at the cost of a
-      compilation per distinct batch shape (minutes with inductor, paid in every worker process; the decoder loop
-      of a sequence model compiles once per target length, so pad lengths to buckets: run.py's --length-bucket)
+      compilation per distinct batch shape (minutes with inductor; every shape compiles in start-up, before the
+      worker is ready, and workers after the first reuse the first one's kernels from the run's inductor cache;
+      the decoder loop of a sequence model compiles once per target length, so pad lengths to buckets: run.py's
+      --length-bucket)
       and of results equal to eager only up to rounding (fused kernels sum in another order).
     - tf32: TF32 matrix products on GPUs (10 mantissa bits instead of 23 inside the products, fp32 accumulation):
       faster matmuls, slightly different arithmetic; no effect on CPU workers.
@@ -162,6 +168,16 @@ class Config:
       every update). Saves K-1 of K host->device copies of the whole model and lets the previous update start at
       once; the price is staleness: the skipped pulls' missed updates, its own included, count in the staleness of
       every update computed on the old copy. K=1 is the paper's recipe exactly.
+    - graphs: the step of a device worker runs as one CUDA graph per batch shape, captured at start-up (before the
+      worker is ready: outside the training clock and the hang watch) for the 16 most frequent shapes; other shapes
+      run the same step eagerly, counted (TrainResult.eager_steps). The step never waits for the device: the
+      gradients are gathered on the device into one buffer, clipped and checked for finiteness there and copied to
+      the host in one copy; the update thread reads the result one step late (a skipped step is counted then). The
+      next step's parameters are copied from the shared ones while the step computes (staleness counted as for the
+      eager pull; sparse tables are pulled whole with them, so sparse_pull applies to the eager step only). A graph
+      replays without calling the loss, so the loss must read no host value of the batch (the models' padded losses,
+      run.py picks them) and its count must be the batch's host-side `tokens` (else its leading size). On a
+      'cpu-replica' worker, 'on' runs the same step without capture (what the tests exercise).
     """
 
     # each field is described, with its default, in the docstring above (help(hogwild.Config))
@@ -181,6 +197,7 @@ class Config:
     compile: str = "off"
     tf32: bool = False
     pull_every: int = 1
+    graphs: str = "auto"
 
     # --- optimizer and learning rate ---
     optimizer: str = "sgd"
@@ -358,8 +375,21 @@ class Config:
         if self.pull_every > 1 and (self.mode == "sync" or "cpu" in self.devices):
             _fail("pull_every", "needs device workers ('cuda:N' or 'cpu-replica') in mode 'hogwild' or 'single'; "
                                 "'cpu' workers read the shared parameters in place and pull nothing")
+        if self.graphs not in GRAPH_MODES:
+            _fail("graphs", f"must be one of {GRAPH_MODES}, got {self.graphs!r}")
+        if self.graphs == "on" and (self.mode == "sync" or "cpu" in self.devices):
+            _fail("graphs", "needs device workers ('cuda:N' or 'cpu-replica') in mode 'hogwild' or 'single'; 'cpu' "
+                            "workers train in place and sync mode averages its gradients first")
+        if self.graphs == "on" and self.compile != "off":
+            _fail("graphs", f"captures the eager step; with compile={self.compile!r} use graphs='off' (or 'auto')")
         if self.amp not in AMP_DTYPES:
             _fail("amp", f"must be None or one of {tuple(a for a in AMP_DTYPES if a)}, got {self.amp!r}")
+
+    def graphed(self, device: str) -> bool:
+        """Whether a worker on `device` runs the graphed step (hogwild/worker/step_graph.py)."""
+        if self.graphs == "auto":
+            return device.startswith("cuda") and self.mode != "sync" and self.compile == "off"
+        return self.graphs == "on"
 
     def schedule(self) -> LRSchedule:
         """This run's learning rate as a function of (global step, epoch): Config.lr validated here flows through

@@ -63,6 +63,8 @@ class TrainResult:
     checkpoint: str | None = None  # last.pt
     best_checkpoint: str | None = None  # best.pt
     records: list[dict[str, Any]] = field(default_factory=list)  # the 'train' metrics records of this call
+    graphs: int = 0  # CUDA graphs the workers captured (Config.graphs; on 'cpu-replica': static-input shapes)
+    eager_steps: int = 0  # steps of graphed workers whose batch shape had no graph (run eagerly)
 
 
 def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, config: Config,
@@ -254,4 +256,5 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
         staleness_mean=staleness_mean, staleness_histogram=histogram,
         skipped_updates=snapshot.skipped(), stop_reason=reason, run_dir=checkpoints.run_dir,
         phase_ms=snapshot.phase_milliseconds(),
-        checkpoint=last, best_checkpoint=checkpoints.best_path(), records=run.records)
+        checkpoint=last, best_checkpoint=checkpoints.best_path(), records=run.records,
+        graphs=snapshot.graphs(), eager_steps=snapshot.eager_steps())

@@ -14,6 +14,7 @@ from hogwild.tasks.task_job import TaskJob
 JOB_BUILDERS = {"pos": pos_job, "nmt": nmt_job}  # keys: tasks.defaults.TASKS
 
 
-def build_job(options) -> TaskJob:
-    """The job for `options.task` (options must be `RunOptions.resolved()`)."""
-    return JOB_BUILDERS[options.task](options)
+def build_job(options, graphed: bool = False) -> TaskJob:
+    """The job for `options.task` (options must be `RunOptions.resolved()`); graphed: its workers run the graphed
+    step (hogwild.Config.graphed), which needs the task's padded loss and length-bucketed batches."""
+    return JOB_BUILDERS[options.task](options, graphed=graphed)

@@ -11,19 +11,21 @@ Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hogwild.data.batching import pad_lengths
+from hogwild.data.batching import check_edges, pad_lengths
 from hogwild.data.encoders import NmtEncoder
 from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
-from hogwild.tasks.defaults import METRICS
+from hogwild.tasks.defaults import METRICS, graph_bucket_edges
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, EVAL_MAX_LEN, cap_source, full_and_periodic, nmt_heldout
 from hogwild.tasks.task_job import TaskJob, trained_model
 
@@ -42,8 +44,10 @@ def load_data(options) -> NmtDataset:
                                           seed=options.seed, encoding=options.encoding))
 
 
-def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
-    """The NMT job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it."""
+def nmt_job(options, dataset: NmtDataset | None = None, graphed: bool = False) -> TaskJob:
+    """The NMT job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it.
+    graphed (workers that capture their step, hogwild.Config.graphs): the padded loss (no host read) and source and
+    target lengths padded to tasks.defaults' bucket edges, so that the batches fall into a few shapes."""
     dataset = load_data(options) if dataset is None else dataset
     config = nmt_preset(options.preset, src_words=len(dataset.src_vocab), tgt_words=len(dataset.tgt_vocab),
                         dropout=options.dropout)
@@ -79,8 +83,12 @@ def nmt_job(options, dataset: NmtDataset | None = None) -> TaskJob:
         return results
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
-    batches = [pad_lengths(batch, options.length_bucket) for batch in dataset.train.batches()]
-    return TaskJob("nmt", model, nmt_loss, batches, evaluate, METRICS["nmt"], spec, dataset.save, finish,
+    loss_fn, batcher = nmt_loss, dataset.train
+    if graphed:
+        loss_fn, batcher = functools.partial(nmt_loss, padded=True), copy.copy(batcher)
+        batcher.bucket_edges = check_edges(graph_bucket_edges("nmt", options.max_len))
+    batches = [pad_lengths(batch, options.length_bucket) for batch in batcher.batches()]
+    return TaskJob("nmt", model, loss_fn, batches, evaluate, METRICS["nmt"], spec, dataset.save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
                         dev_truncated=full.truncated))
 

@@ -125,6 +125,9 @@ class RunOptions:
     compile: str = TASK("off", "torch.compile each worker's step (reduce-overhead: also CUDA graphs on GPUs); it "
                                "compiles once per batch shape, in every worker (see --length-bucket)",
                         choices=("off", "default", "reduce-overhead"), engine="compile")
+    graphs: str = TASK("auto", "GPU workers capture their step as one CUDA graph per batch shape at start-up (the "
+                               "task's padded loss, lengths padded to buckets: tasks/defaults.py); auto: on with "
+                               "--gpus unless --compile is set", choices=("auto", "on", "off"), engine="graphs")
     tf32: bool = TASK(False, "TF32 matrix products on GPU workers: faster, with fewer mantissa bits inside the "
                              "products", engine="tf32")
     pull_every: int = TASK(1, "GPU and replica workers pull the dense parameters every K updates only, saving K-1 "

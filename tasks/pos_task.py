@@ -5,7 +5,9 @@ Usage: `job = pos_job(RunOptions(task="pos").resolved())`; `tagger = PosTagging.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,8 @@ from hogwild.data.encoders import PosEncoder
 from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, load_pos_dataset, split_sentences,
                                       synthetic_pos_dataset)
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
-from hogwild.tasks.defaults import METRICS
+from hogwild.data.batching import check_edges
+from hogwild.tasks.defaults import METRICS, graph_bucket_edges
 from hogwild.tasks.heldout import EVAL_BATCH, full_and_periodic, pos_heldout
 from hogwild.tasks.task_job import TaskJob, trained_model
 
@@ -43,14 +46,18 @@ def load_data(options) -> PosDataset:
     return build_pos_dataset(train, dev, config, {"train_path": list(options.train), "dev_path": options.dev})
 
 
-def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool = True) -> TaskJob:
+def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool = True,
+            graphed: bool = False) -> TaskJob:
     """The POS job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it.
 
     The embedding tables get sparse gradients: an update touches only the rows of the sentence's words and
     characters. Plain SGD's arithmetic is the same (the other rows' gradient is zero) and its step skips a dense
     (words x 128) gradient; adaptive optimizers update those rows' moments lazily (as torch.optim.SparseAdam).
     Measured on Brown (28,775 words, small preset, 1 process, optimizer step per update on a loaded 2-core machine):
-    SGD 24-29 ms dense -> 6-7 ms sparse, Adam 229 ms -> 58 ms; forward+backward unchanged."""
+    SGD 24-29 ms dense -> 6-7 ms sparse, Adam 229 ms -> 58 ms; forward+backward unchanged.
+
+    graphed (workers that capture their step, hogwild.Config.graphs): the padded loss (no host read) and sentence
+    lengths padded to tasks.defaults' bucket edges, so that the batches fall into a few shapes."""
     dataset = load_data(options) if dataset is None else dataset
     config = pos_preset(options.preset, n_words=len(dataset.words), n_chars=len(dataset.chars),
                         n_tags=len(dataset.tags), dropout=options.dropout, sparse_embeddings=sparse_embeddings)
@@ -74,7 +81,11 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
         return results
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
-    return TaskJob("pos", model, pos_loss, dataset.train.batches(), evaluate, METRICS["pos"], spec, dataset.save,
+    loss_fn, batcher = pos_loss, dataset.train
+    if graphed:
+        loss_fn, batcher = functools.partial(pos_loss, padded=True), copy.copy(batcher)
+        batcher.bucket_edges = check_edges(graph_bucket_edges("pos", 0))
+    return TaskJob("pos", model, loss_fn, batcher.batches(), evaluate, METRICS["pos"], spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 

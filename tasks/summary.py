@@ -1,7 +1,8 @@
 """`summary.json`: the headline figures of a run, from the engine's TrainResult plus the final held-out evaluation.
 
 Keys (issue 5): task, workers, devices, mode, updates, wall_seconds, updates_per_second, best {metric, value,
-update}, final_train_loss, staleness_mean, skipped_updates; plus final_metrics, heldout (the best checkpoint's final
+update}, final_train_loss, staleness_mean, skipped_updates, graphs and eager_steps (Config.graphs: graphs
+captured, steps without one); plus final_metrics, heldout (the best checkpoint's final
 evaluation), stop_reason, data and the segment figures of a resumed run. `wall_seconds` and `updates` add up over
 resumed segments (`prior_seconds`: the training time before this segment, from the metrics log, which also counts a
 segment that was killed without writing a summary); `updates_per_second` is that of the latest segment. When a
@@ -50,6 +51,8 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "final_train_loss": result.final_loss,
         "staleness_mean": result.staleness_mean,
         "skipped_updates": result.skipped_updates,
+        "graphs": result.graphs,
+        "eager_steps": result.eager_steps,
         "final_metrics": result.final_metrics,
         "heldout": heldout,
         "stop_reason": result.stop_reason,

@@ -43,10 +43,14 @@ LOSS_COUNT = 1
 LAST_LR = 2
 PHASES = ("pull", "compute", "push", "update")  # seconds of every applied update, summed, in columns 3..6
 PHASE_COLUMNS = slice(3, 7)
+# Columns of SharedCounters.graph_steps: diagnostics of graphed workers (Config.graphs), not checkpointed.
+GRAPHS = 0  # CUDA graphs the worker captured at start-up (on the CPU: signatures with static inputs)
+EAGER_STEPS = 1  # steps whose batch shape had no graph, run eagerly
 
 
 class SharedCounters:
-    """ints (W, 10) int64, floats (W, 7) float64, staleness histogram (W, STALENESS_BINS) int64 - all shared."""
+    """ints (W, 10) int64, floats (W, 7) float64, staleness histogram (W, STALENESS_BINS) int64, graph_steps (W, 2)
+    int64 - all shared; graph_steps is this run's alone (a checkpoint keeps the others)."""
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -55,7 +59,8 @@ class SharedCounters:
         self.ints[:, LAST_SEQ] = -1
         self.floats = torch.zeros(workers, 7, dtype=torch.float64)  # (W, 7)
         self.staleness = torch.zeros(workers, STALENESS_BINS, dtype=torch.int64)  # (W, BINS)
-        for tensor in (self.ints, self.floats, self.staleness):
+        self.graph_steps = torch.zeros(workers, 2, dtype=torch.int64)  # (W, 2)
+        for tensor in (self.ints, self.floats, self.staleness, self.graph_steps):
             tensor.share_memory_()
 
     def global_updates(self) -> int:
@@ -66,7 +71,8 @@ class SharedCounters:
 
     def snapshot(self) -> "CounterSnapshot":
         """A private copy of every counter (for the parent's metrics, progress watch and checkpoints)."""
-        return CounterSnapshot(self.ints.numpy().copy(), self.floats.numpy().copy(), self.staleness.numpy().copy())
+        return CounterSnapshot(self.ints.numpy().copy(), self.floats.numpy().copy(), self.staleness.numpy().copy(),
+                               self.graph_steps.numpy().copy())
 
     def ready_count(self) -> int:
         return int(self.ints[:, READY].sum())
@@ -96,6 +102,7 @@ class CounterSnapshot:
     ints: np.ndarray  # (W, 10)
     floats: np.ndarray  # (W, 7)
     staleness: np.ndarray  # (W, STALENESS_BINS)
+    graph_steps: np.ndarray | None = None  # (W, 2): not in a checkpoint
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The checkpoint's form, {"ints", "floats", "staleness"}, which `SharedCounters.load` takes back."""
@@ -124,6 +131,16 @@ class CounterSnapshot:
             before = since.floats if worker is None else since.floats[worker]
             loss, count = loss - before[..., LOSS_SUM].sum(), count - before[..., LOSS_COUNT].sum()
         return float(loss / count) if count > 0 else None
+
+    def graphs(self) -> int:
+        """CUDA graphs the workers captured (Config.graphs), all workers together."""
+        return 0 if self.graph_steps is None else int(self.graph_steps[:, GRAPHS].sum())
+
+    def eager_steps(self, worker: int | None = None) -> int:
+        """Steps of graphed workers that ran eagerly: their batch shape had no graph."""
+        if self.graph_steps is None:
+            return 0
+        return int(self.graph_steps[:, EAGER_STEPS].sum() if worker is None else self.graph_steps[worker, EAGER_STEPS])
 
     def last_lr(self) -> float:
         return float(self.floats[:, LAST_LR].max())
@@ -177,6 +194,7 @@ class WorkerView:
         self._ints = self._all_ints[worker]  # (10,)
         self._floats = counters.floats.numpy()[worker]  # (7,)
         self._hist = counters.staleness.numpy()[worker]  # (BINS,)
+        self._graph_steps = counters.graph_steps.numpy()[worker]  # (2,)
 
     def global_updates(self) -> int:
         return int(self._all_ints[:, UPDATES].sum())
@@ -213,6 +231,13 @@ class WorkerView:
 
     def ready(self) -> None:
         self._ints[READY] = 1
+
+    def graphs_captured(self, count: int) -> None:
+        self._graph_steps[GRAPHS] = count
+
+    def eager_step(self) -> None:
+        """A graphed worker's step without a graph for its batch's shape."""
+        self._graph_steps[EAGER_STEPS] += 1
 
     def finished(self, epoch: int | None = None, position: int | None = None, pending: int = -1) -> None:
         """The batch is trained. pending: the next ticket this worker holds but has not started (-1: none)."""

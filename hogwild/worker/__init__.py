@@ -5,7 +5,9 @@ parent, threads, device; a failure's traceback goes back to the parent), then th
 (worker.py's `worker_main`) or, for `mode="sync"`, the synchronous data-parallel worker (sync.py's `sync_main`,
 imported when used). Both take a step's arithmetic from gradients.py (batch seeds, loss, norm, clipping,
 finiteness; the compiled loss and TF32); the Hogwild worker also replica.py (where it computes: in place or on a
-device replica) and updates.py (when its update lands: at once or one step behind).
+device replica) and updates.py (when its update lands: at once or one step behind). A graphed device worker
+(Config.graphs, on for GPU workers by default) runs step_graph.py instead of replica.py: one CUDA graph per batch shape,
+its gradients gathered, clipped and copied out by copy_out.py, its pull prefetched by pull.py.
 
 Usage (engine.py): `ctx.Process(target=worker_main, args=(WorkerSpec(...),))`
 """

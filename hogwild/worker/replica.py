@@ -71,6 +71,7 @@ class SharedParameters:
     def __init__(self, model: nn.Module):
         self.model = model
         self.shared = trainable_parameters(model)
+        self.shared_buffers = list(model.buffers())
         self.grad_params = self.shared  # the tensors whose .grad backward fills
         self.device = torch.device("cpu")
 

@@ -16,6 +16,11 @@ bit-identical whatever the thread count (tests/hogwild/worker/test_update_thread
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
+A graphed step (step_graph.py) submits its update before the device has finished it: the Update carries the step's
+`result`, and whoever applies it (the background thread, or the worker itself when serial) first waits for the
+step's copy to the host, then reads its finiteness and loss there - the skip of a non-finite step is decided one step
+late, by the SkipRule, and the worker's main thread never waits for the device.
+
 Usage (worker.py): `updater.submit(Update(...))` after push; `updater.release(event)` after the next pull;
 `updater.wait()` after the next backward; `updater.finish()` at the end.
 """
@@ -31,9 +36,9 @@ import torch
 from torch import Tensor
 
 from ..config import Config
-from ..share.run_state import WorkerView
+from ..share.run_state import StepBudget, WorkerView
 from ..share.resources import usable_cores
-from .gradients import scale_gradients
+from .gradients import NonFiniteStreak, scale_gradients
 from .process_prelude import bind_device
 
 
@@ -67,14 +72,37 @@ class Update:
     loss: float
     phases: list[float]  # seconds of pull, compute, push
     clip_scale: float | None = None  # multiply the gradients by this first (clip_norm)
+    result: Any = None  # a graphed step still on the device (step_graph.StepResult): grads, loss, phases and the
+    #                     skip come from it once its copy has finished
+
+
+@dataclass
+class SkipRule:
+    """What a step with a non-finite gradient does instead of its update: counted as skipped, its max_steps slot given
+    back (skipped updates do not count), and a streak of them past its limit fails the worker."""
+
+    view: WorkerView
+    budget: StepBudget | None
+    streak: NonFiniteStreak
+
+    def applied(self) -> None:
+        self.streak.applied()
+
+    def skipped(self) -> None:
+        self.view.skipped()  # never write a non-finite gradient into the shared parameters
+        if self.budget is not None:
+            self.budget.release()
+        self.streak.skipped()
 
 
 class Updater:
     """Applies Updates with the shared optimizer and records them in the worker's counters."""
 
     def __init__(self, optimizer: Any, shared: list[Tensor], schedule: Callable[[int, int], float],
-                 view: WorkerView, background: bool, device: torch.device = torch.device("cpu"), threads: int = 1):
+                 view: WorkerView, background: bool, device: torch.device = torch.device("cpu"), threads: int = 1,
+                 skip: SkipRule | None = None):
         self.optimizer, self.shared, self.schedule, self.view = optimizer, shared, schedule, view
+        self.skip = skip  # decides the late skips of graphed steps (Update.result)
         self.executor = None
         if background:
             # The main thread fixes its own thread count now: a thread's count is set lazily from the last
@@ -122,6 +150,13 @@ class Updater:
     def _apply(self, update: Update, pulled: Any = None) -> None:
         if pulled is not None:
             pulled.synchronize()
+        if update.result is not None:  # a graphed step: wait for its copy to the host, then read it there
+            finite, loss, grads, phases = update.result.resolve()
+            if not finite:
+                self.skip.skipped()
+                return
+            self.skip.applied()
+            update.grads, update.loss, update.phases = grads, loss, phases
         start = time.perf_counter()
         if update.grads is not None:  # setting .grad checks shape, dtype and device: skipped when already there
             for param, grad in zip(self.shared, update.grads):

@@ -16,9 +16,10 @@ from tests.hogwild import engine_helpers as H
 from tests.hogwild import frozen_tied_model as F
 
 KINDS = {"cpu": {"devices": ["cpu"]}, "cpu-replica": {"devices": ["cpu-replica"]},
+         "graphed": {"devices": ["cpu-replica"], "graphs": "on"},  # the graphed step's code, without capture
          "sync": {"devices": ["cpu"], "mode": "sync"},
          "cuda": {"devices": ["cuda:0"], "overlap_update": False}}  # not one step behind: the serial loop's order
-WORKER_KINDS = ["cpu", "cpu-replica", "sync", pytest.param("cuda", marks=pytest.mark.skipif(
+WORKER_KINDS = ["cpu", "cpu-replica", "graphed", "sync", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA (the same replica path runs here as 'cpu-replica')"))]
 TORCH_OPTIMIZERS = {"sgd": lambda params: torch.optim.SGD(params, lr=0.2),
                     "adam": lambda params: torch.optim.Adam(params, lr=0.02)}
@@ -133,14 +134,15 @@ def test_one_worker_equals_the_serial_loop_through_a_checkpoint_and_resume(tmp_p
     initial = frozen_values(model)
     run = config(kind, optimizer=optimizer, lr=LR[optimizer], checkpoint_dir=str(tmp_path))
     first = hogwild.train(model, F.next_word_loss, batches, dataclasses.replace(run, epochs=1))
-    assert first.updates == 6 and int(model.forwards) == 6
+    assert first.updates == 6 and int(model.forwards) == 6, (first.stop_reason, first.worker_updates,
+                                                             int(model.forwards), first.graphs)
     assert_frozen_equal(model, initial)
     assert_tied_in_file(first.checkpoint)
     assert len(torch.load(first.checkpoint, weights_only=False)["optimizer"]["state"]) == len(F.TRAINABLE)
 
     resumed = F.FrozenTiedLM(seed=1)
     second = hogwild.train(resumed, F.next_word_loss, batches, dataclasses.replace(run, epochs=2, resume=True))
-    assert second.updates == 12
+    assert second.updates == 12, (second.stop_reason, second.worker_updates)
     H.serial_reference(reference, F.next_word_loss, batches, TORCH_OPTIMIZERS[optimizer](F.trainable(reference)),
                        epochs=2, seed=7)
     tolerance = {"rtol": 1e-4, "atol": 1e-5} if kind == "cuda" else {"rtol": 1e-6, "atol": 1e-7}  # GPU kernels

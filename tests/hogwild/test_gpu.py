@@ -52,16 +52,19 @@ def test_dropout_masks_follow_the_batch_seed_on_every_device():
         assert torch.equal(mask, masks[0])  # the same batch gets the same mask whichever GPU trains it
 
 
+@pytest.mark.parametrize("graphs", ["off", "on"])
 @pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("name, lr, factory", [
     ("sgd", 0.05, lambda params: torch.optim.SGD(params, lr=0.05)),
     ("adam", 0.01, lambda params: torch.optim.Adam(params, lr=0.01, fused=True)),
 ])
-def test_one_gpu_worker_equals_the_serial_gpu_loop(name, lr, factory, overlap):
+def test_one_gpu_worker_equals_the_serial_gpu_loop(name, lr, factory, overlap, graphs):
+    """The eager step and the captured one (Config.graphs; dropout masks from the batch's seed in a replay too)."""
     batches = H.regression_batches(n=10)
     model = H.regression_model()
-    result = hogwild.train(model, H.mse_loss, batches, config(optimizer=name, lr=lr, epochs=2,
+    result = hogwild.train(model, H.mse_loss, batches, config(optimizer=name, lr=lr, epochs=2, graphs=graphs,
                                                                overlap_update=overlap, fused_step=name == "adam"))
+    assert result.graphs == (1 if graphs == "on" else 0) and result.eager_steps == 0
     assert result.updates == 20, (result.stop_reason, result.worker_updates, result.wall_seconds)
     assert result.staleness_histogram[:2] == ([1, 19] if overlap else [20, 0])
     assert all(ms > 0 for ms in result.phase_ms.values())  # CUDA events timed every phase
@@ -102,8 +105,9 @@ def test_a_killed_gpu_worker_stops_the_run_with_the_checkpoint_intact(tmp_path):
 
     threading.Thread(target=kill_worker_one, daemon=True).start()
     with pytest.raises(hogwild.WorkerFailed, match=r"worker 1 \(cuda:0, pid \d+\) was killed by signal SIGKILL"):
+        # graphs off: slow_loss sleeps in Python, which a captured step would do once, at capture
         hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=400), config(
-            devices=["cuda:0", "cuda:0"], epochs=5, checkpoint_dir=str(tmp_path), log_every=1))
+            devices=["cuda:0", "cuda:0"], epochs=5, checkpoint_dir=str(tmp_path), log_every=1, graphs="off"))
     saved = torch.load(tmp_path / "last.pt", weights_only=False)
     model = H.regression_model()
     model.load_state_dict(saved["model"])  # loads: the checkpoint is whole

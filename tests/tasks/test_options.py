@@ -110,6 +110,7 @@ def test_zero_time_limit_and_dev_limit_are_the_options_unset():
                                                             "not exist"),
     ({"pull_every": 2}, "--pull-every: needs device workers"),  # 'cpu' workers pull nothing
     ({"mode": "sync", "compile": "default"}, "--compile: applies to Hogwild workers"),
+    ({"graphs": "on"}, "--graphs: needs device workers"),  # 'cpu' workers train in place
 ])
 def test_the_engines_refusals_name_the_flag(changes, message):
     """hogwild.Config checks the values it takes, once; its error reaches the user naming the flag."""
@@ -186,6 +187,29 @@ def test_the_dev_help_says_how_the_held_out_set_is_split():
     text = " ".join(train_parser().format_help().split())
     assert ("held-out set (not the --train file) (default: pos: a seeded 10% of the --train sentences; nmt: a seeded "
             "10% of the --train pairs, at most 3000 (a corpus of fewer than 10 pairs is refused))") in text
+
+
+@pytest.mark.parametrize("task", ["pos", "nmt"])
+def test_a_graphed_job_trains_the_padded_loss_on_length_buckets(task):
+    """--graphs (on with --gpus by default): the task's padded loss and its batches padded to the bucket edges."""
+    from hogwild.tasks.job_builders import build_job
+    from hogwild.tasks.defaults import graph_bucket_edges
+    options = RunOptions(task=task, synthetic_size=120).resolved()
+    assert options.engine_config(["cuda:0"]).graphed("cuda:0") and not options.engine_config(["cpu"]).graphed("cpu")
+    plain, graphed = build_job(options), build_job(options, graphed=True)
+    assert plain.loss_fn.__name__ == f"{task}_loss" and graphed.loss_fn.keywords == {"padded": True}
+    edges = graph_bucket_edges(task, options.max_len)
+    keys = ("words", "tags") if task == "pos" else ("src", "tgt")
+    assert len(plain.batches) == len(graphed.batches)
+    for tight, padded in zip(plain.batches, graphed.batches):
+        assert padded["tokens"] == tight["tokens"]
+        for key in keys:
+            size = tight[key].shape[1]
+            assert padded[key].shape[1] == min([edge for edge in edges if edge >= size] or [size])
+            assert torch.equal(padded[key][:, :size], tight[key])
+    loss, tokens = graphed.loss_fn(graphed.model, graphed.batches[0])
+    expected, _ = plain.loss_fn(plain.model, plain.batches[0])
+    assert tokens == graphed.batches[0]["tokens"] and loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_nmt_batches_are_padded_to_length_buckets_by_default_only_when_compiling():

@@ -1,7 +1,8 @@
 """Config.compile and Config.tf32 in real worker processes: a worker with a compiled step ends with eager's
 parameters (within rtol 1e-5, atol 1e-6: the compiled graphs may sum in another order), and the TF32 setting
 reaches every worker process. The captured graphs run with backend 'aot_eager' (Config.compile='aot_eager'), except
-in the slow test of inductor's code generation ('default'); 'reduce-overhead' needs CUDA (the last test)."""
+in the slow test of inductor's code generation ('default'); 'reduce-overhead' needs CUDA. Every batch shape compiles
+in start-up, before the worker reports ready (worker.compile_every_shape)."""
 import os
 
 import pytest
@@ -101,9 +102,46 @@ def test_bad_step_options_are_refused(kwargs, message):
 def test_reduce_overhead_gpu_worker_ends_with_the_eager_gpu_workers_parameters():
     lengths = [([4, 2, 6], [3, 2, 1]), ([5, 1, 3], [2, 3, 1]), ([3, 6, 2], [1, 2, 3]), ([2, 2, 2], [3, 3, 2])]
     batches = [pad_lengths(nmt_batch(src, tgt, seed=i), 8) for i, (src, tgt) in enumerate(lengths)]
-    eager, expected = final_parameters(tiny_nmt, nmt_loss, batches, devices=["cuda:0"], clip_norm=1.0)
+    # The eager reference is the eager step (the packed loss reads the device, so graphs='auto' would fall back
+    # to it after a probe anyway). The compiled worker compiles its one shape before it reports ready: inside the
+    # start-up bound, not the hang watch's 60 s (compiling during the first step is what killed it on the H200).
+    eager, expected = final_parameters(tiny_nmt, nmt_loss, batches, devices=["cuda:0"], clip_norm=1.0, graphs="off")
     graphs, got = final_parameters(tiny_nmt, nmt_loss, batches, devices=["cuda:0"], clip_norm=1.0,
                                    compile="reduce-overhead")
-    assert graphs.updates == eager.updates == 8 and graphs.skipped_updates == 0
+    assert graphs.graphs == 0  # Config.graphs='auto' leaves a compiled step to torch.compile
+    assert graphs.updates == eager.updates == 8 and graphs.skipped_updates == 0, (graphs.stop_reason,
+                                                                                   graphs.worker_updates)
     for a, b in zip(got, expected):  # cuDNN and the generated kernels: a looser bound than on the CPU
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_every_batch_shape_compiles_in_start_up_and_forward_written_buffers_are_put_back(tmp_path, monkeypatch):
+    """compile_every_shape (before the worker reports ready): one compilation per shape, none left for training; a
+    worker after the first waits for worker 0, then compiles with the run's inductor cache."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.utils import counters
+
+    from hogwild.share.run_state import SharedCounters
+    from hogwild.worker.gradients import compiled_loss
+    from hogwild.worker.replica import make_parameters
+    from hogwild.worker.worker import compile_every_shape
+    from tests.hogwild import frozen_tied_model as F
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "restored after the test")
+    torch._dynamo.reset()
+    model = F.FrozenTiedLM().share_memory()
+    batches = [F.word_batches(n=1, size=size)[0] for size in (2, 3, 2, 4)]  # three shapes
+    shared = SharedCounters(2)
+    spec = SimpleNamespace(worker=1, counters=shared, store=SimpleNamespace(path=str(tmp_path / "batches.pt")),
+                           config=config())
+    params, step = make_parameters(model, "cpu"), compiled_loss(F.next_word_loss, "aot_eager")
+    stopped = iter([False, False, True]).__next__  # worker 0 never gets ready here: stop waiting after two looks
+    compile_every_shape(spec, lambda: stopped(), params, step, batches)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    compiled = counters["stats"]["unique_graphs"]
+    assert compiled >= 2 and int(model.forwards) == 0  # (a size that changed compiles dynamic); the counter put back
+    assert all(p.grad is None for p in params.shared)
+    for batch in batches:  # training: no shape left to compile
+        step(model, batch).backward()
+    assert counters["stats"]["unique_graphs"] == compiled

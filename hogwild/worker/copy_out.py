@@ -1,0 +1,201 @@
+"""A graphed step's gradient copy-out: the gradients gathered on the device into one flat buffer (the outbox), the
+norm, clipping and finiteness decided there too, then one device->host copy into a page-locked slot that the update
+thread reads after the copy's event. No Python hook runs in backward and the worker's main thread never waits for the
+device: the skip is decided one step late, by whoever reads the slot (updates.py).
+
+The outbox, one tensor of the parameters' dtype on the device, holds in order:
+  - every dense gradient, flattened;
+  - per sparse embedding table (nn.Embedding(sparse=True)): `capacity` rows of its gradient, gathered at the ids the
+    host picked from the host-side batch (unique, sorted, padded to the capacity by repeating the first), each row
+    multiplied by 1 if the table read that row in this step (and it is not the padding row) and by 0 otherwise;
+  - per sparse table, those capacity 0/1 multipliers (the row mask);
+  - three step statistics: finite (1/0), the loss, and missing (1 if a table read a row outside the host's ids).
+The replica's tables give dense gradients (sparse gradients drop the padding row with a data-dependent shape, which
+no CUDA graph can hold); the rows and the mask make them the sparse gradient the eager step pushes: the same rows,
+the same values, coalesced. Clipping multiplies the gradient part by min(1, clip/(norm+1e-6)) computed in float64
+from the same norms as gradients.global_norm, so the clipped values are the eager step's bit for bit (dense).
+
+On a GPU a step's outbox is first copied device->device into one of two staging buffers (microseconds on HBM), so the
+next step may overwrite the outbox while the copy to the host of this one runs on the copy stream. Two host slots
+alternate: update k reads slot k % 2 while step k+1 fills the other. On the CPU the same code copies in place.
+
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (step_graph.py builds it).
+
+Usage: `outbox = GradientOutbox(params, tables, capacities, device)`; inside the step: `outbox.begin(ids)` before
+the forward, `outbox.gather(loss, clip_norm, check)` after backward; then `outbox.send(slot)`; in the update thread
+`outbox.read(slot, present, ids)` -> (finite, loss, grads).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+STATS = 3  # finite, loss, missing
+
+
+@dataclass
+class SparseRows:
+    """One sparse table's fixed-capacity rows in the outbox."""
+
+    index: int  # position in the trained parameters
+    table: nn.Module  # the replica's nn.Embedding / nn.EmbeddingBag
+    capacity: int  # rows gathered per step: the most distinct ids any batch of the run can hold
+    rows: slice  # of the outbox: capacity x dim gradient values
+    mask: slice  # of the outbox: capacity multipliers, 1 where the table read the row
+    touched: Tensor  # (table rows,) bool on the device: rows the table read this step (a forward pre-hook)
+    ids: Tensor  # (capacity + 1,) int64 on the device: this step's ids padded to capacity, then their count
+
+
+def _mark_touched(touched: Tensor, table: nn.Module, inputs: tuple) -> None:
+    """Forward pre-hook of a sparse table: the rows it reads (on the device; a CUDA graph captures the kernel)."""
+    touched.index_fill_(0, inputs[0].reshape(-1), True)
+
+
+class GradientOutbox:
+    """The flat device buffer a step's gradients, statistics and sparse rows are gathered into, and its copies."""
+
+    def __init__(self, params: list[Tensor], tables: dict[int, nn.Module], capacities: dict[int, int],
+                 device: torch.device, slots: int = 2):
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
+            raise ValueError(f"Config.graphs: the graphed step gathers the gradients into one buffer and needs every "
+                             f"trained parameter in one floating dtype, got {sorted(map(str, dtypes))}")
+        self.params, self.device, self.cuda = params, device, device.type == "cuda"
+        self.dtype = next(iter(dtypes))
+        self.dense = [i for i in range(len(params)) if i not in tables]
+        offset, self.dense_slices = 0, {}
+        for i in self.dense:
+            self.dense_slices[i] = slice(offset, offset + params[i].numel())
+            offset += params[i].numel()
+        self.sparse: list[SparseRows] = []
+        for i, table in sorted(tables.items()):
+            rows, dim = params[i].shape
+            capacity = min(rows, capacities[i])
+            touched = torch.zeros(rows, dtype=torch.bool, device=device)
+            table.register_forward_pre_hook(functools.partial(_mark_touched, touched))
+            self.sparse.append(SparseRows(i, table, capacity, slice(offset, offset + capacity * dim), slice(0, 0),
+                                          touched, torch.zeros(capacity + 1, dtype=torch.int64, device=device)))
+            offset += capacity * dim
+        self.gradient_end = offset  # clipping scales [0, gradient_end)
+        for entry in self.sparse:
+            entry.mask = slice(offset, offset + entry.capacity)
+            offset += entry.capacity
+        self.stats = slice(offset, offset + STATS)
+        self.outbox = torch.zeros(offset + STATS, dtype=self.dtype, device=device)  # (N,)
+        self.host = [torch.zeros_like(self.outbox, device="cpu", pin_memory=self.cuda) for _ in range(slots)]
+        self.host_ids = [[torch.zeros(e.capacity + 1, dtype=torch.int64, pin_memory=self.cuda) for _ in range(slots)]
+                         for e in self.sparse]  # staging of each step's ids (page-locked: the copy is async)
+        self.staging = [torch.empty_like(self.outbox) for _ in range(slots)] if self.cuda else None
+        self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
+        self.copied = [torch.cuda.Event() for _ in range(slots)] if self.cuda else None
+        self.dense_views = {i: self.outbox[self.dense_slices[i]].view(params[i].shape) for i in self.dense}
+
+    # --- host side, before the step -------------------------------------------------------------------------------
+    def step_ids(self, host_ids: Tensor | None, slot: int) -> list[Tensor]:
+        """The rows each sparse table sends this step: host_ids (K,) sorted distinct integers of the host-side batch
+        (gradients.batch_ids), cut to each table's rows; copied into the device's ids buffers (page-locked staging,
+        asynchronous). Returns the ids per table (host, (n,)) for `read`."""
+        chosen = []
+        for entry, staging in zip(self.sparse, self.host_ids):
+            rows = self.params[entry.index].shape[0]
+            ids = host_ids[(host_ids >= 0) & (host_ids < rows)] if host_ids is not None else host_ids
+            if ids is None or len(ids) > entry.capacity:
+                raise RuntimeError(f"Config.graphs: a batch holds {0 if ids is None else len(ids)} distinct ids for "
+                                   f"a sparse table whose capacity is {entry.capacity}")
+            buffer = staging[slot]
+            buffer[:len(ids)] = ids
+            buffer[len(ids):entry.capacity] = ids[0] if len(ids) else 0  # repeats, masked out on the device
+            buffer[entry.capacity] = len(ids)
+            entry.ids.copy_(buffer, non_blocking=self.cuda)
+            chosen.append(ids)
+        return chosen
+
+    # --- device side: inside the step (captured in a CUDA graph) ---------------------------------------------------
+    def begin(self) -> None:
+        """Before the forward: no sparse row read yet."""
+        for entry in self.sparse:
+            entry.touched.zero_()
+
+    @torch.no_grad()
+    def gather(self, loss: Tensor, clip_norm: float | None, check: bool) -> tuple[int, ...]:
+        """After backward: the gradients, sparse rows, norm, clipping and statistics into the outbox, on the device
+        (no host read). Returns the indices of the parameters that got a gradient (known on the host)."""
+        grads = [p.grad for p in self.params]
+        present = tuple(i for i, g in enumerate(grads) if g is not None)
+        norms = []
+        missing = torch.zeros((), dtype=torch.bool, device=self.device)
+        for entry in self.sparse:
+            grad, capacity = grads[entry.index], entry.capacity
+            ids = entry.ids[:capacity]
+            keep = entry.touched[ids] & (torch.arange(capacity, device=self.device) < entry.ids[capacity])
+            padding = getattr(entry.table, "padding_idx", None)
+            if padding is not None:
+                keep &= ids != padding
+            chosen = torch.zeros_like(entry.touched).index_fill_(0, ids, True)
+            missing |= (entry.touched & ~chosen).any()
+            rows = self.outbox[entry.rows].view(capacity, -1)
+            if grad is None:
+                rows.zero_()
+                keep.zero_()
+            else:
+                torch.mul(grad.index_select(0, ids), keep[:, None].to(self.dtype), out=rows)
+                norms.append(torch.linalg.vector_norm(rows))  # the coalesced sparse gradient's norm
+            self.outbox[entry.mask].copy_(keep)
+        dense = [i for i in self.dense if grads[i] is not None]
+        if dense:
+            torch._foreach_copy_([self.dense_views[i] for i in dense], [grads[i] for i in dense])
+        stats = self.outbox[self.stats]
+        if clip_norm is not None and present:
+            norms.extend(torch._foreach_norm([grads[i] for i in dense]))
+            total = torch.linalg.vector_norm(torch.stack(norms))  # gradients.global_norm's arithmetic
+            wide = total.double()
+            scale = torch.where(wide > clip_norm, clip_norm / (wide + 1e-6), torch.ones_like(wide))
+            self.outbox[:self.gradient_end].mul_(scale.to(self.dtype))
+            stats[0] = torch.isfinite(total)
+        elif check and present:
+            stats[0] = torch.isfinite(self.outbox[:self.gradient_end].sum())
+        else:
+            stats[0] = 1
+        stats[1] = loss.detach()
+        stats[2] = missing
+        return present
+
+    # --- after the step: the copy to the host and its reading ----------------------------------------------------
+    def send(self, slot: int) -> None:
+        """Start copying this step's outbox to host slot `slot` (on a GPU: staged on the device, then on the copy
+        stream, after the step's work; the caller's clock marks its end)."""
+        if not self.cuda:
+            self.host[slot].copy_(self.outbox)
+            return
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_event(self.copied[slot])  # the staging buffer's previous copy to the host has finished
+        self.staging[slot].copy_(self.outbox)
+        self.copy_stream.wait_stream(compute)
+        with torch.cuda.stream(self.copy_stream):
+            self.host[slot].copy_(self.staging[slot], non_blocking=True)
+            self.copied[slot].record(self.copy_stream)
+
+    def read(self, slot: int, present: tuple[int, ...], ids: list[Tensor]) -> tuple[bool, float, list[Tensor | None]]:
+        """(finite, loss, one host gradient per parameter or None) of the step copied into `slot`; call once its copy
+        has finished. Dense gradients are views of the slot; sparse ones new coalesced sparse tensors."""
+        host = self.host[slot]
+        finite, loss, missing = host[self.stats].tolist()
+        if missing:
+            raise RuntimeError("Config.graphs: the model read a row of a sparse embedding whose id is not among its "
+                               "batch's integer tensors, so its gradient would be lost; train with graphs='off'")
+        grads: list[Tensor | None] = [None] * len(self.params)
+        for i in present:
+            if i in self.dense_slices:
+                grads[i] = host[self.dense_slices[i]].view(self.params[i].shape)
+        for entry, chosen in zip(self.sparse, ids):
+            if entry.index not in present:
+                continue
+            n = len(chosen)
+            keep = host[entry.mask][:n] > 0
+            values = host[entry.rows].view(entry.capacity, -1)[:n][keep]
+            grads[entry.index] = torch.sparse_coo_tensor(chosen[keep][None], values, self.params[entry.index].shape,
+                                                         is_coalesced=True, check_invariants=False)
+        return bool(finite), loss, grads

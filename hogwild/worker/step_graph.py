@@ -1,0 +1,254 @@
+"""The graphed step of a device worker (Config.graphs): forward, backward and the gradient copy-out (copy_out.py)
+captured as one CUDA graph per batch shape, replayed on static input buffers; the pull runs beside it (pull.py).
+
+During start-up, before the worker reports ready (outside the training clock and the hang watch), the batches are
+indexed once by shape signature (the dtype and shape of every tensor field; host-side fields such as `tokens` do not
+count). The GRAPH_LIMIT most frequent signatures each get static device inputs, a warm-up on a side stream and a
+capture, all graphs in one shared memory pool (they never run concurrently, and every output leaves the pool through
+the outbox, so their private memory may overlap). A batch whose signature has no graph runs the same step eagerly,
+counted (run_state's eager steps). On the CPU nothing is captured: `run` copies the batch into the same static inputs
+and calls the same step function, so the CPU tests exercise everything but the capture.
+
+A graphed step replays work fixed at capture, so the loss must not depend on host values of the batch: the models'
+padded losses (`functools.partial(nmt_loss, padded=True)`) read nothing from the device, and their count is the
+batch's host-side `tokens`. A graphed step's count is taken from the host batch (`host_count`: `batch["tokens"]`,
+else the leading dimension), checked against the loss's own count at capture. Dropout masks follow the batch's seed
+(seed_batch before each replay: the graph reads the generator's seed and offset when it is replayed).
+
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (worker.py's graphed loop).
+
+Usage: `step = StepGraphs(spec.model, spec.loss_fn, device, config)`; `step.prepare(batches)` before ready; per step
+`result = step.run(batch, slot, clock)`; the update thread `result.resolve()` -> (finite, loss, grads, phases).
+"""
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..config import Config
+from ..share.run_state import PhaseClock
+from ..shared_optim import trainable_parameters
+from .copy_out import GradientOutbox
+from .gradients import batch_examples, call_loss
+from .pull import PrefetchPull
+from .replica import batch_ids, move_batch, sparse_tables
+
+GRAPH_LIMIT = 16  # graphs per worker: the most frequent batch shapes; the rest run eager (counted)
+WARMUP_STEPS = 3  # eager steps on a side stream before a capture (cuDNN/cuBLAS plans, the allocator)
+
+
+def tensor_fields(batch: Any, path: tuple = ()) -> Iterator[tuple[tuple, Tensor]]:
+    """(path, tensor) of every tensor in a batch (tensor, dict, list or tuple, nested), in a fixed order."""
+    if isinstance(batch, Tensor):
+        yield path, batch
+    elif isinstance(batch, dict):
+        for key, value in batch.items():
+            yield from tensor_fields(value, path + (key,))
+    elif isinstance(batch, (list, tuple)):
+        for index, value in enumerate(batch):
+            yield from tensor_fields(value, path + (index,))
+
+
+def batch_signature(batch: Any) -> tuple:
+    """What a captured graph fixes: ((path, dtype, shape), ...) of the batch's tensors."""
+    return tuple((path, tensor.dtype, tuple(tensor.shape)) for path, tensor in tensor_fields(batch))
+
+
+def shape_buckets(batches: list, limit: int = GRAPH_LIMIT) -> list[tuple[tuple, int]]:
+    """(signature, index of its first batch) of the `limit` most frequent signatures, most frequent first (ties: the
+    earlier first)."""
+    counts: Counter = Counter()
+    first: dict[tuple, int] = {}
+    for index, batch in enumerate(batches):
+        signature = batch_signature(batch)
+        counts[signature] += 1
+        first.setdefault(signature, index)
+    ranked = sorted(counts, key=lambda s: (-counts[s], first[s]))
+    return [(signature, first[signature]) for signature in ranked[:limit]]
+
+
+def host_count(batch: Any) -> int:
+    """The examples or tokens a batch counts, read on the host: `batch["tokens"]` (an int), else its leading size."""
+    if isinstance(batch, dict) and isinstance(batch.get("tokens"), int):
+        return batch["tokens"]
+    return batch_examples(batch)
+
+
+def integer_elements(batch: Any) -> int:
+    """Elements of the batch's integer tensors: a bound on the distinct ids it can hold."""
+    return sum(t.numel() for _, t in tensor_fields(batch) if not t.dtype.is_floating_point and t.dtype != torch.bool)
+
+
+class NotGraphable(RuntimeError):
+    """The step reads a value of the device on the host (a GPU sync; a graph would freeze its value)."""
+
+
+class HostReads(TorchDispatchMode):
+    """Records the aten ops of a step that read tensor values on the host: scalar reads, data-dependent shapes, and
+    copies from a device to the host (on the CPU the first two are what a GPU would wait for)."""
+
+    READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default,
+             torch.ops.aten.masked_select.default, torch.ops.aten.is_nonzero.default,
+             torch.ops.aten._pack_padded_sequence.default}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.READS:
+            self.reads.append(str(func.overloadpacket.__name__))
+        elif func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):
+            source = args[1] if func is torch.ops.aten.copy_.default else args[0]
+            target = args[0].device if func is torch.ops.aten.copy_.default else kwargs.get("device")
+            if isinstance(source, Tensor) and source.device.type != "cpu" and target is not None and \
+                    torch.device(target).type == "cpu":
+                self.reads.append("a copy to the host")
+        return func(*args, **kwargs)
+
+
+@dataclass
+class Captured:
+    """One signature's static inputs (a device copy of a batch of that shape) and, on a GPU, its graph."""
+
+    static: Any  # the batch structure with static device tensors
+    inputs: list[Tensor]  # the static tensors, in tensor_fields order
+    staging: list[list[Tensor]]  # per slot, page-locked host copies of the inputs (GPU)
+    graph: Any = None  # torch.cuda.CUDAGraph
+    present: tuple[int, ...] = ()  # parameters that get a gradient in the captured step
+
+
+@dataclass
+class StepResult:
+    """A step queued on the device; `resolve` (update thread) waits for its copy-out and reads it."""
+
+    outbox: GradientOutbox
+    slot: int
+    present: tuple[int, ...]
+    ids: list[Tensor]
+    clock: PhaseClock
+    count: int  # examples or tokens (host)
+    eager: bool  # no graph for its shape
+
+    def resolve(self) -> tuple[bool, float, list[Tensor | None], list[float]]:
+        phases = self.clock.seconds()  # its last mark follows the copy to the host
+        finite, loss, grads = self.outbox.read(self.slot, self.present, self.ids)
+        return finite, loss, grads, phases
+
+
+def _static_copy(batch: Any, device: torch.device) -> Any:
+    """The batch with every tensor a fresh copy on `device` (never an alias of the batch's own memory)."""
+    if isinstance(batch, Tensor):
+        return batch.to(device, copy=True)
+    if isinstance(batch, dict):
+        return {key: _static_copy(value, device) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [_static_copy(value, device) for value in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    return batch
+
+
+class StepGraphs:
+    """A device replica whose step runs as captured CUDA graphs (on the CPU: the same step without capture)."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable, device: torch.device, config: Config):
+        self.device, self.cuda, self.loss_fn = device, device.type == "cuda", loss_fn
+        self.replica = copy.deepcopy(model).to(device)  # private storage, ties kept, frozen values copied
+        self.params = trainable_parameters(self.replica)
+        self.tables = sparse_tables(self.replica)
+        for table in self.tables.values():
+            table.sparse = False  # dense on the device; copy_out sends the rows (a sparse gradient cannot be captured)
+        self.pull = PrefetchPull(trainable_parameters(model), self.params, list(model.buffers()),
+                                 list(self.replica.buffers()), device)
+        self.clip_norm, self.check = config.clip_norm, config.skip_nonfinite and config.clip_norm is None
+        self.autocast = (torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
+                         if config.amp == "bf16" else nullcontext())
+        self.clocks = [PhaseClock(device), PhaseClock(device)]
+        self.graphs: dict[tuple, Captured] = {}
+        self.outbox: GradientOutbox | None = None
+        self.pool = torch.cuda.graph_pool_handle() if self.cuda else None
+
+    def prepare(self, batches: list, limit: int = GRAPH_LIMIT) -> int:
+        """Index the batches' shapes, build the outbox, capture the `limit` most frequent shapes (warm-up first);
+        returns the number of graphs (on the CPU: of static-input signatures)."""
+        capacity = max((integer_elements(batch) for batch in batches), default=1)
+        self.outbox = GradientOutbox(self.params, self.tables, {i: capacity for i in self.tables}, self.device)
+        for signature, index in shape_buckets(batches, limit):
+            self.graphs[signature] = self._capture(batches[index])
+        return len(self.graphs)
+
+    def _body(self, batch: Any) -> tuple[tuple[int, ...], int]:
+        """One step on the device, no host read: forward, backward, gather into the outbox; grads dropped again."""
+        self.outbox.begin()
+        with self.autocast:
+            loss, count = call_loss(self.loss_fn, self.replica, batch)
+        loss.backward()
+        present = self.outbox.gather(loss, self.clip_norm, self.check)
+        for param in self.params:
+            param.grad = None  # the next step's backward writes them afresh (a graph: at its captured addresses)
+        return present, count
+
+    def _capture(self, batch: Any) -> Captured:
+        static = _static_copy(batch, self.device)
+        inputs = [t for _, t in tensor_fields(static)]
+        staging = [[torch.empty_like(t, device="cpu").pin_memory() for t in inputs] for _ in range(2)] \
+            if self.cuda else []
+        captured = Captured(static, inputs, staging)
+        self.outbox.step_ids(batch_ids(batch) if self.tables else None, 0)
+        with HostReads() as probe:
+            _, count = self._body(static)  # also the warm-up's first step
+        if probe.reads:
+            raise NotGraphable(f"Config.graphs: the step reads the device on the host ({', '.join(probe.reads[:3])}): "
+                               f"a CUDA graph cannot replay that; give the workers a loss without host reads (the "
+                               f"models' padded=True losses) or train with graphs='off'")
+        if count != host_count(batch):
+            raise ValueError(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
+                             f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays without "
+                             f"calling the loss, so its count must be that one (or train with graphs='off')")
+        if self.cuda:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_STEPS - 1):
+                    self._body(static)
+            torch.cuda.current_stream().wait_stream(side)
+            captured.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured.graph, pool=self.pool, capture_error_mode="thread_local"):
+                captured.present, _ = self._body(static)
+        return captured
+
+    def run(self, batch: Any, slot: int, clock: PhaseClock) -> StepResult:
+        """Queue one step on the host batch `batch` (graph replay, or eager when its shape has none), then its
+        copy-out to host slot `slot`; nothing here waits for the device."""
+        ids = self.outbox.step_ids(batch_ids(batch) if self.tables else None, slot)
+        captured = self.graphs.get(batch_signature(batch))
+        if captured is None:
+            present, count = self._body(move_batch(batch, self.device, self.cuda))
+        else:
+            for index, (static, (_, source)) in enumerate(zip(captured.inputs, tensor_fields(batch))):
+                if self.cuda:  # through page-locked memory: an asynchronous copy
+                    staged = captured.staging[slot][index]
+                    staged.copy_(source)
+                    static.copy_(staged, non_blocking=True)
+                else:
+                    static.copy_(source)
+            if captured.graph is not None:
+                captured.graph.replay()
+                present = captured.present
+            else:
+                present, _ = self._body(captured.static)
+            count = host_count(batch)
+        clock.mark()
+        self.pull.push_buffers()
+        self.outbox.send(slot)
+        clock.mark(self.outbox.copy_stream)
+        return StepResult(self.outbox, slot, present, ids, clock, count, captured is None)
