@@ -6,7 +6,7 @@ rates.
 Equality: one step of each model (paper presets, run.py's recipe: NMT clipped to 1.0, POS with sparse embedding
 tables) through StepGraphs (captured, replayed on another batch of the same bucket) against the eager padded loss
 and backward on that batch, clipped as the eager worker clips; every gradient within --rtol of the largest. Timing:
-the median of --steps steps per configuration, interleaved; an eager step is zero_grad + forward + backward (packed
+the median of --timed-steps steps per configuration, interleaved; an eager step is zero_grad + forward + backward (packed
 at the batch's own length, padded at its bucket edge); a graphed step is copy-in + replay + the gradient copy-out to
 the host, waited for (what a worker's update thread waits for). Batches: seeded ids with mixed lengths
 (bench/bench_padded.py's), NMT 64 pairs, POS one sentence.
@@ -35,6 +35,7 @@ from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_lo
 from hogwild.models.host_fields import to_device
 from hogwild.share.run_state import PhaseClock
 from hogwild.tasks.defaults import POS_BUCKET_EDGES, graph_bucket_edges
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 from hogwild.worker.gradients import gradient_norm
 from hogwild.worker.step_graph import StepGraphs
 
@@ -119,19 +120,24 @@ def eager_time(model, loss_fn, batch: dict, device: torch.device, amp: str | Non
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\nOf run.py's options it takes "
+                                "--vocab-size (or --config FILE's).", formatter_class=HelpFormatter)
+    add_run_options(p, only=("vocab_size",))
     p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu (no capture)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per configuration")
+    p.add_argument("--timed-steps", type=int, default=20, help="timed steps per configuration")
     p.add_argument("--rtol", type=float, default=1e-4, help="equality: tolerance relative to the largest gradient")
     p.add_argument("--quick", action="store_true", help="small presets, 1 step, 4 NMT pairs of 500 words (CI)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    _, args = parse_run_options(build_parser(), argv)  # the run options' values are checked, then read from args
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_step_check: --device cuda asked for, but torch sees no GPU")
-    preset, vocab, pairs = ("small", 500, 4) if args.quick else ("paper", 15_000, 64)
-    steps = 1 if args.quick else args.steps
+    preset, vocab, pairs = ("small", 500, 4) if args.quick else ("paper", args.vocab_size, 64)
+    steps = 1 if args.quick else args.timed_steps
     print(f"# gpu_step_check: {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, device {device}"
           + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
     print("# command: " + command_line())
