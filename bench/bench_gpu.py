@@ -23,8 +23,8 @@ The engine runs hogwild.train with K workers sharing the device, K from --worker
 On a GPU these are page-locked shared parameters, the update on the CPU overlapped with the next step, and the fused
 CPU optimizer kernel. Engine runs skip non-finite steps. --engine-option k=v sets any other hogwild.Config field in
 every engine run (e.g. update_threads=4, overlap_update=false, pull_every=8).
-  engine              the packed loss (--engine-loss padded: the padded loss on the bucketed batches, what a
-                      graphed worker step needs)
+  engine              the padded loss on the bucketed batches, as run.py --gpus trains with its default --graphs
+                      auto (a graphed worker step); --engine-loss packed: the packed loss, an eager step
   engine-tf32         the same with TF32 matrix products in the workers (Config.tf32)
   engine-bf16         the same with the workers' forward under bf16 autocast (Config.amp)
   engine-compiled     the workers' step compiled (Config.compile='reduce-overhead') on the bucketed batches, with the
@@ -192,9 +192,9 @@ def build_parser(quick: bool = False) -> argparse.ArgumentParser:
                                                                        "with 1 worker, in rotating order")
     p.add_argument("--repeats-shared", type=int, default=own["repeats_shared"],
                    help="runs of the engine with 2 or more workers sharing the device")
-    p.add_argument("--engine-loss", default="packed", choices=("packed", "padded"),
-                   help="the engine rows' loss: packed, or padded on the bucketed batches (what a graphed worker "
-                        "step needs; the compiled variant always uses it)")
+    p.add_argument("--engine-loss", default="padded", choices=("packed", "padded"),
+                   help="the engine rows' loss: padded on the bucketed batches (what run.py trains with graphs on; "
+                        "a graphed worker step needs it, the compiled variant always uses it), or packed (eager)")
     p.add_argument("--engine-option", action="append", default=[], metavar="FIELD=VALUE",
                    help="a hogwild.Config field for every engine run, repeatable (e.g. update_threads=4)")
     p.add_argument("--json", default=None, help="write every run to this file (rewritten after each run)")

@@ -164,10 +164,9 @@ main() {
     # The benches' flags on a GPU: repeats 2 for the plain loops and 1 worker, 1 for 2 and 4 workers; 120 NMT / 300
     # POS updates per run (bench-bf16: bench_gpu's defaults, the same). On the CPU the same flags are parsed, and
     # cheap ones after them win (bench_gpu's own tests cover the rest).
-    local device bench=(--worker-counts 1,2,4 --repeats 2 --repeats-shared 1 --engine-loss padded)
+    local device bench=(--worker-counts 1,2,4 --repeats 2 --repeats-shared 1)
     local bench_nmt=(--updates 120) bench_pos=(--updates 300)
-    local bench_bf16=(--tasks nmt,pos --variants plain-graphed-bf16,engine-bf16 --worker-counts 1 --repeats 1
-                      --engine-loss padded)
+    local bench_bf16=(--tasks nmt,pos --variants plain-graphed-bf16,engine-bf16 --worker-counts 1 --repeats 1)
     if [ "$CPU_MODE" = 1 ]; then
         # the CUDA tests are skipped without CUDA: the steps themselves are what is tested here
         TESTS=(-m cuda tests/hogwild/test_gpu.py) COMPILED_TESTS=(-m cuda tests/hogwild/worker)
