@@ -67,7 +67,7 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, option: Option) -> None
                            action="store_false" if option.negative_flag else "store_true")
     else:
         group.add_argument(flag(name), dest=name, default=default, choices=option.choices, metavar=option.metavar,
-                           help=text, **({"nargs": "+"} if kind is list else {"type": kind}))
+                           help=text, **({"nargs": "+"} if kind is list else {"type": option.parse or kind}))
 
 
 def tag_parser() -> argparse.ArgumentParser:
@@ -148,8 +148,10 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _train(options: RunOptions) -> int:
+    from hogwild.tasks.final_signals import stops_as_interrupt
     from hogwild.tasks.training import run_training
-    summary = run_training(options, argv=_argv)
+    with stops_as_interrupt():  # a signal while the data loads ends the run as Ctrl-C does: exit 130
+        summary = run_training(options, argv=_argv)
     return 130 if str(summary.get("stop_reason", "")).startswith("signal") else 0
 
 
