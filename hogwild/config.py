@@ -141,7 +141,8 @@ class Config:
     Data:
     - seed = 0: batch order, per-batch RNG (dropout) and initial RNG states derive from it
     - shuffle = True: seeded shuffle of the batch order every epoch
-    - queue_depth = 16: bounded queue between the batch producer and the workers
+    - queue_depth = 16: queue items between the feed and the workers in all (each worker has a queue of its own, at
+      least 2 items deep)
     - data_assignment = "queue": 'queue': workers share one queue; 'partition': each worker has a fixed shard
 
     Failure handling:

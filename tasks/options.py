@@ -248,6 +248,11 @@ class RunOptions:
     hang_timeout: float = STOPPING(Config.hang_timeout, "a worker without progress this long (or 20 of its median "
                                                         "steps, if longer) is hung: named, killed, last.pt written, "
                                                         "exit 1", metavar="SECONDS", engine="hang_timeout")
+    max_restarts: int = STOPPING(Config.max_restarts, "replace a worker that dies or hangs by a fresh process on its "
+                                                      "device, its unfinished batches handed on, at most K times in "
+                                                      "the run (0: the first failure stops it, last.pt written, "
+                                                      "exit 1)", metavar="K", check=_at_least(0),
+                                 engine="max_restarts")
     check_shm: bool = STOPPING(True, "do not check that /dev/shm can hold the shared parameters and optimizer state "
                                      "before spawning", negative_flag="--no-check-shm", engine="check_shm")
     # --- multi-host (MPI): the DistConfig of hogwild.multihost, whose defaults these are ---

@@ -69,8 +69,13 @@ class ParentLoop:
         self.checkpoints = shared.checkpoints
         self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
         self.watch = ProgressWatch(self.counters.workers, self.config.hang_timeout)
-        supervisor.describe_late = self.watch.describe_late
+        supervisor.describe_late = self._describe_late
         self._starting: dict[int, float] = {}  # replacement worker -> time.monotonic() of its start
+
+    def _describe_late(self, worker: int, waited: float) -> str | None:
+        """A worker that ignored the stop request was hung (progress_watch), unless it is a replacement still
+        starting (it has made no step of its own: the watch's record is its predecessor's)."""
+        return self.watch.describe_late(worker, waited) if self.counters.ready(worker) else None
 
     def _replaced(self, failure: str) -> bool:
         """While Config.max_restarts allows, replace the worker that failed (died, raised or hung: killed) with a

@@ -129,8 +129,6 @@ class BatchFeed:
         """Deal to every worker with room, one item each per pass, until none can take more. Returns (items put,
         whether dealing waits on updates in flight)."""
         done = self.counters.tickets_done()
-        for worker in range(self.workers):
-            self._trim(worker, done[worker])
         put, waiting, progress = 0, False, True
         while progress:
             progress = False
@@ -145,6 +143,7 @@ class BatchFeed:
                 if item is None:
                     self._ended[worker] = True
                 else:
+                    self._trim(worker, done[worker])  # here only: a wake-up costs little with many workers
                     self._held[worker].extend(item)
                     self._dealt += len(item)
                 put, progress = put + 1, True

@@ -44,7 +44,7 @@ class WorkerSpec:
     tickets: Any  # share.feed.Mailbox: this worker's queue of tickets; None in partition and sync modes
     error_file: str  # where a failure's traceback goes (a file: a queue's lock could be held by a killed worker)
     parent_pid: int
-    budget: StepBudget | None = None  # with config.max_steps: the shared count of claimed update slots
+    budget: StepBudget | None = None  # partition mode with max_steps: the shared count of claimed update slots
     partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
     start_seq: int = 0  # sync mode: the first ticket to train (resume)
 

@@ -71,3 +71,16 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     again = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 1  # now finished: nothing to train, nothing to decode
     assert again.stderr.strip().splitlines()[-1].startswith("run.py: error: --steps 5: ")
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_while_the_data_loads_sigterm_and_sighup_interrupt_as_ctrl_c_does(name):
+    """Before the engine handles signals (run.py loading the data), SIGTERM and SIGHUP raise KeyboardInterrupt, which
+    run.py turns into "interrupted", exit 130, run.lock released; the previous handler returns after the block. In a
+    process of its own: SIGHUP detaches a terminal."""
+    code = (f"import os, signal, time\nfrom hogwild.tasks.final_signals import stops_as_interrupt\n"
+            f"before = signal.getsignal(signal.{name})\ntry:\n    with stops_as_interrupt():\n"
+            f"        os.kill(os.getpid(), signal.{name})\n        time.sleep(5)\nexcept KeyboardInterrupt:\n"
+            f"    print('interrupted', signal.getsignal(signal.{name}) is before)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "interrupted True\n", "")
