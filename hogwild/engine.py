@@ -29,7 +29,7 @@ from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .parent.metrics import MetricsLog
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
-from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals
+from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start_resource_tracker
 from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
 from .share.feed import BatchFeed, as_sequence
@@ -87,6 +87,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     scratch = tempfile.mkdtemp(prefix="hogwild-")
     metrics = None
     try:
+        start_resource_tracker()  # before the feed's first queue starts it: a closed terminal must not end it
         store = BatchStore(batches, scratch)
         ctx = mp.get_context("spawn")
         feed = None

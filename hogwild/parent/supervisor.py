@@ -196,6 +196,22 @@ def parent_signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, with SIGHUP ignored (main thread only). The tracker, a process of
+    the run's process group started by the first semaphore or queue, ignores SIGINT and SIGTERM but not SIGHUP: a
+    closed terminal would kill it, and its relaunch prints a traceback (what it tracked may leak). An ignored signal
+    stays ignored across exec; a tracker already running is left as it is."""
+    from multiprocessing import resource_tracker
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 def detach_terminal() -> None:
     """After SIGHUP: point stdin, stdout and stderr at /dev/null where they are a terminal (a character device), which
     has hung up and fails every write with EIO (Python would then exit 120 flushing stdout); files and pipes keep
