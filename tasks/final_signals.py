@@ -7,8 +7,9 @@ that.
 Before the engine starts (loading the data, building the model), `stops_as_interrupt` makes SIGTERM and SIGHUP end
 run.py as Ctrl-C does there (KeyboardInterrupt: run.lock released, "interrupted", exit 130).
 
-Usage: `with stops_as_interrupt(): run_training(...)`; `with FinalSignals() as signals: heldout = signals.run(lambda: job.finish(best, run_dir)); ...write the
-summary...`; then `signals.skipped` is e.g. "signal SIGTERM" when the evaluation was cut short (heldout None).
+Usage: `with stops_as_interrupt(): run_training(...)`; `with FinalSignals() as signals: heldout =
+signals.run(lambda: job.finish(best, run_dir)); ...write the summary...`; then `signals.skipped` is e.g. "signal
+SIGTERM" when the evaluation was cut short (heldout None).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A real SIGTERM (or SIGHUP: a closed terminal) to a real `run.py` while it translates the held-out sets with the best checkpoint (after training):
-the decoding stops, summary.json says what was skipped, run.lock is released, exit 130; the same command with
---resume runs only that decoding (no worker, no update) and completes the summary."""
+"""A real SIGTERM (or SIGHUP: a closed terminal) to a real `run.py` while it translates the held-out sets with the best
+checkpoint (after training): the decoding stops, summary.json says what was skipped, run.lock is released, exit 130;
+the same command with --resume runs only that decoding (no worker, no update) and completes the summary."""
 import json
 import os
 import signal

@@ -1,6 +1,7 @@
 """Too many workers for the machine (issue #14 item 3), in real processes pinned to one core: run.py warns naming
 --workers, shows start-up progress, and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or a
-closed terminal (SIGHUP to the whole group) ends a start-up cleanly, with nothing left running (--time-limit: tests/hogwild/parent/test_startup_bounds.py)."""
+closed terminal (SIGHUP to the whole group) ends a start-up cleanly, with nothing left running (--time-limit:
+tests/hogwild/parent/test_startup_bounds.py)."""
 import json
 import os
 import signal

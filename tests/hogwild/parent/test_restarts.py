@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 
 import pytest
 import torch

@@ -1,7 +1,6 @@
 """hogwild.share.feed: seeded epoch orders, exactly-once tickets through each worker's bounded queue, a dead
 worker's tickets dealt again once, max_steps dealt exactly, shards, resume positions."""
 import threading
-import time
 from collections import Counter
 
 import numpy as np
