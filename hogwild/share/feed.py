@@ -227,11 +227,16 @@ class QueueReader:
         self.tickets, self.room, self.stopped, self.view = mailbox.queue, mailbox.room, stopped, view
         self.pending: list[Ticket] = []  # received, not yet started, in feed order
 
-    def next(self) -> tuple[int, int] | None:
+    def next(self, idle: Callable[[], None] | None = None) -> tuple[int, int] | None:
+        """idle(): called once if the queue is empty, before waiting on it (the worker lands an update it holds back:
+        at max_steps the dealer sends the end only once every update dealt has landed)."""
         while not self.pending and not self.stopped():
             try:
-                chunk = self.tickets.get(timeout=_POLL)
+                chunk = self.tickets.get(timeout=_POLL if idle is None else 0)
             except queue.Empty:
+                if idle is not None:
+                    idle()
+                    idle = None
                 continue
             self.room.release()
             if chunk is None:
@@ -260,7 +265,7 @@ class PartitionReader:
         if len(self.order) == 0:
             raise ValueError(f"partition mode: {n} batches cannot give each of {workers} workers a shard")
 
-    def next(self) -> tuple[int, int] | None:
+    def next(self, idle: Callable[[], None] | None = None) -> tuple[int, int] | None:
         if self.position >= len(self.order):
             self.epoch, self.position = self.epoch + 1, 0
             self.order = partition_order(self.n, self.workers, self.worker, self.seed, self.epoch, self.shuffle)

@@ -72,6 +72,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     budget = spec.budget  # None without max_steps; a claimed slot also covers an update still in flight
     clock, device = PhaseClock(params.device), params.device
     overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
+    idle = updater.finish if overlap else None  # no ticket at hand: land the update held back before waiting
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
     step_loss = compiled_loss(spec.loss_fn, config.compile)
     steps = read_version = 0  # read_version: the global update count at the last pull of the dense parameters
@@ -80,7 +81,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
             break
         if budget is not None and not budget.claim():  # an update slot, so that max_steps is exact
             break
-        ticket = reader.next()
+        ticket = reader.next(idle)
         if ticket is None:
             if budget is not None:
                 budget.release()
