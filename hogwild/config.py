@@ -135,6 +135,8 @@ class Config:
     Run directory, checkpoints, logging:
     - checkpoint_dir = None: the run directory: config.json, metrics.jsonl, last.pt, best.pt
     - checkpoint_every = None: write last.pt every this many shared updates (also always at the end)
+    - checkpoint_minutes = 10.0: also write last.pt every this many minutes of training, so that a hard stop (SIGKILL,
+      the OOM killer, a power cut) loses at most that much; None: off (only with checkpoint_dir)
     - resume = False: continue from checkpoint_dir/last.pt when it exists
     - log_every = 100: write a metrics record every this many shared updates
     - progress = True: tqdm progress bar in the parent
@@ -143,7 +145,8 @@ class Config:
     Data:
     - seed = 0: batch order, per-batch RNG (dropout) and initial RNG states derive from it
     - shuffle = True: seeded shuffle of the batch order every epoch
-    - queue_depth = 16: bounded queue between the batch producer and the workers
+    - queue_depth = 16: queue items between the feed and the workers in all (each worker has a queue of its own, at
+      least 2 items deep)
     - data_assignment = "queue": 'queue': workers share one queue; 'partition': each worker has a fixed shard
 
     Failure handling:
@@ -152,6 +155,10 @@ class Config:
     - hang_timeout = 60.0: a worker whose counters do not move for this long, or 20 of its median steps if longer, is
       hung (stopped, deadlocked, stuck in I/O): named, killed, the run checkpointed and failed (progress_watch.py);
       None: never
+    - max_restarts = 0: replace a worker that dies (a signal, an exception) or is found hung by a fresh process on its
+      device, its unfinished batches dealt to the workers again (none lost, each counted once: max_steps stays
+      exact), at most this many times in the run; past that the run fails as with 0. 'queue' data assignment, mode
+      'hogwild' or 'single'
 
     The step options of device workers trade exactness or start-up time for speed; each default is the exact,
     eager path (the reference of the tests):
@@ -231,6 +238,7 @@ class Config:
     # --- run directory, checkpoints, logging ---
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None
+    checkpoint_minutes: float | None = 10.0
     resume: bool = False
     log_every: int = 100
     progress: bool = True
@@ -246,6 +254,7 @@ class Config:
     check_shm: bool = True
     join_timeout: float = 10.0
     hang_timeout: float | None = 60.0
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         _integer("workers", self.workers)
@@ -302,8 +311,11 @@ class Config:
         _positive("max_nonfinite_in_a_row", self.max_nonfinite_in_a_row)
         _positive("time_limit", self.time_limit)
         _positive("eval_every_seconds", self.eval_every_seconds)
+        _positive("checkpoint_minutes", self.checkpoint_minutes)
         _positive("join_timeout", self.join_timeout)
         _positive("hang_timeout", self.hang_timeout)
+        _integer("max_restarts", self.max_restarts)
+        _positive("max_restarts", self.max_restarts, allow_zero=True)
         if self.max_steps is None and self.epochs is None and self.time_limit is None:
             self.epochs = 1
         if not isinstance(self.eval_device, str) or not (self.eval_device == "auto" or _DEVICE.match(self.eval_device)):
@@ -325,6 +337,9 @@ class Config:
             _fail("data_assignment", f"must be one of {DATA_ASSIGNMENTS}, got {self.data_assignment!r}")
         if self.mode == "sync" and self.data_assignment != "queue":
             _fail("data_assignment", "mode='sync' deals batches in lockstep; use data_assignment='queue'")
+        if self.max_restarts and (self.mode == "sync" or self.data_assignment != "queue"):
+            _fail("max_restarts", "needs data_assignment='queue' in mode 'hogwild' or 'single' (a replacement takes "
+                                  "its batches from the feed; sync ranks share a process group that a death ends)")
         if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, str):
             self.checkpoint_dir = str(self.checkpoint_dir)  # accept pathlib.Path
         for name in ("checkpoint_every", "resume"):

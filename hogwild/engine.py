@@ -30,7 +30,7 @@ from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .parent.metrics import MetricsLog
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
-from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals
+from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start_resource_tracker
 from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
 from .share.feed import BatchFeed, as_sequence
@@ -65,6 +65,7 @@ class TrainResult:
     records: list[dict[str, Any]] = field(default_factory=list)  # the 'train' metrics records of this call
     graphs: int = 0  # CUDA graphs the workers captured (Config.graphs; on 'cpu-replica': static-input shapes)
     eager_steps: int = 0  # steps of graphed workers whose batch shape had no graph (run eagerly)
+    restarts: int = 0  # workers replaced after dying or hanging (Config.max_restarts)
 
 
 def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, config: Config,
@@ -89,12 +90,14 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     scratch = tempfile.mkdtemp(prefix="hogwild-")
     metrics = None
     try:
+        start_resource_tracker()  # before the feed's first queue starts it: a closed terminal must not end it
         store = BatchStore(batches, scratch)
         ctx = mp.get_context("spawn")
         feed = None
         if config.data_assignment == "queue" and config.mode != "sync":
             feed = BatchFeed(ctx, len(batches), config.workers, config.epochs, config.seed, config.shuffle,
-                             config.queue_depth, shared.start.seq)
+                             config.queue_depth, shared.counters, shared.start.seq, config.max_steps)
+            shared.checkpoints.queue_position = feed.resume_seq
         supervisor = _spawn(ctx, shared, model, loss_fn, store, feed, scratch)
         metrics = MetricsLog(run_dir, config.workers, total_updates(config, len(batches)), config.progress,
                              config.tensorboard, shared.counters.snapshot())
@@ -123,25 +126,34 @@ def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config) ->
 
 def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: BatchStore, feed: BatchFeed | None,
            scratch: str) -> Supervisor:
-    """One process per device (not started yet): Hogwild workers, or synchronous ones in sync mode."""
-    config, errors = shared.config, ctx.Queue()
-    budget = StepBudget(ctx, config.max_steps, shared.counters.global_updates()) if config.max_steps else None
+    """One process per device (not started yet): Hogwild workers, or synchronous ones in sync mode; and how to
+    replace one (Config.max_restarts): the same WorkerSpec with a new queue from the feed, which deals the batches
+    the dead one had not finished again."""
+    config, counters = shared.config, shared.counters
+    budget = None  # queue mode: the feed deals exactly max_steps batches
+    if config.max_steps and feed is None:
+        budget = StepBudget(ctx, config.max_steps, counters.global_updates())
     shared.budget = budget  # Process.start() drops its args: without this reference the lock would be unlinked
-    specs = [WorkerSpec(worker=w, device=device, config=config, model=model, loss_fn=loss_fn,
-                        optimizer=shared.optimizer, store=store, counters=shared.counters,
-                        control=shared.control, tickets=feed.queue if feed else None, errors=errors,
-                        parent_pid=os.getpid(), budget=budget, partition_start=shared.start.partitions[w],
-                        start_seq=shared.start.seq)
-             for w, device in enumerate(config.devices)]
-    if config.mode == "sync":
-        from .worker.sync import sync_main
-        init = f"file://{os.path.join(scratch, 'rendezvous')}"
-        processes = [ctx.Process(target=sync_main, args=(spec, init), name=f"{WORKER_NAMES[1]}{spec.worker}")
-                     for spec in specs]
-    else:
-        processes = [ctx.Process(target=worker_main, args=(spec,), name=f"{WORKER_NAMES[0]}{spec.worker}")
-                     for spec in specs]
-    return Supervisor(processes, errors, config.devices)
+
+    def process(w: int) -> Any:
+        spec = WorkerSpec(worker=w, device=config.devices[w], config=config, model=model, loss_fn=loss_fn,
+                          optimizer=shared.optimizer, store=store, counters=counters, control=shared.control,
+                          tickets=feed.mailbox(w) if feed else None,
+                          error_file=Supervisor.error_file(scratch, w), parent_pid=os.getpid(), budget=budget,
+                          partition_start=shared.start.partitions[w], start_seq=shared.start.seq)
+        if config.mode == "sync":
+            from .worker.sync import sync_main
+            init = f"file://{os.path.join(scratch, 'rendezvous')}"
+            return ctx.Process(target=sync_main, args=(spec, init), name=f"{WORKER_NAMES[1]}{w}")
+        return ctx.Process(target=worker_main, args=(spec,), name=f"{WORKER_NAMES[0]}{w}")
+
+    def respawn(w: int) -> Any:  # worker w's process is dead and reaped
+        feed.reassign(w)
+        counters.restarting(w)
+        return process(w)
+
+    return Supervisor([process(w) for w in range(config.workers)], scratch, config.devices,
+                      respawn if feed is not None else None)
 
 
 @dataclass
@@ -191,7 +203,8 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
                     periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
                     periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
                 control.mark_started(started)
-                store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
+                if not config.max_restarts:  # a replacement maps the batches again: keep them until the end then
+                    store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
                 try:
                     failure, records = loop.run(periodic, deadline)
                 except EvaluationFailed as error:
@@ -257,4 +270,5 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
         skipped_updates=snapshot.skipped(), stop_reason=reason, run_dir=checkpoints.run_dir,
         phase_ms=snapshot.phase_milliseconds(),
         checkpoint=last, best_checkpoint=checkpoints.best_path(), records=run.records,
-        graphs=snapshot.graphs(), eager_steps=snapshot.eager_steps())
+        graphs=snapshot.graphs(), eager_steps=snapshot.eager_steps(),
+        restarts=supervisor.restarts)

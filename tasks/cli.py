@@ -128,8 +128,12 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _train(options: RunOptions) -> int:
+    from hogwild.parent.supervisor import start_resource_tracker
+    from hogwild.tasks.final_signals import stops_as_interrupt
     from hogwild.tasks.training import run_training
-    summary = run_training(options, argv=_argv)
+    start_resource_tracker()  # before any data-loading pool starts it: a closed terminal must not end it
+    with stops_as_interrupt():  # a signal while the data loads ends the run as Ctrl-C does: exit 130
+        summary = run_training(options, argv=_argv)
     return 130 if str(summary.get("stop_reason", "")).startswith("signal") else 0
 
 

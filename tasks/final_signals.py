@@ -1,19 +1,49 @@
-"""SIGINT and SIGTERM after training, while run.py evaluates the best checkpoint on the held-out set (NMT: beam
-decoding of the whole set, minutes on a large one) and writes summary.json: the evaluation stops, the summary is
-written saying what was skipped, run.lock is released and run.py exits 130, as for a signal during training.
-Without this a SIGTERM there (Python's default action) kills the process before any of that.
+"""SIGINT, SIGTERM and SIGHUP (a closed terminal) after training, while run.py evaluates the best checkpoint on the
+held-out set (NMT: beam decoding of the whole set, minutes on a large one) and writes summary.json: the evaluation
+stops, the summary is written saying what was skipped, run.lock is released and run.py exits 130, as for a signal
+during training. Without this a SIGTERM or SIGHUP there (Python's default action) kills the process before any of
+that.
 
-Usage: `with FinalSignals() as signals: heldout = signals.run(lambda: job.finish(best, run_dir)); ...write the
-summary...`; then `signals.skipped` is e.g. "signal SIGTERM" when the evaluation was cut short (heldout None).
+Before the engine starts (loading the data, building the model), `stops_as_interrupt` makes SIGTERM and SIGHUP end
+run.py as Ctrl-C does there (KeyboardInterrupt: run.lock released, "interrupted", exit 130).
+
+Usage: `with stops_as_interrupt(): run_training(...)`; `with FinalSignals() as signals: heldout =
+signals.run(lambda: job.finish(best, run_dir)); ...write the summary...`; then `signals.skipped` is e.g. "signal
+SIGTERM" when the evaluation was cut short (heldout None).
 """
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Callable, TypeVar
 
+from hogwild.parent.supervisor import PARENT_SIGNALS, detach_terminal
+
 T = TypeVar("T")
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = PARENT_SIGNALS  # SIGINT, SIGTERM, SIGHUP: those that stop a run while it trains
+
+
+@contextmanager
+def stops_as_interrupt() -> Iterator[None]:
+    """Inside the block (main thread only), SIGTERM and SIGHUP raise KeyboardInterrupt, as SIGINT does by default;
+    the engine's graceful stop and FinalSignals replace this handler while they run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(number: int, frame) -> None:
+        if number == signal.SIGHUP:
+            detach_terminal()
+        raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, interrupt) for number in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class _Stopped(BaseException):
@@ -22,8 +52,9 @@ class _Stopped(BaseException):
 
 
 class FinalSignals:
-    """Inside the block, SIGINT and SIGTERM are handled: the first one stops `run(...)` if one is running and is
-    recorded (`skipped`, `received`); later ones are ignored until the block ends and the previous handlers return.
+    """Inside the block, SIGINT, SIGTERM and SIGHUP are handled (SIGHUP detaches the hung-up terminal first): the
+    first one stops `run(...)` if one is running and is recorded (`skipped`, `received`); later ones are ignored until
+    the block ends and the previous handlers return.
     Handlers can only be set from the main thread: elsewhere (a library caller's thread) nothing changes."""
 
     def __init__(self) -> None:
@@ -42,6 +73,8 @@ class FinalSignals:
             signal.signal(number, handler)
 
     def _handle(self, number: int, frame) -> None:
+        if number == signal.SIGHUP:
+            detach_terminal()
         if self.received is None:
             self.received = f"signal {signal.Signals(number).name}"
             if self._running:

@@ -13,6 +13,7 @@ given on the command line or in a --config file arrives in the field of that nam
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
@@ -66,6 +67,7 @@ class Option:
     engine: str | None = None  # the hogwild.Config field this option sets (Config's errors there name the flag)
     dist: str | None = None  # the multi-host DistConfig field this option sets
     negative_flag: str | None = None  # a True default is turned off by this flag (e.g. --no-progress)
+    parse: Callable[[str], Any] | None = None  # the flag's own parser, when the type's is not enough
 
 
 def _group(title: str) -> Callable[..., Any]:
@@ -91,6 +93,16 @@ def _below_one(value: float) -> str | None:
 
 def _inside_unit(value: float) -> str | None:
     return None if 0.0 < value < 1.0 else f"must be in (0, 1), got {value}"
+
+
+def _minutes_or_off(text: str) -> float | None:
+    """--checkpoint-minutes: a number of minutes; 0 or 'off': None (no checkpoint by time)."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return float(text) or None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of minutes, 0 or off; got {text!r}") from None
 
 
 def _eval_device(value: str) -> str | None:
@@ -225,6 +237,11 @@ class RunOptions:
                             "greedy)", check=_at_least(1))
     checkpoint_every: int | None = STOPPING(None, "write last.pt this often", metavar="UPDATES",
                                             default_text="at the end", engine="checkpoint_every")
+    checkpoint_minutes: float | None = STOPPING(Config.checkpoint_minutes, "also write last.pt every this many "
+                                                "minutes of training: a hard stop (kill -9, the OOM killer) loses at "
+                                                "most that much; 0 or off: only --checkpoint-every and the end",
+                                                metavar="MINUTES", parse=_minutes_or_off, check=_at_least(0),
+                                                engine="checkpoint_minutes")
     log_every: int | None = STOPPING(None, "training-loss record every this many updates", metavar="UPDATES",
                                      default_text=defaults.LOG_EVERY_TEXT, engine="log_every")
     out: str | None = STOPPING(None, "run directory", metavar="DIR", default_text="runs/TASK-DATE-TIME",
@@ -236,6 +253,11 @@ class RunOptions:
     hang_timeout: float = STOPPING(Config.hang_timeout, "a worker without progress this long (or 20 of its median "
                                                         "steps, if longer) is hung: named, killed, last.pt written, "
                                                         "exit 1", metavar="SECONDS", engine="hang_timeout")
+    max_restarts: int = STOPPING(Config.max_restarts, "replace a worker that dies or hangs by a fresh process on its "
+                                                      "device, its unfinished batches handed on, at most K times in "
+                                                      "the run (0: the first failure stops it, last.pt written, "
+                                                      "exit 1)", metavar="K", check=_at_least(0),
+                                 engine="max_restarts")
     check_shm: bool = STOPPING(True, "do not check that /dev/shm can hold the shared parameters and optimizer state "
                                      "before spawning", negative_flag="--no-check-shm", engine="check_shm")
     # --- multi-host (MPI): the DistConfig of hogwild.multihost, whose defaults these are ---
@@ -326,6 +348,7 @@ class RunOptions:
             **schedule_fields(self.task, self.optimizer, self.lr, self.lr_decay, self.warmup_steps, self.min_lr,
                               self.recipe, self.decay_updates),
             eval_budget=self.eval_budget or None,  # 0: no cap
+            checkpoint_minutes=self.checkpoint_minutes or None,  # 0 (a --config file's): off
             fused_step=True if self.fused_step else None,  # None: the engine's choice (on for GPU workers)
             sparse_pull=self.task == "pos" and self.mode != "sync",
             best_metric=best_metric or defaults.METRICS[self.task], best_mode="max", eval_at_start=eval_at_start)

@@ -165,6 +165,6 @@ def _add_flag(group: argparse._ArgumentGroup, name: str, option: Option, default
     else:
         action = group.add_argument(flag(name), dest=name, default=default, choices=option.choices,
                                     metavar=option.metavar, help=text,
-                                    **({"nargs": "+"} if kind is list else {"type": kind}))
+                                    **({"nargs": "+"} if kind is list else {"type": option.parse or kind}))
     setattr(action, _MARK, name)
 

@@ -2,12 +2,13 @@
 
 Keys (issue 5): task, workers, devices, mode, updates, wall_seconds, updates_per_second, best {metric, value,
 update}, final_train_loss, staleness_mean, skipped_updates, graphs and eager_steps (Config.graphs: graphs
-captured, steps without one); plus final_metrics, heldout (the best checkpoint's final
-evaluation), stop_reason, data and the segment figures of a resumed run. `wall_seconds` and `updates` add up over
-resumed segments (`prior_seconds`: the training time before this segment, from the metrics log, which also counts a
-segment that was killed without writing a summary); `updates_per_second` is that of the latest segment. When a
-signal skipped the final held-out evaluation, run.py sets stop_reason to say so and adds training_stop_reason (why
-training itself stopped), which a --resume that only runs that evaluation puts back (tasks/training.py).
+captured, steps without one), restarts (workers replaced in this segment: --max-restarts); plus final_metrics,
+heldout (the best checkpoint's final evaluation), stop_reason, data and the segment figures of a resumed run.
+`wall_seconds` and `updates` add up over resumed segments (`prior_seconds`: the training time before this segment,
+from the metrics log, which also counts a segment that was killed without writing a summary); `updates_per_second`
+is that of the latest segment. When a signal skipped the final held-out evaluation, run.py sets stop_reason to say so
+and adds training_stop_reason (why training itself stopped), which a --resume that only runs that evaluation puts
+back (tasks/training.py).
 
 Usage: `summary = make_summary(options, devices, result, metric, start, previous, heldout, info, prior_seconds)`
 """
@@ -53,6 +54,7 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "skipped_updates": result.skipped_updates,
         "graphs": result.graphs,
         "eager_steps": result.eager_steps,
+        "restarts": result.restarts,
         "final_metrics": result.final_metrics,
         "heldout": heldout,
         "stop_reason": result.stop_reason,

@@ -9,11 +9,7 @@ Usage (engine.py): `loop = ParentLoop(shared, supervisor, metrics, attached_agen
 from __future__ import annotations
 
 import pickle
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ..config import Config
@@ -22,7 +18,7 @@ from .agent import AttachedAgent
 from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
 from .progress_watch import ProgressWatch
-from .supervisor import PARENT_SIGNALS, Supervisor
+from .supervisor import Supervisor, parent_signals_blocked
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
@@ -35,29 +31,17 @@ STARTUP_EVERY = 5.0
 def start_workers(supervisor: Supervisor) -> None:
     """Spawn the workers; a model, loss_fn or batch that cannot be pickled gets an error saying what to change.
 
-    SIGINT is blocked while spawning: the workers inherit the blocked mask, so a Ctrl-C (sent by the terminal to
-    the whole process group) during their seconds of start-up does not kill them mid-import with a traceback each;
-    the parent receives it once unblocked, and stops the run."""
+    SIGINT (and SIGTERM, SIGHUP) is blocked while spawning: the workers inherit the blocked mask, so a Ctrl-C (sent
+    by the terminal to the whole process group) during their seconds of start-up does not kill them mid-import with
+    a traceback each; the parent receives it once unblocked, and stops the run."""
     try:
-        with _sigint_blocked():
+        with parent_signals_blocked():
             supervisor.start()
     except (pickle.PicklingError, AttributeError, TypeError) as error:
         if "pickle" not in str(error).lower():
             raise
         raise TypeError(f"cannot send the model, loss_fn or batches to the spawned workers: {error}. Define loss_fn "
                         f"(and custom batch classes) at module level, not as lambdas or nested functions") from error
-
-
-@contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(PARENT_SIGNALS))
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def total_updates(config: Config, n_batches: int) -> int | None:
@@ -85,7 +69,46 @@ class ParentLoop:
         self.checkpoints = shared.checkpoints
         self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
         self.watch = ProgressWatch(self.counters.workers, self.config.hang_timeout)
-        supervisor.describe_late = self.watch.describe_late
+        supervisor.describe_late = self._describe_late
+        self._starting: dict[int, float] = {}  # replacement worker -> time.monotonic() of its start
+
+    def _describe_late(self, worker: int, waited: float) -> str | None:
+        """A worker that ignored the stop request was hung (progress_watch), unless it is a replacement still
+        starting (it has made no step of its own: the watch's record is its predecessor's)."""
+        return self.watch.describe_late(worker, waited) if self.counters.ready(worker) else None
+
+    def _replaced(self, failure: str) -> bool:
+        """While Config.max_restarts allows, replace the worker that failed (died, raised or hung: killed) with a
+        fresh process on its device, its unfinished batches dealt again (share/feed.py); the restart is a metrics
+        record. False when the run must stop instead (no restart left, an agent's failure, a stop requested)."""
+        supervisor, worker = self.supervisor, self.supervisor.failed_worker
+        if worker < 0 or supervisor.restarts >= self.config.max_restarts or self.control.stopping:
+            return False
+        supervisor.replace(worker)
+        self._starting[worker] = time.monotonic()
+        self.metrics.event("restart", worker=worker, reason=failure, restarts=supervisor.restarts,
+                           updates=self.counters.global_updates())
+        self.metrics.note(f"restarting worker {worker} ({supervisor.restarts} of --max-restarts "
+                          f"{self.config.max_restarts}): {failure.splitlines()[0]}")
+        return True
+
+    def _late_replacement(self) -> list[tuple[int, str]]:
+        """A replacement that has not become ready within START_TIMEOUT of its start (others are still training)."""
+        now = time.monotonic()
+        for worker, began in list(self._starting.items()):
+            if self.counters.ready(worker):
+                del self._starting[worker]
+            elif now - began > START_TIMEOUT:
+                return [(worker, f"(a replacement) did not become ready within {START_TIMEOUT:.0f} s of its start")]
+        return []
+
+    def _final(self, failure: str | None) -> str | None:
+        """The run's failure, saying how many restarts were used when there were any."""
+        restarts = self.supervisor.restarts
+        if failure is None or not self.config.max_restarts:
+            return failure
+        return f"{failure}\n(after {restarts} restart(s); Config.max_restarts / --max-restarts is " \
+               f"{self.config.max_restarts})"
 
     def _failure(self) -> str | None:
         failure = self.supervisor.wait(TICK)
@@ -139,18 +162,31 @@ class ParentLoop:
         start = self.counters.global_updates()
         next_log = start + config.log_every
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
+        period = config.checkpoint_minutes * 60 if config.checkpoint_minutes else None
+        checkpoint_at = time.monotonic() + period if period else None  # by time: a hard stop loses at most that
         records = []
         while True:
             failure = self._failure()
             if failure is not None:
-                return failure, records
+                if self._replaced(failure):
+                    continue
+                return self._final(failure), records
             if self.supervisor.all_exited() or control.stop_reason is not None:
                 # a worker may have exited with an error since the check above: its exit code decides, not timing
-                return self.supervisor.failure(), records
+                failure = self.supervisor.failure()
+                if failure is not None and self._replaced(failure):
+                    continue
+                return self._final(failure), records
             snapshot = self.counters.snapshot()
-            hung = self.watch.observe(snapshot, [process.exitcode is None for process in self.supervisor.processes])
+            # a replacement still starting is not watched (it is bounded by START_TIMEOUT, _late_replacement)
+            running = [process.exitcode is None and self.counters.ready(worker)
+                       for worker, process in enumerate(self.supervisor.processes)]
+            hung = self.watch.observe(snapshot, running) or self._late_replacement()
             if hung:
-                return self.supervisor.declare_hung(*hung[0]), records
+                failure = self.supervisor.declare_hung(*hung[0])
+                if self._replaced(failure):
+                    continue
+                return self._final(failure), records
             updates = metrics.progress(snapshot)
             if updates >= next_log:
                 records.append(metrics.record(snapshot))
@@ -166,7 +202,11 @@ class ParentLoop:
                 if control.stop_reason is None:
                     periodic.maybe_start(updates)
             last = self.checkpoints.last
-            if last and next_checkpoint is not None and updates >= next_checkpoint:
+            by_updates = next_checkpoint is not None and updates >= next_checkpoint
+            if last and (by_updates or (checkpoint_at is not None and time.monotonic() >= checkpoint_at)):
                 self.checkpoints.write(last)
                 metrics.event("checkpoint", path=last, updates=updates)
-                next_checkpoint = updates + config.checkpoint_every
+                if next_checkpoint is not None:
+                    next_checkpoint = updates + config.checkpoint_every
+                if period:
+                    checkpoint_at = time.monotonic() + period

@@ -1,25 +1,28 @@
 """Process supervision: spawn, detect failures within seconds, stop cleanly, survive signals, leave no orphans.
 
-- A worker that raises sends its traceback through the error queue and exits 1; one killed by a signal is named
-  by that signal. Either way the parent stops the others, writes a checkpoint and raises `WorkerFailed`.
+- A worker that raises writes its traceback to a file and exits 1; one killed by a signal is named by that signal.
+  Either way the parent replaces it while Config.max_restarts allows (`replace`; the parent's loop decides), else
+  stops the others, writes a checkpoint and raises `WorkerFailed`.
 - A worker that hangs (alive, no progress: progress_watch.py) is named the same way (`declare_hung`, which kills it);
   so is one that ignores a stop request for join_timeout when it had been without progress for many of its steps.
-- SIGINT/SIGTERM in the parent request a graceful stop (finish the step, checkpoint, return). Workers ignore both
-  (PARENT_SIGNALS): Ctrl-C, `timeout` and batch schedulers signal the whole process group, and the parent decides.
+- SIGINT/SIGTERM/SIGHUP in the parent request a graceful stop (finish the step, checkpoint, return). Workers ignore
+  them (PARENT_SIGNALS): Ctrl-C, `timeout`, batch schedulers and a closed terminal (a dropped SSH session) signal the
+  whole process group, and the parent decides. After SIGHUP the terminal is gone: `detach_terminal` points the
+  standard streams that were on it at /dev/null, so that the stop's messages do not fail with EIO.
 - Workers die with the parent (prctl PR_SET_PDEATHSIG on Linux, plus a parent-pid check in their loop), also while
   they are still starting: `import hogwild` sets it first thing in the engine's workers (hogwild/_lifeline.py),
   before torch is imported (seconds, during which a killed parent's workers used to live on).
 
 Serves steps 3 and 4 of `hogwild.train` (spawn, supervise).
 
-Usage: `sup = Supervisor(processes, errors); sup.start(); failure = sup.wait(0.1); sup.stop(control, timeout=10)`
+Usage: `sup = Supervisor(processes, error_dir, names); sup.start(); failure = sup.wait(0.1); sup.stop(control, 10)`
 (control: the run's RunControl)
 """
 from __future__ import annotations
 
 import os
-import queue
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +35,7 @@ from .._lifeline import PARENT_PID_VARIABLE
 if TYPE_CHECKING:  # this module imports no torch (nor does hogwild/_lifeline.py, which `import hogwild` runs first)
     from ..share.run_state import RunControl
 
-PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # handled by the parent only; workers ignore them
+PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # handled by the parent only; workers ignore them
 
 
 class WorkerFailed(RuntimeError):
@@ -51,17 +54,25 @@ def describe_signal(number: int) -> str:
 
 
 class Supervisor:
-    """Watches the worker processes; the parent's loop calls wait() between its own duties."""
+    """Watches the worker processes; the parent's loop calls wait() between its own duties. A worker's traceback
+    arrives as a file in `error_dir` (worker-<i>.error), written whole before it exits: a queue shared with the other
+    workers would hold a lock while a worker writes, which a worker killed then would never release."""
 
-    def __init__(self, processes: list[Any], errors: Any, names: list[str]):
-        self.processes, self.errors, self.names = processes, errors, names
+    def __init__(self, processes: list[Any], error_dir: str, names: list[str],
+                 respawn: Callable[[int], Any] | None = None):
+        self.processes, self.error_dir, self.names, self.respawn = processes, error_dir, names, respawn
         self.tracebacks: dict[int, str] = {}
         self.failed_worker = -1  # the first worker found failed; -1 while none (or when an agent failed)
+        self.restarts = 0  # workers replaced (replace)
         self._failure: str | None = None
         self._stopped: set[int] = set()  # workers stop() had to terminate or kill: their exit is not a failure
         # Set by the parent's loop: why a worker that ignored the stop request for `waited` seconds was hung (None:
         # merely slow), from its progress (progress_watch.ProgressWatch.describe_late).
         self.describe_late: Callable[[int, float], str | None] | None = None
+
+    @staticmethod
+    def error_file(error_dir: str, worker: int) -> str:
+        return os.path.join(error_dir, f"worker-{worker}.error")
 
     def start(self) -> None:
         os.environ[PARENT_PID_VARIABLE] = str(os.getpid())  # a worker's `import hogwild` reads it (die_while_starting)
@@ -86,10 +97,8 @@ class Supervisor:
             code = process.exitcode
             if code is None or code == 0:
                 continue
-            if worker in self._stopped:  # terminated by stop(): a failure only if it had reported an error first
-                self._drain_errors(timeout=0.0)
-                if worker not in self.tracebacks:
-                    continue
+            if worker in self._stopped and self._traceback(worker) is None:
+                continue  # terminated by stop(): a failure only if it had reported an error first
             self._failure, self.failed_worker = self.describe(worker, code), worker
             return self._failure
         return None
@@ -106,23 +115,41 @@ class Supervisor:
         self.processes[worker].kill()
         return self._failure
 
+    def replace(self, worker: int) -> None:
+        """Reap the failed `worker` (failure() or declare_hung found it) and start a fresh process in its place,
+        `respawn(worker)` (the same WorkerSpec, with the feed's new queue); its failure is forgotten."""
+        old = self.processes[worker]
+        old.kill()  # a hung one is being killed already; a dead one is not signalled again
+        old.join(5.0)
+        self.tracebacks.pop(worker, None)
+        try:
+            os.unlink(self.error_file(self.error_dir, worker))
+        except FileNotFoundError:
+            pass
+        self._stopped.discard(worker)
+        self._failure, self.failed_worker = None, -1
+        self.processes[worker] = self.respawn(worker)
+        with parent_signals_blocked():
+            self.processes[worker].start()
+        self.restarts += 1
+
     def describe(self, worker: int, code: int) -> str:
         name = self.name(worker)
-        if code < 0 and worker not in self.tracebacks:
+        text = self._traceback(worker)
+        if text is not None:
+            return f"{name} raised an exception:\n{text}"
+        if code < 0:
             return f"{name} was killed by signal {describe_signal(-code)}"
-        self._drain_errors(timeout=2.0 if worker not in self.tracebacks else 0.0)
-        if worker in self.tracebacks:
-            return f"{name} raised an exception:\n{self.tracebacks[worker]}"
         return f"{name} exited with status {code} before reporting an error (its stderr above says why)"
 
-    def _drain_errors(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+    def _traceback(self, worker: int) -> str | None:
+        if worker not in self.tracebacks:
             try:
-                worker, text = self.errors.get(timeout=max(0.0, deadline - time.monotonic()))
-                self.tracebacks[worker] = text
-            except (queue.Empty, OSError, EOFError, ValueError):
-                return
+                with open(self.error_file(self.error_dir, worker), encoding="utf-8") as file:
+                    self.tracebacks[worker] = file.read()
+            except OSError:
+                return None
+        return self.tracebacks[worker]
 
     def stop(self, control: RunControl, timeout: float) -> None:
         """Set the stop flag, let workers finish their step, then terminate and kill any that hang."""
@@ -147,17 +174,68 @@ class Supervisor:
 
 
 @contextmanager
+def parent_signals_blocked() -> Iterator[None]:
+    """Block PARENT_SIGNALS while spawning workers (main thread only): a process inherits the blocked mask, so a
+    Ctrl-C during its seconds of start-up does not kill it mid-import; the parent receives the signal afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(PARENT_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, with SIGHUP ignored (main thread only). The tracker, a process of
+    the run's process group started by the first semaphore or queue, ignores SIGINT and SIGTERM but not SIGHUP: a
+    closed terminal would kill it, and its relaunch prints a traceback (what it tracked may leak). An ignored signal
+    stays ignored across exec; a tracker already running is left as it is."""
+    from multiprocessing import resource_tracker
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def detach_terminal() -> None:
+    """After SIGHUP: point stdin, stdout and stderr at /dev/null where they are a terminal (a character device), which
+    has hung up and fails every write with EIO (Python would then exit 120 flushing stdout); files and pipes keep
+    what follows. A hung-up terminal no longer answers isatty(), so the file type decides."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        device = os.fstat(null).st_rdev
+        for fd in (0, 1, 2):
+            try:
+                mode = os.fstat(fd)
+            except OSError:
+                continue
+            if stat.S_ISCHR(mode.st_mode) and mode.st_rdev != device:
+                os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+@contextmanager
 def graceful_signals(on_signal: Callable[[str], None]) -> Iterator[None]:
-    """While active, SIGINT and SIGTERM call on_signal(name) instead of killing the parent (main thread only)."""
+    """While active, SIGINT, SIGTERM and SIGHUP call on_signal(name) instead of killing the parent (main thread
+    only); SIGHUP first detaches the hung-up terminal."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {}
 
     def handler(number: int, frame: Any) -> None:
+        if number == signal.SIGHUP:
+            detach_terminal()
         on_signal(describe_signal(number))
 
-    for number in (signal.SIGINT, signal.SIGTERM):
+    for number in PARENT_SIGNALS:
         previous[number] = signal.signal(number, handler)
     try:
         yield

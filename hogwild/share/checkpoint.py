@@ -261,11 +261,12 @@ class RunCheckpoints:
         self.resumed_evaluator = resumed_evaluator  # the evaluator's state saved in the resumed last.pt
         self.last = os.path.join(run_dir, LAST) if run_dir else None
         self.evaluator_state: Callable[[], dict[str, Any]] | None = None
+        self.queue_position: Callable[[], int] | None = None  # queue mode: the feed's first ticket not done
 
     def write(self, path: str, model_state: dict[str, torch.Tensor] | None = None, **extra: Any) -> None:
         snapshot = self.counters.snapshot()
-        position = {"n_batches": self.n_batches, "seq": snapshot.resume_seq(self.start.seq),
-                    "workers": snapshot.partition_positions()}
+        seq = self.queue_position() if self.queue_position is not None else snapshot.resume_seq(self.start.seq)
+        position = {"n_batches": self.n_batches, "seq": seq, "workers": snapshot.partition_positions()}
         if self.config.data_assignment == "partition":
             position["seq"] = 0
         if self.evaluator_state is not None and "evaluator" not in extra:

@@ -1,23 +1,34 @@
 """Batch feed: which batch each worker trains on next, exactly once per epoch, in a seeded order.
 
-Batches never travel through the queue: every worker maps the same batch store (batch_store.py), and the
-parent's producer thread only sends tickets `(seq, epoch, index)` through a bounded queue, up to 32 consecutive
-tickets per queue item on larger data (each item wakes the parent's feeder thread: a cost worth amortising), so a
-step costs a fraction of one small pickle instead of shared-memory handles for every tensor.
-`seq = epoch * n + position` numbers tickets in feed order; a checkpoint stores the first sequence number not yet
-trained (`CounterSnapshot.resume_seq`, run_state.py) and a resumed run continues from exactly there with the same
-order. In 'partition' mode each worker walks its own fixed shard (`indices[w::W]`, reshuffled within the shard every
-epoch) and no queue is used.
+Batches never travel through a queue: every worker maps the same batch store (batch_store.py), and the parent's
+dealer thread only sends tickets `(seq, epoch, index)`, up to 32 consecutive tickets per queue item on larger data
+(each item wakes the parent's feeder thread: a cost worth amortising), so a step costs a fraction of one small
+pickle instead of shared-memory handles for every tensor. `seq = epoch * n + position` numbers tickets in feed order.
 
-Serves step 3 of `hogwild.train` (spawn): the feed is built before spawning, its producer started in step 4.
+Each worker has a queue of its own (its `Mailbox`), a few items deep: a worker killed while it reads (a
+multiprocessing queue's reader holds a lock and may leave half a message) breaks only its own queue, which the
+dealer replaces for the worker that takes its place (`reassign`). The dealer knows every ticket it dealt to each
+worker, and a worker counts a batch done with one store as its step ends (`SharedCounters.tickets_done`), in the
+order received: what a dead worker had not counted - in its queue, received, being trained, its update half
+applied - is dealt again first, so none is lost and each is counted once (a batch may be trained twice). The same
+bookkeeping makes max_steps exact: the dealer deals only as many tickets as updates are left (a skipped,
+non-finite update frees its ticket's slot), and ends every worker when all are applied; and it gives the checkpoint
+its data position, the first ticket not known to be done (`resume_seq`): a resumed run continues from exactly there
+with the same order. In 'partition' mode each worker walks its own fixed shard (`indices[w::W]`, reshuffled within
+the shard every epoch) and no queue is used.
 
-Usage: `feed = BatchFeed(ctx, n_batches=100, workers=2, epochs=3, seed=0, shuffle=True, depth=16); feed.start(stop)`
+Serves step 3 of `hogwild.train` (spawn): the feed is built before spawning, its dealer started in step 4.
+
+Usage: `feed = BatchFeed(ctx, 100, workers=2, epochs=3, seed=0, shuffle=True, depth=16, counters=counters)`;
+`feed.start(stop)`; worker w reads `QueueReader(feed.mailbox(w), stop, view)`; `feed.reassign(w)` after it died.
 """
 from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,6 +37,7 @@ import torch
 
 Ticket = tuple[int, int, int]  # (seq, epoch, batch index)
 _POLL = 0.2  # seconds between stop checks while waiting on the queue
+_BUDGET_POLL = 0.005  # seconds between the dealer's checks while the last updates of max_steps are in flight
 _MAX_CHUNK = 32  # most tickets per queue item (each put wakes the parent's feeder thread: ~150 us of its CPU)
 
 
@@ -64,68 +76,169 @@ def as_sequence(batches: Sequence | Iterable) -> Sequence:
     return sequence
 
 
+@dataclass
+class Mailbox:
+    """One worker's tickets: its own queue, and the feed's `room` semaphore, which the worker posts after each item it
+    takes so that the dealer wakes (a post is one atomic operation: a killed worker leaves no lock held)."""
+
+    queue: Any
+    room: Any
+
+
 class BatchFeed:
-    """Parent side of 'queue' mode: a producer thread puts lists of consecutive tickets into a bounded queue,
-    then one None per worker."""
+    """Parent side of 'queue' mode: a dealer thread fills each worker's queue with lists of consecutive tickets, then
+    None when nothing is left for it. `counters` (run_state.SharedCounters) tell which dealt tickets are done."""
 
     def __init__(self, ctx: Any, n_batches: int, workers: int, epochs: int | None, seed: int, shuffle: bool,
-                 depth: int, start_seq: int = 0):
-        self.queue = ctx.Queue(maxsize=depth)
-        self.n, self.workers, self.epochs = n_batches, workers, epochs
-        self.seed, self.shuffle, self.start_seq = seed, shuffle, start_seq
+                 depth: int, counters: Any, start_seq: int = 0, max_steps: int | None = None):
+        self.ctx, self.n, self.workers, self.epochs = ctx, n_batches, workers, epochs
+        self.seed, self.shuffle, self.start_seq, self.counters = seed, shuffle, start_seq, counters
         self.chunk = tickets_per_item(n_batches, workers)
+        self.depth = max(2, -(-depth // workers))  # items per worker: about `depth` in all
+        self.room = ctx.Semaphore(0)
+        self.queues = [ctx.Queue(maxsize=self.depth) for _ in range(workers)]
+        self._lock = threading.Lock()  # the dealer thread and the parent's loop (reassign, resume_seq)
+        self._epoch, self._position = divmod(start_seq, n_batches)
+        self._order = epoch_order(n_batches, seed, self._epoch, shuffle)
+        self._returned: deque[Ticket] = deque()  # tickets of a dead worker, dealt again first
+        self._held = [deque() for _ in range(workers)]  # dealt to each worker, not yet known done, in dealt order
+        self._counted = counters.tickets_done().copy()  # each worker's done count when its _held was last trimmed
+        self._done_before = int(self._counted.sum())
+        self._ended = [False] * workers  # sent None
+        self._steps_left = None if max_steps is None else max_steps - counters.global_updates()
+        self._skipped_before = counters.skipped_total()
+        self._dealt = 0  # tickets dealt and not given back
+        self._next = 0  # the worker the dealer serves first on its next round
         self._thread: threading.Thread | None = None
 
+    def mailbox(self, worker: int) -> Mailbox:
+        return Mailbox(self.queues[worker], self.room)
+
     def start(self, stopped: Callable[[], bool]) -> None:
-        self._thread = threading.Thread(target=self._produce, args=(stopped,), name="hogwild-feed", daemon=True)
+        self._thread = threading.Thread(target=self._deal, args=(stopped,), name="hogwild-feed", daemon=True)
         self._thread.start()
 
-    def _produce(self, stopped: Callable[[], bool]) -> None:
-        epoch, position = divmod(self.start_seq, self.n)
-        while self.epochs is None or epoch < self.epochs:
-            order = epoch_order(self.n, self.seed, epoch, self.shuffle)
-            for first in range(position, self.n, self.chunk):
-                positions = range(first, min(first + self.chunk, self.n))
-                chunk = [(epoch * self.n + p, epoch, int(order[p])) for p in positions]
-                if not self._put(chunk, stopped):
-                    return
-            epoch, position = epoch + 1, 0
-        for _ in range(self.workers):
-            if not self._put(None, stopped):
-                return
-
-    def _put(self, item: list[Ticket] | None, stopped: Callable[[], bool]) -> bool:
+    def _deal(self, stopped: Callable[[], bool]) -> None:
         while not stopped():
-            try:
-                self.queue.put(item, timeout=_POLL)
-                return True
-            except queue.Full:
-                continue
-        return False
+            with self._lock:
+                dealt, waiting = self._round()
+            if not dealt:  # every queue full, or the budget waits on updates in flight: sleep until a worker reads
+                self.room.acquire(timeout=_BUDGET_POLL if waiting else _POLL)
+
+    def _round(self) -> tuple[int, bool]:
+        """Deal to every worker with room, one item each per pass, until none can take more. Returns (items put,
+        whether dealing waits on updates in flight)."""
+        done = self.counters.tickets_done()
+        put, waiting, progress = 0, False, True
+        while progress:
+            progress = False
+            for worker in [(self._next + k) % self.workers for k in range(self.workers)]:
+                if self._ended[worker] or self.queues[worker].full():
+                    continue
+                item = self._take(done)
+                if item is _WAIT:
+                    waiting = True
+                    break
+                self.queues[worker].put_nowait(item)  # only the dealer puts: a queue that is not full has room
+                if item is None:
+                    self._ended[worker] = True
+                else:
+                    self._trim(worker, done[worker])  # here only: a wake-up costs little with many workers
+                    self._held[worker].extend(item)
+                    self._dealt += len(item)
+                put, progress = put + 1, True
+            self._next = (self._next + 1) % self.workers
+        return put, waiting
+
+    def _take(self, done: np.ndarray) -> list[Ticket] | None | object:
+        """The next item for a worker: returned tickets first, then the data's; None when there is nothing left to
+        deal; _WAIT while max_steps has no slot free but updates are in flight (a skipped one frees its slot)."""
+        size = self.chunk
+        if self._steps_left is not None:
+            free = self._steps_left - self._dealt + (self.counters.skipped_total() - self._skipped_before)
+            if free <= 0:
+                return None if self._dealt == int(done.sum()) - self._done_before else _WAIT  # all done: the end
+            size = min(size, free)
+        if self._returned:
+            return [self._returned.popleft() for _ in range(min(size, len(self._returned)))]
+        if self.epochs is not None and self._epoch >= self.epochs:
+            return None
+        chunk = []
+        while len(chunk) < size and (self.epochs is None or self._epoch < self.epochs):
+            chunk.append((self._epoch * self.n + self._position, self._epoch, int(self._order[self._position])))
+            self._position += 1
+            if self._position == self.n:
+                self._epoch, self._position = self._epoch + 1, 0
+                self._order = epoch_order(self.n, self.seed, self._epoch, self.shuffle)
+        return chunk
+
+    def _trim(self, worker: int, done: int) -> None:
+        """Forget the tickets `worker` has counted done since the last trim (the first ones it was dealt)."""
+        held = self._held[worker]
+        for _ in range(min(int(done - self._counted[worker]), len(held))):
+            held.popleft()
+        self._counted[worker] = max(self._counted[worker], done)
+
+    def reassign(self, worker: int) -> Mailbox:
+        """`worker`'s process has died (and been reaped): the tickets it had not counted go back to be dealt first,
+        and a new queue waits for the process that takes its place."""
+        with self._lock:
+            self._trim(worker, self.counters.tickets_done()[worker])
+            back = self._held[worker]
+            self._returned.extendleft(reversed(back))
+            self._dealt -= len(back)
+            self._held[worker] = deque()
+            old, self.queues[worker] = self.queues[worker], self.ctx.Queue(maxsize=self.depth)
+            self._ended[worker] = False
+        old.cancel_join_thread()  # its reader is gone: never wait to flush tickets into it
+        old.close()
+        self.room.release()  # wake the dealer for the new queue
+        return self.mailbox(worker)
+
+    def resume_seq(self) -> int:
+        """The checkpoint's data position: the first ticket not known to be done (held by a worker - queued,
+        received, being trained -, given back, or not dealt yet). Later tickets done by other workers are trained
+        again on resume: at most a few queue items per worker."""
+        with self._lock:
+            done = self.counters.tickets_done()
+            first = self._epoch * self.n + self._position
+            for worker in range(self.workers):
+                self._trim(worker, done[worker])
+                first = min([first] + [seq for seq, _, _ in self._held[worker]])
+            return min([first] + [seq for seq, _, _ in self._returned])
 
     def close(self) -> None:
         if self._thread is not None:
             self._thread.join(timeout=2 * _POLL + 1)
-        self.queue.cancel_join_thread()  # never block exit on tickets nobody will read
-        self.queue.close()
+        for tickets in self.queues:
+            tickets.cancel_join_thread()  # never block exit on tickets nobody will read
+            tickets.close()
+
+
+_WAIT = object()  # BatchFeed._take: nothing to deal now, maybe later
 
 
 class QueueReader:
     """Worker side of 'queue' mode. next() -> (epoch, index), or None at the end of the data or on stop.
 
-    Tickets received but not started stay 'in progress' for the checkpoint's data position (the counters'
-    IN_PROGRESS holds the first of them), so stopping between them loses none."""
+    Tickets received but not started stay 'in progress' in the counters (IN_PROGRESS holds the first of them)."""
 
-    def __init__(self, tickets: Any, stopped: Callable[[], bool], view: Any):
-        self.tickets, self.stopped, self.view = tickets, stopped, view
+    def __init__(self, mailbox: Mailbox, stopped: Callable[[], bool], view: Any):
+        self.tickets, self.room, self.stopped, self.view = mailbox.queue, mailbox.room, stopped, view
         self.pending: list[Ticket] = []  # received, not yet started, in feed order
 
-    def next(self) -> tuple[int, int] | None:
+    def next(self, idle: Callable[[], None] | None = None) -> tuple[int, int] | None:
+        """idle(): called once if the queue is empty, before waiting on it (the worker lands an update it holds back:
+        at max_steps the dealer sends the end only once every update dealt has landed)."""
         while not self.pending and not self.stopped():
             try:
-                chunk = self.tickets.get(timeout=_POLL)
+                chunk = self.tickets.get(timeout=_POLL if idle is None else 0)
             except queue.Empty:
+                if idle is not None:
+                    idle()
+                    idle = None
                 continue
+            self.room.release()
             if chunk is None:
                 return None
             self.view.received(chunk[0][0], chunk[-1][0])
@@ -152,7 +265,7 @@ class PartitionReader:
         if len(self.order) == 0:
             raise ValueError(f"partition mode: {n} batches cannot give each of {workers} workers a shard")
 
-    def next(self) -> tuple[int, int] | None:
+    def next(self, idle: Callable[[], None] | None = None) -> tuple[int, int] | None:
         if self.position >= len(self.order):
             self.epoch, self.position = self.epoch + 1, 0
             self.order = partition_order(self.n, self.workers, self.worker, self.seed, self.epoch, self.shuffle)

@@ -4,8 +4,10 @@ one row per worker, written only by that worker, and the run's stop and start fl
 The global update count is the sum of the per-worker counts, so no two processes ever write the same
 slot and no lock is needed. The parent (and a communication agent) only read (its readers, a CounterSnapshot).
 
-The one exception is StepBudget, the shared count of claimed update slots that makes max_steps exact: workers
-claim slots under a lock.
+The one exception is StepBudget, the shared count of claimed update slots that makes max_steps exact in partition
+mode: workers claim slots under a lock (in queue mode the feed deals exactly max_steps batches instead, feed.py, and
+a worker killed while holding a lock blocks nobody). The parent writes a worker's row only between two processes
+of that worker (`restarting`).
 
 Serves step 2 of `hogwild.train` (share): created there, written by the workers (step 3), read by the parent
 (steps 4 and 5).
@@ -82,6 +84,23 @@ class SharedCounters:
 
     def not_ready(self) -> list[int]:
         return [w for w in range(self.workers) if self.ints[w, READY] != 1]
+
+    def ready(self, worker: int) -> bool:
+        return bool(self.ints[worker, READY] == 1)
+
+    def restarting(self, worker: int) -> None:
+        """The parent's one write into a worker's row, made while no process owns it (the old one is dead, its
+        replacement not yet started): the row is not ready again until the replacement has mapped the batches."""
+        self.ints[worker, READY] = 0
+
+    def tickets_done(self) -> np.ndarray:
+        """Per worker, the batches whose step has ended: applied plus skipped updates. (W,) int64. Each counts with
+        one store (UPDATES or SKIPPED += 1), so a worker killed at any point has counted a batch or not, and counts
+        them in the order it received them: the feed (feed.py) hands the ones it had not counted to another."""
+        return self.ints[:, UPDATES].numpy() + self.ints[:, SKIPPED].numpy()
+
+    def skipped_total(self) -> int:
+        return int(self.ints[:, SKIPPED].sum())
 
     def load(self, ints: torch.Tensor, floats: torch.Tensor, staleness: torch.Tensor) -> None:
         """Restore counters from a checkpoint (same number of workers) before the workers start."""
@@ -248,10 +267,10 @@ class WorkerView:
 
 
 class StepBudget:
-    """max_steps made exact: a worker claims an update slot before it trains a batch, atomically under one lock
-    (7.6 us per claim, measured uncontended on the busy 2-core machine, next to milliseconds per update), and gives
-    it back when the update is not applied (non-finite gradient, no batch left). Reading the global count and
-    comparing would let every worker pass the check at max_steps - 1, ending up to workers - 1 updates over.
+    """max_steps made exact in partition mode: a worker claims an update slot before it trains a batch, atomically under
+    one lock (7.6 us per claim, measured uncontended on the busy 2-core machine, next to milliseconds per update),
+    and gives it back when the update is not applied (non-finite gradient, no batch left). Reading the global count
+    and comparing would let every worker pass the check at max_steps - 1, ending up to workers - 1 updates over.
 
     Usage: `budget = StepBudget(ctx, max_steps, already_done)`; in a worker `if not budget.claim(): stop`
     """

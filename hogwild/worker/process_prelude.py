@@ -42,10 +42,10 @@ class WorkerSpec:
     store: BatchStore
     counters: SharedCounters
     control: RunControl  # the run's stop and start flags
-    tickets: Any  # queue of tickets, None in partition mode
-    errors: Any  # queue for (worker, traceback text)
+    tickets: Any  # share.feed.Mailbox: this worker's queue of tickets; None in partition and sync modes
+    error_file: str  # where a failure's traceback goes (a file: a queue's lock could be held by a killed worker)
     parent_pid: int
-    budget: StepBudget | None = None  # with config.max_steps: the shared count of claimed update slots
+    budget: StepBudget | None = None  # partition mode with max_steps: the shared count of claimed update slots
     partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
     start_seq: int = 0  # sync mode: the first ticket to train (resume)
 
@@ -80,8 +80,8 @@ def run_worker_process(spec: WorkerSpec, train: Callable[[Callable[[], bool]], N
     the parent with its traceback and the process exits 1 (0 once train returns). `stopped()` is true once the
     parent requests a stop or has died."""
     try:
-        for name in PARENT_SIGNALS:  # Ctrl-C, `timeout` and batch schedulers signal the whole process group: the
-            signal.signal(name, signal.SIG_IGN)  # parent decides (it stops the workers, then checkpoints)
+        for name in PARENT_SIGNALS:  # Ctrl-C, `timeout`, batch schedulers and a closed terminal signal the whole
+            signal.signal(name, signal.SIG_IGN)  # process group: the parent decides (it stops them, then checkpoints)
         die_with_parent(spec.parent_pid)
         torch.set_num_threads(spec.config.threads_per_worker)
         bind_device(torch_device(spec.device))
@@ -93,8 +93,11 @@ def run_worker_process(spec: WorkerSpec, train: Callable[[Callable[[], bool]], N
 
         train(stopped)
     except BaseException:  # noqa: BLE001 - anything, even SystemExit, is reported to the parent
-        spec.errors.put((spec.worker, traceback.format_exc()))
-        spec.errors.close()
-        spec.errors.join_thread()  # the traceback has reached the pipe
+        try:
+            with open(spec.error_file + ".tmp", "w", encoding="utf-8") as file:
+                file.write(traceback.format_exc())
+            os.replace(spec.error_file + ".tmp", spec.error_file)  # whole before the exit status tells the parent
+        except OSError:
+            traceback.print_exc()  # no room to write it: the parent names the exit status and points at stderr
         exit_now(1)
     exit_now(0)

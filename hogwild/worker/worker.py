@@ -114,15 +114,16 @@ def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], params: S
 
 
 def next_ticket(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
-                deadline: float | None) -> tuple[int, int] | None:
-    """The next (epoch, batch index) to train, with its max_steps slot claimed; None once the run is over for this
-    worker (stop, deadline, budget spent, no batch left)."""
+                deadline: float | None, idle: Callable[[], None] | None = None) -> tuple[int, int] | None:
+    """The next (epoch, batch index) to train, with its max_steps slot claimed (partition mode; the queue's dealer
+    deals exactly max_steps); None once the run is over for this worker (stop, deadline, budget spent, no batch
+    left). idle(): the reader calls it before it waits for a ticket (an overlapped worker lands its held update)."""
     budget = spec.budget  # None without max_steps; a claimed slot also covers an update still in flight
     if stopped() or (deadline is not None and time.time() >= deadline):
         return None
     if budget is not None and not budget.claim():  # an update slot, so that max_steps is exact
         return None
-    ticket = reader.next()
+    ticket = reader.next(idle)
     if ticket is None and budget is not None:
         budget.release()
     return ticket
@@ -137,9 +138,10 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     check = GradientCheck(params.grad_params) if config.skip_nonfinite and config.clip_norm is None else None
     clock, device = PhaseClock(params.device), params.device
     overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
+    idle = updater.finish if overlap else None  # no ticket at hand: land the update held back before waiting
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
     steps = read_version = 0  # read_version: the global update count at the last pull of the dense parameters
-    while (ticket := next_ticket(spec, reader, stopped, deadline)) is not None:
+    while (ticket := next_ticket(spec, reader, stopped, deadline, idle)) is not None:
         epoch, index = ticket
         batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device, True)
         seed_batch(device, batch_seed(config.seed, epoch, index))
@@ -177,9 +179,10 @@ def train_graphed_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader,
     config, view = spec.config, reader.view
     deadline = spec.control.wait_for_start(stopped, config.time_limit)
     overlap = updater.executor is not None
+    idle = updater.finish if overlap else None  # no ticket at hand: land the update held back before waiting
     step.pull.prefetch(view.global_updates())  # the first step's parameters
     steps = 0
-    while (ticket := next_ticket(spec, reader, stopped, deadline) or _after_last(spec, reader, stopped, deadline,
+    while (ticket := next_ticket(spec, reader, stopped, deadline, idle) or _after_last(spec, reader, stopped, deadline,
                                                                                   updater, step)) is not None:
         epoch, index = ticket
         seed_batch(step.device, batch_seed(config.seed, epoch, index))

@@ -105,6 +105,13 @@ def slow_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
     return mse_loss(model, batch)
 
 
+def dies_after_a_restart_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """slow_loss, except in a process spawned after HOGWILD_TEST_DIE_AT_START was set: it raises at its first step."""
+    if os.environ.get("HOGWILD_TEST_DIE_AT_START"):
+        raise RuntimeError("deliberate failure: this worker dies at once")
+    return slow_loss(model, batch)
+
+
 def serial_reference(model: nn.Module, loss_fn, batches: list, optimizer: torch.optim.Optimizer, epochs: int,
                      seed: int, clip_norm: float | None = None, shuffle: bool = True) -> list[float]:
     """The plain torch loop the engine must reproduce with one worker: same order, same per-batch RNG."""

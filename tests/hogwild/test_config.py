@@ -83,6 +83,12 @@ def test_round_trip_through_dict():
     ({"skip_nonfinite": 1}, "skip_nonfinite"),
     ({"threads_per_worker": 0}, "threads_per_worker"),
     ({"eval_device": "tpu"}, "eval_device"),
+    ({"checkpoint_minutes": 0}, "checkpoint_minutes"),
+    ({"checkpoint_minutes": float("inf")}, "checkpoint_minutes"),
+    ({"max_restarts": -1}, "max_restarts"),
+    ({"max_restarts": 1.0}, "max_restarts"),
+    ({"max_restarts": 1, "mode": "sync", "workers": 2}, "max_restarts"),
+    ({"max_restarts": 1, "data_assignment": "partition"}, "max_restarts"),
 ])
 def test_invalid_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^Config\.{field}: "):

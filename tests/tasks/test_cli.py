@@ -48,6 +48,11 @@ def test_flags_parse_into_options():
                                                                                  "sync")
     assert (args.progress, args.distributed, args.tester, args.workers, args.preset) == (False, "easgd", True, 2,
                                                                                          "small")
+    for given, minutes in (([], 10.0), (["--checkpoint-minutes", "0.5"], 0.5), (["--checkpoint-minutes", "0"], None),
+                           (["--checkpoint-minutes", "off"], None)):
+        options = RunOptions(**{k: v for k, v in vars(train_parser().parse_args(given)).items() if k != "config"})
+        assert options.resolved().engine_config(["cpu"]).checkpoint_minutes == minutes, given
+    assert train_parser().parse_args(["--max-restarts", "3"]).max_restarts == 3
     tag = tag_parser().parse_args(["--checkpoint", "runs/x", "a.txt", "b.txt"])
     assert (tag.checkpoint, tag.files, tag.format) == ("runs/x", ["a.txt", "b.txt"], "slash")
     assert translate_parser().parse_args(["--checkpoint", "r", "--beam", "3"]).beam == 3
@@ -62,6 +67,10 @@ def test_flags_parse_into_options():
     (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
     (["--train", "/no/such/corpus"], "--train: /no/such/corpus does not exist"),
     (["translate", "--checkpoint", "r", "--beam", "0"], "--beam must be >= 1, got 0"),
+    (["--checkpoint-minutes", "soon"], "argument --checkpoint-minutes: must be a number of minutes, 0 or off; got"),
+    (["--checkpoint-minutes", "-1"], "--checkpoint-minutes: must be >= 0, got -1.0"),
+    (["--max-restarts", "-1"], "--max-restarts: must be >= 0, got -1"),
+    (["--max-restarts", "1", "--data-assignment", "partition"], "--max-restarts: needs data_assignment='queue'"),
 ])
 def test_bad_flag_values_exit_2_with_one_clear_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -1,6 +1,6 @@
-"""A real SIGTERM to a real `run.py` while it translates the held-out sets with the best checkpoint (after training):
-the decoding stops, summary.json says what was skipped, run.lock is released, exit 130; the same command with
---resume runs only that decoding (no worker, no update) and completes the summary."""
+"""A real SIGTERM (or SIGHUP: a closed terminal) to a real `run.py` while it translates the held-out sets with the best
+checkpoint (after training): the decoding stops, summary.json says what was skipped, run.lock is released, exit 130;
+the same command with --resume runs only that decoding (no worker, no update) and completes the summary."""
 import json
 import os
 import signal
@@ -23,7 +23,8 @@ def _write_test_set(prefix, count):
     prefix.with_name(prefix.name + ".tgt").write_text("".join(" ".join(t) + "\n" for _, t in pairs))
 
 
-def test_sigterm_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path, signum):
     out, test = tmp_path / "run", tmp_path / "test"
     _write_test_set(test, 2000)
     command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
@@ -38,7 +39,7 @@ def test_sigterm_during_the_final_decoding_leaves_a_summary_and_resume_finishes_
             assert process.poll() is None, process.communicate()
             assert time.time() < deadline, "the final decoding did not begin within 240 s"
             time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
@@ -46,8 +47,8 @@ def test_sigterm_during_the_final_decoding_leaves_a_summary_and_resume_finishes_
     assert process.returncode == 130, stdout + stderr
     assert "Traceback" not in stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["stop_reason"] == ("signal SIGTERM during the final held-out evaluation, which was skipped "
-                                      "(training had stopped: max_steps)")
+    assert summary["stop_reason"] == (f"signal {signal.Signals(signum).name} during the final held-out evaluation, "
+                                      f"which was skipped (training had stopped: max_steps)")
     assert summary["training_stop_reason"] == "max_steps" and summary["heldout"] is None
     assert summary["updates"] == 5 and summary["final_train_loss"] is not None
     assert not (out / "run.lock").exists() and not (out / "test.hyp").exists()
@@ -70,3 +71,16 @@ def test_sigterm_during_the_final_decoding_leaves_a_summary_and_resume_finishes_
     again = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 1  # now finished: nothing to train, nothing to decode
     assert again.stderr.strip().splitlines()[-1].startswith("run.py: error: --steps 5: ")
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_while_the_data_loads_sigterm_and_sighup_interrupt_as_ctrl_c_does(name):
+    """Before the engine handles signals (run.py loading the data), SIGTERM and SIGHUP raise KeyboardInterrupt, which
+    run.py turns into "interrupted", exit 130, run.lock released; the previous handler returns after the block. In a
+    process of its own: SIGHUP detaches a terminal."""
+    code = (f"import os, signal, time\nfrom hogwild.tasks.final_signals import stops_as_interrupt\n"
+            f"before = signal.getsignal(signal.{name})\ntry:\n    with stops_as_interrupt():\n"
+            f"        os.kill(os.getpid(), signal.{name})\n        time.sleep(5)\nexcept KeyboardInterrupt:\n"
+            f"    print('interrupted', signal.getsignal(signal.{name}) is before)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "interrupted True\n", "")

@@ -1,6 +1,7 @@
 """Real processes, real signals, a real full disk: two runs on one --out (the second is refused, naming the first),
 a run killed with SIGKILL (its lock is taken over by --resume), a torn metrics line (plot reads the run, --resume
-repairs it), and a run on a full disk (it stops naming the file; metrics.jsonl holds whole records only)."""
+repairs it), a run on a full disk (it stops naming the file; metrics.jsonl holds whole records only), and a killed
+worker replaced (--max-restarts)."""
 import json
 import os
 import shlex
@@ -118,3 +119,48 @@ def test_a_start_refused_by_a_small_dev_shm_leaves_nothing_that_blocks_the_retry
         assert done.stderr.strip().splitlines()[-1].startswith("run.py: error: /dev/shm has 1.0 MiB free, but "), \
             done.stderr
     assert not (tmp_path / "new").exists() and list(existing.iterdir()) == []
+
+
+def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_path):
+    """--max-restarts 1: a worker killed with kill -9 mid-run is replaced, the run reaches exactly --steps, exit 0,
+    and summary.json counts the restart (metrics.jsonl names the worker)."""
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "2", "--steps", "600",
+                                "--log-every", "10", "--max-restarts", "1", "--out", str(out)], cwd=REPO, env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not any(r["kind"] == "train" and r["updates"] >= 20 for r in _records_so_far(out / "metrics.jsonl")):
+            assert process.poll() is None and time.time() < deadline, process.communicate()
+            time.sleep(0.05)
+        worker = _worker_of(process.pid)
+        os.kill(worker, signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, stdout + stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["restarts"], summary["updates"], summary["stop_reason"]) == (1, 600, "max_steps")
+    [restart] = [r for r in _records(out / "metrics.jsonl") if r["kind"] == "restart"]
+    assert restart["reason"].endswith(f"pid {worker}) was killed by signal SIGKILL")
+    assert "restarting worker " in stderr and "(1 of --max-restarts 1)" in stderr
+
+
+def _records_so_far(path):
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def _worker_of(pid):
+    """A worker process of run.py `pid` (spawned: its command line runs multiprocessing's spawn_main)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+                command = open(f"/proc/{entry}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if parent == pid and b"spawn_main" in command:
+                return int(entry)
+    raise AssertionError(f"no worker process of pid {pid}")

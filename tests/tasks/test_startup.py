@@ -1,6 +1,7 @@
 """Too many workers for the machine (issue #14 item 3), in real processes pinned to one core: run.py warns naming
---workers, shows start-up progress, and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) ends a
-start-up cleanly, with nothing left running (--time-limit: tests/hogwild/parent/test_startup_bounds.py)."""
+--workers, shows start-up progress, and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or a
+closed terminal (SIGHUP to the whole group) ends a start-up cleanly, with nothing left running (--time-limit:
+tests/hogwild/parent/test_startup_bounds.py)."""
 import json
 import os
 import signal
@@ -44,7 +45,8 @@ def _no_leftovers(process):
     assert session_members(process.pid) == []
 
 
-def test_ctrl_c_during_start_up_stops_the_run_cleanly(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_or_a_closed_terminal_during_start_up_stops_the_run_cleanly(tmp_path, signum):
     process = _start("--steps", "1000", "--out", str(tmp_path / "run"))
     seen = []
     for line in process.stderr:  # progress appears 2 s into start-up
@@ -52,7 +54,7 @@ def test_ctrl_c_during_start_up_stops_the_run_cleanly(tmp_path):
         if line.startswith("starting workers: "):
             break
     assert process.poll() is None, "".join(seen)
-    os.killpg(process.pid, signal.SIGINT)
+    os.killpg(process.pid, signum)
     stdout, stderr = _finish(process, timeout=120)
     stderr = "".join(seen) + stderr
     assert process.returncode == 130, stdout + stderr
@@ -60,5 +62,5 @@ def test_ctrl_c_during_start_up_stops_the_run_cleanly(tmp_path):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert f"interrupted: continue with the same command plus --resume --out {tmp_path / 'run'}" in stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert (summary["stop_reason"], summary["updates"]) == ("signal SIGINT", 0)
+    assert (summary["stop_reason"], summary["updates"]) == (f"signal {signal.Signals(signum).name}", 0)
     _no_leftovers(process)

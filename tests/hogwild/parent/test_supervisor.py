@@ -94,8 +94,8 @@ def test_a_worker_killed_by_a_signal_is_named(tmp_path):
     assert multiprocessing.active_children() == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_sigint_and_sigterm_stop_gracefully_with_a_checkpoint(tmp_path, signum):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_sigint_sigterm_and_sighup_stop_gracefully_with_a_checkpoint(tmp_path, signum):
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -113,20 +113,23 @@ def test_sigint_and_sigterm_stop_gracefully_with_a_checkpoint(tmp_path, signum):
     assert saved["global_step"] == result["updates"] >= 2
 
 
-def test_sigterm_to_the_whole_process_group_stops_gracefully(tmp_path):
-    """`timeout`, batch schedulers and service managers signal every process of the group, the workers too: the
-    workers ignore it and the parent stops them after their step and checkpoints (no worker counts as failed)."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_whole_process_group_stops_gracefully(tmp_path, signum):
+    """`timeout`, batch schedulers and service managers (SIGTERM) and a closed terminal (SIGHUP) signal every process
+    of the group, the workers too: the workers ignore it and the parent stops them after their step and checkpoints
+    (no worker counts as failed)."""
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
-        os.killpg(process.pid, signal.SIGTERM)
+        os.killpg(process.pid, signum)
         out, err = process.communicate(timeout=30)
     finally:
         process.kill()
     assert process.returncode == 0, err
+    assert "Traceback" not in err and "resource_tracker" not in err  # nothing else of the group died
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["stop_reason"] == "signal SIGTERM"
+    assert result["stop_reason"] == f"signal {signal.Signals(signum).name}"
     assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == result["updates"] >= 2
 
 

@@ -1,4 +1,5 @@
-"""hogwild.share.feed: seeded epoch orders, exactly-once tickets through the bounded queue, shards, resume positions."""
+"""hogwild.share.feed: seeded epoch orders, exactly-once tickets through each worker's bounded queue, a dead
+worker's tickets dealt again once, max_steps dealt exactly, shards, resume positions."""
 import threading
 from collections import Counter
 
@@ -9,7 +10,7 @@ import torch.multiprocessing as mp
 
 from hogwild.share.feed import (BatchFeed, PartitionReader, QueueReader, as_sequence, epoch_order,
                                 partition_order, tickets_per_item)
-from hogwild.share.run_state import IN_PROGRESS, LAST_SEQ, TAKEN, SharedCounters
+from hogwild.share.run_state import IN_PROGRESS, LAST_SEQ, TAKEN, UPDATES, SharedCounters
 
 
 def test_epoch_order_is_a_seeded_permutation():
@@ -29,25 +30,36 @@ def test_partition_shards_are_fixed_disjoint_and_cover_the_batches():
     assert partition_order(11, 3, 2, seed=1, epoch=0, shuffle=False).tolist() == [2, 5, 8]
 
 
+def _consume(feed, worker, counters, stop, taken, skip=()):
+    """A worker's loop without the training: each ticket counted done (applied, or skipped when its seq is in skip)."""
+    view = counters.worker_view(worker)
+    reader = QueueReader(feed.mailbox(worker), stop.is_set, view)
+    while (ticket := reader.next()) is not None:
+        taken[worker].append(ticket)
+        if int(counters.ints[worker, IN_PROGRESS]) in skip:
+            view.skipped()
+        else:
+            view.applied(0, 1, 0.0, 0.1)
+        reader.done()
+
+
+def _feed(workers, **kwargs):
+    ctx, counters, stop = mp.get_context("spawn"), SharedCounters(workers), threading.Event()
+    kwargs = {"epochs": 1, "seed": 4, "shuffle": True, "depth": 4, **kwargs}
+    feed = BatchFeed(ctx, workers=workers, counters=counters, **kwargs)
+    return feed, counters, stop
+
+
 @pytest.mark.parametrize("n", [10, 64])  # one ticket per queue item, and chunks of 4
 def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order(n):
-    ctx, counters, stop = mp.get_context("spawn"), SharedCounters(2), threading.Event()
-    feed = BatchFeed(ctx, n_batches=n, workers=2, epochs=3, seed=4, shuffle=True, depth=4)
+    feed, counters, stop = _feed(2, n_batches=n, epochs=3)
     feed.start(stop.is_set)
     taken = [[], []]
-
-    def consume(worker):
-        reader = QueueReader(feed.queue, stop.is_set, counters.worker_view(worker))
-        while (ticket := reader.next()) is not None:
-            taken[worker].append(ticket)
-            reader.done()
-
-    threads = [threading.Thread(target=consume, args=(w,)) for w in range(2)]
+    threads = [threading.Thread(target=_consume, args=(feed, w, counters, stop, taken)) for w in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(10)
-    feed.close()
     both = taken[0] + taken[1]
     assert Counter((epoch, index) for epoch, index in both) == Counter(
         (epoch, index) for epoch in range(3) for index in range(n))
@@ -55,32 +67,90 @@ def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order(n
         expected = [(e, int(i)) for e in range(3) for i in epoch_order(n, 4, e, True)]
         assert taken[worker] == [t for t in expected if t in taken[worker]]
     assert counters.ints[:, TAKEN].sum() == 3 * n
-    assert counters.snapshot().resume_seq(0) == 3 * n
+    assert feed.resume_seq() == 3 * n
+    stop.set()
+    feed.close()
 
 
 def test_larger_data_sends_chunks_and_a_stop_mid_chunk_keeps_the_rest_for_resume():
     assert [tickets_per_item(n, 2) for n in (12, 16, 64, 1000)] == [1, 1, 4, 32]
-    ctx, counters, stop = mp.get_context("spawn"), SharedCounters(2), threading.Event()
-    feed = BatchFeed(ctx, n_batches=64, workers=2, epochs=1, seed=0, shuffle=False, depth=2)
+    feed, counters, stop = _feed(2, n_batches=64, shuffle=False, depth=2)
     feed.start(stop.is_set)
-    reader = QueueReader(feed.queue, stop.is_set, counters.worker_view(0))
+    view = counters.worker_view(0)
+    reader = QueueReader(feed.mailbox(0), stop.is_set, view)
     assert reader.next() == (0, 0)
     assert counters.ints[0, IN_PROGRESS] == 0 and counters.ints[0, LAST_SEQ] == 3  # holds tickets 0..3
+    view.applied(0, 1, 0.0, 0.1)
     reader.done()
     assert counters.ints[0, IN_PROGRESS] == 1  # 1..3 received, not trained
     assert reader.next() == (0, 1)
+    view.applied(0, 1, 0.0, 0.1)
     reader.done()
-    stop.set()  # stop with tickets 2 and 3 still held
+    stop.set()  # stop with tickets 2 and 3 still held (and worker 1's queue never read)
     assert reader.next() is None
-    assert counters.snapshot().resume_seq(0) == 2
+    assert feed.resume_seq() == 2
+    feed.close()
+
+
+def test_a_dead_workers_uncounted_tickets_are_dealt_again_first_and_each_is_counted_once():
+    """Worker 0 counts 1 of its tickets, and dies with the rest received, queued or mid-step: they go back to the
+    front of the line; worker 1 and worker 0's replacement then count every ticket of the 2 epochs exactly once.
+    One dealing round (the dealer thread's work) is run by hand first, so that the death comes after a count the
+    dealer has not seen: reassign itself must tell the counted ticket from the others."""
+    feed, counters, stop = _feed(2, n_batches=64, epochs=2, shuffle=False)
+    with feed._lock:
+        feed._round()
+    view = counters.worker_view(0)
+    reader = QueueReader(feed.mailbox(0), stop.is_set, view)
+    assert reader.next() == (0, 0)
+    view.applied(0, 1, 0.0, 0.1)
+    reader.done()
+    assert reader.next() == (0, 1)  # taken; its step never counts: the worker "dies" here
+    feed.reassign(0)  # as the supervisor does once the process is reaped
+    assert feed.resume_seq() == 1
+    feed.start(stop.is_set)
+    taken = [[], []]
+    threads = [threading.Thread(target=_consume, args=(feed, w, counters, stop, taken)) for w in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    again = taken[0] + taken[1]
+    assert Counter(again) + Counter([(0, 0)]) == Counter((e, i) for e in range(2) for i in range(64))
+    assert counters.tickets_done().sum() == 128 and feed.resume_seq() == 128
+    [got] = [tickets for tickets in taken if (0, 1) in tickets]
+    first = got.index((0, 1))  # the returned tickets were dealt again as they had been, in one item:
+    assert got[first:first + 3] == [(0, 1), (0, 2), (0, 3)]
+    stop.set()
+    feed.close()
+
+
+def test_max_steps_deals_exactly_the_updates_left_and_a_skipped_one_frees_its_slot():
+    """12 updates done already, max_steps 20: 8 tickets are dealt; the skipped one (seq 3) is replaced by the next
+    ticket; then every worker gets its end."""
+    counters = SharedCounters(2)
+    counters.ints[0, UPDATES] = 12
+    ctx, stop = mp.get_context("spawn"), threading.Event()
+    feed = BatchFeed(ctx, 10, 2, epochs=None, seed=0, shuffle=False, depth=4, counters=counters, max_steps=20)
+    feed.start(stop.is_set)
+    taken = [[], []]
+    threads = [threading.Thread(target=_consume, args=(feed, w, counters, stop, taken, {3})) for w in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(taken[0] + taken[1]) == [(0, i) for i in range(9)]
+    assert counters.snapshot().updates() == 20 and counters.skipped_total() == 1
+    stop.set()
     feed.close()
 
 
 def test_feed_resumes_at_a_sequence_number():
-    ctx, stop = mp.get_context("spawn"), threading.Event()
-    feed = BatchFeed(ctx, n_batches=10, workers=1, epochs=2, seed=4, shuffle=True, depth=20, start_seq=17)
+    feed, counters, stop = _feed(1, n_batches=10, epochs=2, depth=20, start_seq=17)
     feed.start(stop.is_set)
-    tickets = [feed.queue.get(timeout=5) for _ in range(4)]
+    tickets = [feed.queues[0].get(timeout=5) for _ in range(4)]
+    stop.set()
     feed.close()
     order = epoch_order(10, 4, 1, True)
     assert tickets == [[(17, 1, int(order[7]))], [(18, 1, int(order[8]))], [(19, 1, int(order[9]))], None]
