@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from contextlib import nullcontext
 
 import torch
 
@@ -59,17 +60,31 @@ def encoder_only_loss(model: AttentionNMT, batch: dict) -> tuple[torch.Tensor, i
     return encoded.keys.sum() + encoded.initial_state.sum(), 1
 
 
-def time_update(model, loss_fn, batch, device) -> float:
-    """Seconds of one zero_grad + forward + backward."""
+def time_update(model, loss_fn, batch, device, amp: str | None = None) -> float:
+    """Seconds of one zero_grad + forward + backward (the forward under bf16 autocast with amp="bf16")."""
     if device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
     model.zero_grad(set_to_none=True)
-    loss, _ = loss_fn(model, batch)
+    with torch.autocast(device.type, dtype=torch.bfloat16) if amp else nullcontext():
+        loss, _ = loss_fn(model, batch)
     loss.backward()
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def time_cases(cases: list[tuple], device) -> dict[str, list[float]]:
+    """Each case (name, model, loss_fn, batch, rounds) warmed up once (allocator, first-call overheads), then timed
+    `rounds` times, the cases interleaved round by round: name -> seconds of each update."""
+    for _, model, loss_fn, batch, _ in cases:
+        time_update(model, loss_fn, batch, device)
+    times: dict[str, list[float]] = {name: [] for name, *_ in cases}
+    for r in range(max(c[4] for c in cases)):
+        for name, model, loss_fn, batch, rounds in cases:
+            if r < rounds:
+                times[name].append(time_update(model, loss_fn, batch, device))
+    return times
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,13 +123,7 @@ def main(argv: list[str] | None = None) -> None:
                   (f"pos/{preset} B=16x25", tagger, pos_loss, pos_16, rounds),
                   (f"nmt/{preset} B=64 full", nmt, nmt_loss, nmt_64, rounds),
                   (f"nmt/{preset} B=64 encoder only", nmt, encoder_only_loss, nmt_64, rounds)]
-    for _, model, loss_fn, batch, _ in cases:  # warm-up (allocator, first-call overheads)
-        time_update(model, loss_fn, batch, device)
-    times: dict[str, list[float]] = {name: [] for name, *_ in cases}
-    for r in range(max(c[4] for c in cases)):
-        for name, model, loss_fn, batch, rounds in cases:
-            if r < rounds:
-                times[name].append(time_update(model, loss_fn, batch, device))
+    times = time_cases(cases, device)
     print(f"# bench_models: {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, device {device}, "
           f"threads {torch.get_num_threads()}")
     print("# command: " + command_line())

@@ -28,7 +28,7 @@ from hogwild.models.host_fields import to_device
 from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 from bench import command_line
-from bench.bench_models import AFFIX, POS_VOCAB, time_update
+from bench.bench_models import AFFIX, POS_VOCAB, time_cases
 
 EDGES = (8, 16, 24, 32, 48, 64)
 
@@ -128,13 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         cases += three_ways(f"pos/{preset} B=1", tagger, pos_loss, *batches["pos1"], rounds)
         cases += three_ways(f"pos/{preset} B=16", tagger, pos_loss, *batches["pos16"], rounds)
         cases += three_ways(f"nmt/{preset} B={args.pairs}", nmt, nmt_loss, *batches["nmt"], rounds)
-    for _, model, loss_fn, batch, _ in cases:  # warm-up (allocator, first-call overheads)
-        time_update(model, loss_fn, batch, device)
-    times: dict[str, list[float]] = {name: [] for name, *_ in cases}
-    for r in range(max(c[4] for c in cases)):
-        for name, model, loss_fn, batch, rounds in cases:
-            if r < rounds:
-                times[name].append(time_update(model, loss_fn, batch, device))
+    times = time_cases(cases, device)
     print(f"# bench_padded: {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, device {device}, "
           f"threads {torch.get_num_threads()}")
     print("# command: " + command_line())

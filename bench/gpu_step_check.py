@@ -26,7 +26,6 @@ import functools
 import statistics
 import sys
 import time
-from contextlib import nullcontext
 
 import torch
 
@@ -40,7 +39,7 @@ from hogwild.worker.gradients import gradient_norm
 from hogwild.worker.step_graph import StepGraphs
 
 from bench import command_line
-from bench.bench_models import POS_VOCAB
+from bench.bench_models import POS_VOCAB, time_update
 from bench.bench_padded import bucketed_nmt, bucketed_pos, nmt_batch, pos_batch
 
 CLIP = {"nmt": 1.0, "pos": None}  # run.py's recipes (tasks/defaults.py)
@@ -107,19 +106,6 @@ def equality(task: str, model, batches: tuple[dict, dict, dict], device: torch.d
     return ok
 
 
-def eager_time(model, loss_fn, batch: dict, device: torch.device, amp: str | None) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    model.zero_grad(set_to_none=True)
-    with torch.autocast(device.type, dtype=torch.bfloat16) if amp else nullcontext():
-        loss, _ = loss_fn(model, batch)
-    loss.backward()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\nOf run.py's options it takes "
                                 "--vocab-size (or --config FILE's).", formatter_class=HelpFormatter)
@@ -152,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         replica = copy.deepcopy(nets[task]).to(device)
         for amp in (None, "bf16"):
             precision = amp or "fp32"
-            cases[f"{task} {precision} eager packed"] = functools.partial(eager_time, replica, loss_fn, own, device,
+            cases[f"{task} {precision} eager packed"] = functools.partial(time_update, replica, loss_fn, own, device,
                                                                           amp)
             cases[f"{task} {precision} eager padded"] = functools.partial(
-                eager_time, replica, functools.partial(loss_fn, padded=True), bucket, device, amp)
+                time_update, replica, functools.partial(loss_fn, padded=True), bucket, device, amp)
             step = graphed(nets[task], task, device, amp, [batches[task][1]])
             cases[f"{task} {precision} graphed padded"] = functools.partial(
                 lambda s, b: _timed(lambda: graphed_step(s, b, device), device), step, batches[task][2])
