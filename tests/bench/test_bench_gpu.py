@@ -4,6 +4,7 @@ the docstring shows it, and gpu_check.sh's budget (a step past its limit is cut 
 import copy
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,7 +170,12 @@ def test_quick_run_on_the_cpu_as_the_docstring_shows(tmp_path):
         assert f"\n{task}: preset small" in out
     assert out.count("  plain              1 ") == 2 and out.count("  engine             2 ") == 2
     assert out.count("best plain: plain; engine 1 worker(s) / best plain = ") == 2
-    assert out.count("26.89") == 2 and out.count("6.96") == 2 and "cycle = pull + compute + push + update" in out
+    assert out.count("cycle = pull + compute + push + update") == 2
+    # the paper's column of each task's projection table, read from its rows (measured figures share those lines)
+    projected = re.findall(r"^  ([1-4])  +\d+\.\d\d +\d+\.\d\d +\d+\.\d\d +(\d+\.\d\d)(?:   \(update measured with 2 "
+                           r"workers\))?$", out, re.M)
+    assert projected == [(str(g), f"{B.PAPER_HOURS[g]:.2f}") for _ in ("pos", "nmt") for g in (1, 2, 3, 4)], out
+    assert [B.PAPER_HOURS[g] for g in (1, 2, 3, 4)] == [26.89, 16.56, 9.24, 6.96]  # Table 1 of the paper
     assert [(r["task"], r["variant"], r["workers"]) for r in saved["runs"]] == [
         (t, v, k) for t in ("pos", "nmt") for v, k in (("plain", 1), ("engine", 1), ("engine", 2))]
     assert all(r["rate"] > 0 and r["nonfinite"] == 0 for r in saved["runs"])
