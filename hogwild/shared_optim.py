@@ -11,8 +11,9 @@ The update arithmetic is torch.optim's own: each process builds the torch.optim 
 parameter objects and plugs the pre-allocated shared state tensors (the tensor `step` counters included)
 into `optimizer.state[p]`. torch.optim updates those tensors in place, so every process reads and writes
 the same moments and counters, and one process with a fixed batch order reproduces serial torch.optim.
-Plain SGD (no momentum, weight decay or maximize) skips torch.optim's per-step machinery and applies
-torch.optim.SGD's own arithmetic, param.add_(grad, alpha=-lr), directly (bit-identical, tested).
+Plain SGD (no momentum, weight decay or maximize) builds no torch.optim optimizer (building one imports
+torch._dynamo, about a second of every worker's start-up) and applies torch.optim.SGD's own arithmetic,
+param.add_(grad, alpha=-lr), directly (bit-identical, tested).
 
 Sparse gradients (nn.Embedding(sparse=True)) follow lazy, row-wise semantics for every optimizer: only the
 rows present in the gradient move, in the parameter and in every per-element state tensor (momentum and
