@@ -4,7 +4,9 @@ Usage: `python run.py` (built-in synthetic task, 2 CPU workers); `python run.py 
 """
 import sys
 
-from hogwild.tasks.cli import main
-
 if __name__ == "__main__":
+    # imported here, not above: each spawned worker imports this file again (as __mp_main__) and needs only the
+    # module of its loss function, not the whole command line (about a second of a worker's start-up)
+    from hogwild.tasks.cli import main
+
     sys.exit(main())

@@ -11,8 +11,9 @@ The update arithmetic is torch.optim's own: each process builds the torch.optim 
 parameter objects and plugs the pre-allocated shared state tensors (the tensor `step` counters included)
 into `optimizer.state[p]`. torch.optim updates those tensors in place, so every process reads and writes
 the same moments and counters, and one process with a fixed batch order reproduces serial torch.optim.
-Plain SGD (no momentum, weight decay or maximize) skips torch.optim's per-step machinery and applies
-torch.optim.SGD's own arithmetic, param.add_(grad, alpha=-lr), directly (bit-identical, tested).
+Plain SGD (no momentum, weight decay or maximize) builds no torch.optim optimizer (building one imports
+torch._dynamo, about a second of every worker's start-up) and applies torch.optim.SGD's own arithmetic,
+param.add_(grad, alpha=-lr), directly (bit-identical, tested).
 
 Sparse gradients (nn.Embedding(sparse=True)) follow lazy, row-wise semantics for every optimizer: only the
 rows present in the gradient move, in the parameter and in every per-element state tensor (momentum and
@@ -72,6 +73,8 @@ def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"optimizer {name!r}: unknown hyperparameter(s) {', '.join(unknown)}; "
                          f"accepted: {', '.join(accepted)}")
     merged = {**_NAME_DEFAULTS.get(name, {}), **hyper}
+    if not merged:  # torch's defaults need no check, and building a torch.optim optimizer imports torch._dynamo
+        return merged  # (about a second of a process's start-up)
     try:  # torch.optim's own checks (momentum, betas, eps, rho, ...) on a throwaway tensor
         _CLASSES[name]([torch.zeros(1)], lr=0.0, **merged)
     except (ValueError, RuntimeError) as error:
@@ -178,12 +181,8 @@ class SharedOptimizer:
             fused = False
         if fused and not plain and not self.hyper.get("fused"):  # plain SGD's direct path is already one add
             hyper = {**{k: v for k, v in self.hyper.items() if k != "foreach"}, "fused": True}
-        self._optimizer = _CLASSES[self.name](params, lr=0.0, **hyper)  # step(lr) sets the group's lr
-        self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
         self._is_sgd = self.sgd_steps is not None
         self._sgd_counts = self.sgd_steps.numpy() if self._is_sgd else None  # (P,) view of shared memory
-        for p, state in zip(params, self.state):
-            self._optimizer.state[p] = {k: t for k, t in state.items() if not (self._is_sgd and k == "step")}
         # torch.optim.SGD creates the momentum buffer as a copy of the first gradient; a zero buffer gives the
         # same result unless dampening != 0, so only then the first step goes through torch's own path.
         self._first_step_copies = self._is_sgd and bool(self.hyper.get("momentum", 0)) \
@@ -192,8 +191,15 @@ class SharedOptimizer:
             and not self.hyper.get("weight_decay", 0) and not hyper.get("fused")
         # Plain SGD is param -= lr * grad: applied directly (torch.optim.SGD's own arithmetic, param.add_(grad,
         # alpha=-lr)), one foreach call for the dense gradients, it skips ~35 us of torch.optim's per-step
-        # machinery (profiler hooks, grad-mode guards, group scans): ~1-2% of a small RNN's step.
+        # machinery (profiler hooks, grad-mode guards, group scans): ~1-2% of a small RNN's step. It builds no
+        # torch.optim optimizer either: one would import torch._dynamo, about a second of each worker's start-up.
         self._plain_sgd = self._native_sparse and not self.hyper.get("maximize")
+        self._optimizer = None
+        if not self._plain_sgd:
+            self._optimizer = _CLASSES[self.name](params, lr=0.0, **hyper)  # step(lr) sets the group's lr
+            self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
+            for p, state in zip(params, self.state):
+                self._optimizer.state[p] = {k: t for k, t in state.items() if not (self._is_sgd and k == "step")}
 
     def __getstate__(self) -> dict[str, Any]:
         # Shared tensors pickle as shared-memory handles through torch.multiprocessing; the parameter

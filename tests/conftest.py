@@ -25,6 +25,21 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.corpora)
         if any("CUDA" in mark.kwargs.get("reason", "") for mark in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.cuda)  # bench/gpu_check.sh runs these: `pytest -m cuda`
+    # Files holding a slow (end-to-end) test first, each kept whole: under the README's `pytest -n 2` they start early
+    # and the short files fill in at the end, so that both workers finish together.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the collection order within each group
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist (`-n 2`, the README's test command) hands out whole files, in the order above: a module's shared
+    fixtures (a trained run, a tokenised cache) are built once, by one worker. An explicit --dist is kept."""
+    if config.getvalue("dist") != "load":  # "load" is what -n alone implies
+        return None
+    from xdist.scheduler import LoadFileScheduling
+    config.option.loadscopereorder = False  # xdist would put the files with the most tests first
+    return LoadFileScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

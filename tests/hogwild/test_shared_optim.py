@@ -1,5 +1,8 @@
 """hogwild.shared_optim: SharedOptimizer against serial torch.optim, shared memory, pickling, sparse rows."""
+import pathlib
 import pickle
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -10,6 +13,8 @@ import torch.nn.functional as F
 import hogwild
 
 from hogwild.shared_optim import OPTIMIZERS, SharedOptimizer
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # (name, SharedOptimizer hyperparameters, the serial torch.optim class and its keyword arguments)
 CASES = [
@@ -81,6 +86,8 @@ def test_matches_serial_torch_optim_and_updates_shared_state_in_place(name, hype
     if impl == "fused" and name not in FUSED:
         pytest.skip(f"torch.optim has no fused {name}")
     params, opt = train_shared(name, {**hyper, **IMPLS[impl]})
+    plain = name == "sgd" and not hyper and impl != "fused"
+    assert (opt._optimizer is None) == plain  # plain SGD steps directly: it builds no torch.optim optimizer
     pointers = [{k: t.data_ptr() for k, t in s.items()} for s in opt.state]
     ref_params, ref_opt = train_serial(cls, {**kwargs, **IMPLS[impl]})
     for p, ref in zip(params, ref_params):
@@ -91,7 +98,8 @@ def test_matches_serial_torch_optim_and_updates_shared_state_in_place(name, hype
         assert mine["step"].item() == STEPS
         for key, tensor in mine.items():
             assert tensor.is_shared(), key
-            assert opt._optimizer.state[p].get(key, tensor) is tensor  # torch works on our tensors, not copies
+            if not plain:  # torch works on our tensors, not copies
+                assert opt._optimizer.state[p].get(key, tensor) is tensor
             assert tensor.data_ptr() == pointers[index][key]
             if key in theirs:
                 assert tensor.dtype == theirs[key].dtype and tensor.shape == theirs[key].shape, key
@@ -114,6 +122,19 @@ def test_plain_sgd_is_bit_identical_to_torch_sgd_and_counts_only_parameters_with
     for p, ref in zip(mine, theirs):
         assert torch.equal(p.detach(), ref.detach())
     assert [s["step"].item() for s in opt.state] == [STEPS, STEPS, 0]
+
+
+def test_plain_sgd_leaves_torch_dynamo_unimported_in_a_fresh_process():
+    """Building or stepping a torch.optim optimizer imports torch._dynamo: about a second of every worker's start-up.
+    Plain SGD (the default) steps directly, so a process that validates its Config, builds, attaches and steps the
+    shared optimizer never imports it."""
+    code = ("import sys, torch, hogwild; from hogwild.shared_optim import SharedOptimizer; "
+            "hogwild.Config(workers=2, optimizer='sgd'); p = [torch.zeros(3).share_memory_().requires_grad_()]; "
+            "opt = SharedOptimizer(p, 'sgd'); opt.attach(p); p[0].grad = torch.ones(3); opt.step(0.5); "
+            "print('torch._dynamo' in sys.modules, p[0].tolist())")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "False [-0.5, -0.5, -0.5]"
 
 
 @pytest.mark.parametrize("name", OPTIMIZERS)
