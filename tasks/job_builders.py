@@ -14,7 +14,8 @@ from hogwild.tasks.task_job import TaskJob
 JOB_BUILDERS = {"pos": pos_job, "nmt": nmt_job}  # keys: tasks.defaults.TASKS
 
 
-def build_job(options, graphed: bool = False) -> TaskJob:
-    """The job for `options.task` (options must be `RunOptions.resolved()`); graphed: its workers run the graphed
-    step (hogwild.Config.graphed), which needs the task's padded loss and length-bucketed batches."""
-    return JOB_BUILDERS[options.task](options, graphed=graphed)
+def build_job(options, fixed_shapes: bool = False) -> TaskJob:
+    """The job for `options.task` (options must be `RunOptions.resolved()`); fixed_shapes: its workers run the
+    graphed step (hogwild.Config.graphed) or a compiled one, which want the task's padded loss (no host read, no graph
+    break) and length-bucketed batches (a few shapes: a graph or a compile each)."""
+    return JOB_BUILDERS[options.task](options, fixed_shapes=fixed_shapes)

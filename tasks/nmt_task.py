@@ -44,10 +44,11 @@ def load_data(options) -> NmtDataset:
                                           seed=options.seed, encoding=options.encoding))
 
 
-def nmt_job(options, dataset: NmtDataset | None = None, graphed: bool = False) -> TaskJob:
+def nmt_job(options, dataset: NmtDataset | None = None, fixed_shapes: bool = False) -> TaskJob:
     """The NMT job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it.
-    graphed (workers that capture their step, hogwild.Config.graphs): the padded loss (no host read) and source and
-    target lengths padded to tasks.defaults' bucket edges, so that the batches fall into a few shapes."""
+    fixed_shapes (workers that capture their step, hogwild.Config.graphs, or compile it): the padded loss (no host
+    read) and source and target lengths padded to tasks.defaults' bucket edges, so that the batches fall into a
+    few shapes."""
     dataset = load_data(options) if dataset is None else dataset
     config = nmt_preset(options.preset, src_words=len(dataset.src_vocab), tgt_words=len(dataset.tgt_vocab),
                         dropout=options.dropout)
@@ -84,7 +85,7 @@ def nmt_job(options, dataset: NmtDataset | None = None, graphed: bool = False) -
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
     loss_fn, batcher = nmt_loss, dataset.train
-    if graphed:
+    if fixed_shapes:
         loss_fn, batcher = functools.partial(nmt_loss, padded=True), copy.copy(batcher)
         batcher.bucket_edges = check_edges(graph_bucket_edges("nmt", options.max_len))
     batches = [pad_lengths(batch, options.length_bucket) for batch in batcher.batches()]

@@ -47,7 +47,7 @@ def load_data(options) -> PosDataset:
 
 
 def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool = True,
-            graphed: bool = False) -> TaskJob:
+            fixed_shapes: bool = False) -> TaskJob:
     """The POS job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it.
 
     The embedding tables get sparse gradients: an update touches only the rows of the sentence's words and
@@ -56,8 +56,8 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     Measured on Brown (28,775 words, small preset, 1 process, optimizer step per update on a loaded 2-core machine):
     SGD 24-29 ms dense -> 6-7 ms sparse, Adam 229 ms -> 58 ms; forward+backward unchanged.
 
-    graphed (workers that capture their step, hogwild.Config.graphs): the padded loss (no host read) and sentence
-    lengths padded to tasks.defaults' bucket edges, so that the batches fall into a few shapes."""
+    fixed_shapes (workers that capture their step, hogwild.Config.graphs, or compile it): the padded loss (no host
+    read) and sentence lengths padded to tasks.defaults' bucket edges, so that the batches fall into a few shapes."""
     dataset = load_data(options) if dataset is None else dataset
     config = pos_preset(options.preset, n_words=len(dataset.words), n_chars=len(dataset.chars),
                         n_tags=len(dataset.tags), dropout=options.dropout, sparse_embeddings=sparse_embeddings)
@@ -82,7 +82,7 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
     loss_fn, batcher = pos_loss, dataset.train
-    if graphed:
+    if fixed_shapes:
         loss_fn, batcher = functools.partial(pos_loss, padded=True), copy.copy(batcher)
         batcher.bucket_edges = check_edges(graph_bucket_edges("pos", 0))
     return TaskJob("pos", model, loss_fn, batcher.batches(), evaluate, METRICS["pos"], spec, dataset.save,

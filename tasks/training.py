@@ -235,7 +235,8 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
     # parameters: the engine does that on its evaluation thread, inside the time limit and the evaluation budget.
     config = options.engine_config(devices, eval_at_start=not start_updates)
     loading = time.time()
-    job = build_job(options, graphed=config.graphed(devices[0]))
+    fixed_shapes = config.graphed(devices[0]) or config.compile != "off"  # no host read, a few batch shapes
+    job = build_job(options, fixed_shapes=fixed_shapes)
     n_params = sum(p.numel() for p in job.model.parameters())
     say(f"{options.task}: {_data_line(job.info, options.max_len)}; model '{options.preset}' with {n_params:,} parameters; "
         f"{len(job.batches)} batches per epoch (data ready in {time.time() - loading:.1f}s)")

@@ -5,8 +5,11 @@ per model on a busy CPU): the same capture, AOTAutograd's backward and the same 
 
 Tolerance: rtol 1e-5, atol 1e-6 on the loss and every gradient (the captured graphs run decomposed ops, which may
 sum in another order); dropout is 0, since a compiled step draws its masks with another generator."""
+import functools
+
 import pytest
 import torch
+import torch._dynamo
 
 from hogwild.data.batching import pad_lengths
 from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
@@ -81,3 +84,20 @@ def test_length_buckets_keep_the_loss_and_gradients(make_nmt_batch, multiple):
 def test_length_buckets_refuse_a_multiple_below_one(make_nmt_batch):
     with pytest.raises(ValueError, match="multiple must be >= 1"):
         pad_lengths(make_nmt_batch([2], [2]), 0)
+
+
+@pytest.mark.parametrize("task", ["nmt", "pos"])
+def test_the_padded_losses_compile_whole_and_the_packed_ones_break(make_nmt_batch, make_pos_batch, task):
+    """What a compiled run trains (tasks: --compile takes the padded loss, as a graphed one does) traces as one graph:
+    no host read, so no graph break and no dynamo warning; the packed loss reads its lengths and breaks."""
+    model, loss_fn = (tiny_nmt(), nmt_loss) if task == "nmt" else (tiny_pos(), pos_loss)
+    batch = make_nmt_batch([4, 2, 6], [3, 2, 1]) if task == "nmt" else make_pos_batch([3, 5, 2])
+    batch["tokens"] = int(batch["tgt_mask"][:, 1:].sum() if task == "nmt" else (batch["tags"] != -100).sum())
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_rnn=True):  # else dynamo leaves nn.GRU/LSTM modules out
+        whole = torch.compile(functools.partial(loss_fn, padded=True), fullgraph=True, backend="eager")
+        loss, tokens = whole(model, batch)
+        with pytest.raises(torch._dynamo.exc.TorchDynamoException):  # a graph break, or a guard on a read value
+            torch.compile(loss_fn, fullgraph=True, backend="eager")(model, batch)
+    assert tokens == batch["tokens"]
+    torch.testing.assert_close(loss, loss_fn(model, batch, padded=True)[0], **TOLERANCE)

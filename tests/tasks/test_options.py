@@ -196,7 +196,7 @@ def test_a_graphed_job_trains_the_padded_loss_on_length_buckets(task):
     from hogwild.tasks.defaults import graph_bucket_edges
     options = RunOptions(task=task, synthetic_size=120).resolved()
     assert options.engine_config(["cuda:0"]).graphed("cuda:0") and not options.engine_config(["cpu"]).graphed("cpu")
-    plain, graphed = build_job(options), build_job(options, graphed=True)
+    plain, graphed = build_job(options), build_job(options, fixed_shapes=True)
     assert plain.loss_fn.__name__ == f"{task}_loss" and graphed.loss_fn.keywords == {"padded": True}
     edges = graph_bucket_edges(task, options.max_len)
     keys = ("words", "tags") if task == "pos" else ("src", "tgt")
