@@ -77,14 +77,21 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
 
 def graphed_step(spec: WorkerSpec, batches: list) -> StepGraphs | None:
     """The worker's graphed step, its graphs captured (start-up: before ready); None when Config.graphs is 'auto' and
-    the step reads the device on the host (the eager step then runs, with a warning)."""
+    the step cannot be captured: it reads the device on the host (NotGraphable), or the capture itself fails (an op
+    CUDA graphs do not allow). The eager step then runs, with a warning naming why; with 'on' the worker fails."""
     step = StepGraphs(spec.model, spec.loss_fn, torch_device(spec.device), spec.config)
     try:
         count = step.prepare(batches)
-    except NotGraphable as error:
+    except RuntimeError as error:  # NotGraphable, or torch's capture error
         if spec.config.graphs == "on":
             raise
-        warnings.warn(f"worker {spec.worker}: {error}; this worker runs the eager step", RuntimeWarning)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if not isinstance(error, NotGraphable):
+            reason = f"capturing the step failed ({type(error).__name__}: {reason})"
+        del step  # its static buffers and graph pool go before the eager replica is made
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
         return None
     spec.counters.worker_view(spec.worker).graphs_captured(count)
     return step

@@ -316,3 +316,23 @@ def test_with_auto_a_worker_whose_loss_reads_the_device_falls_back_to_the_eager_
         graphed_step(spec, nmt_batches())
     spec.loss_fn = PADDED_NMT
     assert graphed_step(spec, nmt_batches()) is not None and counters.snapshot().graphs() == 2
+
+
+def test_with_auto_a_failed_capture_falls_back_to_the_eager_step_and_with_on_fails(monkeypatch):
+    from types import SimpleNamespace
+
+    from hogwild.share.run_state import SharedCounters
+    from hogwild.worker.worker import graphed_step
+
+    def refuse(self, batch):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore lines")
+
+    monkeypatch.setattr(StepGraphs, "_capture", refuse)
+    spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=PADDED_NMT, device="cpu-replica", worker=1,
+                           counters=SharedCounters(2), config=config(graphs="auto"))
+    with pytest.warns(RuntimeWarning, match=r"worker 1: capturing the step failed \(RuntimeError: CUDA error: operation "
+                                            r"not permitted when stream is capturing\); this worker runs the eager"):
+        assert graphed_step(spec, nmt_batches()) is None
+    spec.config = config(graphs="on")
+    with pytest.raises(RuntimeError, match="operation not permitted"):
+        graphed_step(spec, nmt_batches())
