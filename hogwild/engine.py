@@ -88,12 +88,11 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     run_dir = prepare_run_dir(config)
     shared = share(model, config, saved, run_dir, batches)
     scratch = tempfile.mkdtemp(prefix="hogwild-")
-    metrics = None
+    metrics = feed = None
     try:
         start_resource_tracker()  # before the feed's first queue starts it: a closed terminal must not end it
         store = BatchStore(batches, scratch)
         ctx = mp.get_context("spawn")
-        feed = None
         if config.data_assignment == "queue" and config.mode != "sync":
             feed = BatchFeed(ctx, len(batches), config.workers, config.epochs, config.seed, config.shuffle,
                              config.queue_depth, shared.counters, shared.start.seq, config.max_steps)
@@ -104,6 +103,8 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         run = _supervise(shared, supervisor, metrics, store, feed, evaluate, agent)
         return _result(shared, run, metrics, supervisor)
     finally:
+        if feed is not None:
+            feed.close()  # again (it is idempotent) for a start-up that failed before supervising
         if metrics is not None:
             metrics.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -178,7 +179,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
     if agent is not None:
         attached = AttachedAgent(agent, SharedTrainingState(shared.model, shared.optimizer, shared.counters, control,
                                                             config, control.request_stop))
-    loop = ParentLoop(shared, supervisor, metrics, attached)
+    loop = ParentLoop(shared, supervisor, metrics, attached, feed.waiting if feed is not None else None)
     evaluator, periodic, evaluation_error, failure, records = None, None, None, None, []
     with graceful_signals(lambda name: control.request_stop(f"signal {name}")):
         if attached is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..config import Config
 from ..share.shared_run import SharedRun
@@ -64,8 +64,10 @@ class ParentLoop:
     """Only the parent decides when to log, evaluate, checkpoint and stop (workers only report counters)."""
 
     def __init__(self, shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog,
-                 agent: AttachedAgent | None = None) -> None:
+                 agent: AttachedAgent | None = None, waiting: Callable[[int], bool] | None = None) -> None:
+        """waiting(worker): whether the worker waits on the feed for a ticket (BatchFeed.waiting): not watched."""
         self.config, self.counters, self.control = shared.config, shared.counters, shared.control
+        self.waiting = waiting
         self.checkpoints = shared.checkpoints
         self.supervisor, self.metrics, self.agent = supervisor, metrics, agent
         self.watch = ProgressWatch(self.counters.workers, self.config.hang_timeout)
@@ -179,7 +181,9 @@ class ParentLoop:
                 return self._final(failure), records
             snapshot = self.counters.snapshot()
             # a replacement still starting is not watched (it is bounded by START_TIMEOUT, _late_replacement)
+            # nor is one without a ticket, which waits on the feed (at max_steps: for updates in flight elsewhere)
             running = [process.exitcode is None and self.counters.ready(worker)
+                       and not (self.waiting is not None and self.waiting(worker))
                        for worker, process in enumerate(self.supervisor.processes)]
             hung = self.watch.observe(snapshot, running) or self._late_replacement()
             if hung:

@@ -76,9 +76,12 @@ class ProgressWatch:
                 self.rows[worker], self.steps[worker], self.changed[worker] = row, steps, now
                 self.stalled[worker] = 0.0
                 continue
+            if not running:  # starting, or waiting for a ticket: that time is no hang
+                self.stalled[worker] = 0.0
+                continue
             self.stalled[worker] += watched
             bound = self.bound(worker)
-            if running and bound is not None and self.stalled[worker] >= bound:
+            if bound is not None and self.stalled[worker] >= bound:
                 hung.append((worker, self.describe(worker)))
         # The one whose progress stopped first comes first: in sync mode the others then wait for it in a collective.
         return sorted(hung, key=lambda item: self.changed[item[0]])

@@ -95,6 +95,9 @@ class BatchFeed:
         self.seed, self.shuffle, self.start_seq, self.counters = seed, shuffle, start_seq, counters
         self.chunk = tickets_per_item(n_batches, workers)
         self.depth = max(2, -(-depth // workers))  # items per worker: about `depth` in all
+        # tickets one worker may hold (queued or training) before it is dealt more, so that at the end of the data or
+        # of max_steps no worker is left with a long tail while the others idle (one worker: nothing to balance)
+        self.hold = 2 * self.chunk if workers > 1 else None
         self.room = ctx.Semaphore(0)
         self.queues = [ctx.Queue(maxsize=self.depth) for _ in range(workers)]
         self._lock = threading.Lock()  # the dealer thread and the parent's loop (reassign, resume_seq)
@@ -135,6 +138,9 @@ class BatchFeed:
             for worker in [(self._next + k) % self.workers for k in range(self.workers)]:
                 if self._ended[worker] or self.queues[worker].full():
                     continue
+                self._trim(worker, done[worker])
+                if self.hold is not None and len(self._held[worker]) >= self.hold:  # the rest: for whoever is faster
+                    continue
                 item = self._take(done)
                 if item is _WAIT:
                     waiting = True
@@ -143,7 +149,6 @@ class BatchFeed:
                 if item is None:
                     self._ended[worker] = True
                 else:
-                    self._trim(worker, done[worker])  # here only: a wake-up costs little with many workers
                     self._held[worker].extend(item)
                     self._dealt += len(item)
                 put, progress = put + 1, True
@@ -153,12 +158,16 @@ class BatchFeed:
     def _take(self, done: np.ndarray) -> list[Ticket] | None | object:
         """The next item for a worker: returned tickets first, then the data's; None when there is nothing left to
         deal; _WAIT while max_steps has no slot free but updates are in flight (a skipped one frees its slot)."""
-        size = self.chunk
+        size, left = self.chunk, None  # left: tickets still to deal, where the run has an end
+        if self.epochs is not None:
+            left = len(self._returned) + (self.epochs - self._epoch) * self.n - self._position
         if self._steps_left is not None:
             free = self._steps_left - self._dealt + (self.counters.skipped_total() - self._skipped_before)
             if free <= 0:
                 return None if self._dealt == int(done.sum()) - self._done_before else _WAIT  # all done: the end
-            size = min(size, free)
+            left = free if left is None else min(left, free)
+        if left is not None and self.hold is not None:  # near the end, smaller items: no long tail on one worker
+            size = min(size, max(1, left // (2 * self.workers)))
         if self._returned:
             return [self._returned.popleft() for _ in range(min(size, len(self._returned)))]
         if self.epochs is not None and self._epoch >= self.epochs:
@@ -178,6 +187,13 @@ class BatchFeed:
         for _ in range(min(int(done - self._counted[worker]), len(held))):
             held.popleft()
         self._counted[worker] = max(self._counted[worker], done)
+
+    def waiting(self, worker: int) -> bool:
+        """Whether `worker` holds no ticket it has not counted done (nothing queued for it, nothing in training): it
+        waits on the dealer - at max_steps, for the updates still in flight elsewhere -, which is not a hang."""
+        with self._lock:
+            self._trim(worker, self.counters.tickets_done()[worker])
+            return not self._held[worker]
 
     def reassign(self, worker: int) -> Mailbox:
         """`worker`'s process has died (and been reaped): the tickets it had not counted go back to be dealt first,

@@ -1,6 +1,7 @@
 """Tiny models, batches and loss functions for the engine tests (module-level: picklable into spawned workers)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -102,6 +103,12 @@ def failing_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
 
 def slow_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
     time.sleep(float(os.environ.get("HOGWILD_TEST_STEP_SLEEP", "0.02")))
+    return mse_loss(model, batch)
+
+
+def uneven_loss(model: nn.Module, batch: tuple) -> torch.Tensor:
+    """Worker 1 steps 30 times slower than worker 0 (a slow device beside a fast one)."""
+    time.sleep(0.03 if multiprocessing.current_process().name.endswith("-1") else 0.001)
     return mse_loss(model, batch)
 
 

@@ -128,3 +128,14 @@ def test_a_stopped_worker_that_ignores_a_stop_request_is_named(tmp_path):
     assert caught.value.worker == 1 and "did not finish its step within 1 s of the stop request" in message, message
     assert (tmp_path / "last.pt").exists()
     assert multiprocessing.active_children() == [] and not alive(stopped["pid"])
+
+
+def test_a_fast_worker_waiting_at_max_steps_for_a_slow_ones_updates_is_not_hung(tmp_path):
+    """At max_steps the feed deals nothing more until every dealt update has landed; a fast worker then waits on the
+    feed while a slow one trains what it holds. That wait is no hang (it was declared one after hang_timeout, failing
+    the run at its very end), and the slow worker holds little, so the tail stays short; exactly max_steps."""
+    result = hogwild.train(H.regression_model(), H.uneven_loss, H.regression_batches(n=400),
+                           config(tmp_path, max_steps=150, hang_timeout=1.0, threads_per_worker=1))
+    assert (result.updates, result.stop_reason) == (150, "max_steps")
+    fast, slow = result.worker_updates
+    assert fast > slow and slow <= 2 * 25 + 25  # 25 tickets an item: at most two items in hand and one in training
