@@ -14,6 +14,7 @@ Usage (engine.py): `ctx.Process(target=worker_main, args=(spec,)).start()`
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -82,19 +83,20 @@ def graphed_step(spec: WorkerSpec, batches: list) -> StepGraphs | None:
     step = StepGraphs(spec.model, spec.loss_fn, torch_device(spec.device), spec.config)
     try:
         count = step.prepare(batches)
-    except RuntimeError as error:  # NotGraphable, or torch's capture error
+    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, a capture error
         if spec.config.graphs == "on":
             raise
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if not isinstance(error, NotGraphable):
             reason = f"capturing the step failed ({type(error).__name__}: {reason})"
-        del step  # its static buffers and graph pool go before the eager replica is made
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
-        return None
-    spec.counters.worker_view(spec.worker).graphs_captured(count)
-    return step
+    else:
+        spec.counters.worker_view(spec.worker).graphs_captured(count)
+        return step
+    del step  # here, not in the except block, whose traceback would keep its buffers and graph pool alive
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # before the eager replica is made
+    warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
+    return None
 
 
 def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], params: SharedParameters | DeviceReplica,
@@ -186,7 +188,7 @@ def train_graphed_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader,
     config, view = spec.config, reader.view
     deadline = spec.control.wait_for_start(stopped, config.time_limit)
     overlap = updater.executor is not None
-    idle = updater.finish if overlap else None  # no ticket at hand: land the update held back before waiting
+    idle = functools.partial(_land_held, updater, step) if overlap else None  # no ticket: land the held update
     step.pull.prefetch(view.global_updates())  # the first step's parameters
     steps = 0
     while (ticket := next_ticket(spec, reader, stopped, deadline, idle) or _after_last(spec, reader, stopped, deadline,
@@ -214,11 +216,18 @@ def train_graphed_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader,
 def _after_last(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
                 deadline: float | None, updater: Updater, step: StepGraphs) -> tuple[int, int] | None:
     """No ticket: land the last update; a late skip gives its max_steps slot back, which may allow one more step."""
-    updater.finish()
+    _land_held(updater, step)
     ticket = next_ticket(spec, reader, stopped, deadline) if spec.budget is not None else None
     if ticket is None:
         step.pull.finish()  # the last step's buffers have reached the shared model
     return ticket
+
+
+def _land_held(updater: Updater, step: StepGraphs) -> None:
+    """Land the update held back, once the prefetch in flight has read the shared parameters (its event): it must
+    not write them under that copy, or the next step would train a torn mix of two versions."""
+    updater.release(step.pull.event)
+    updater.finish()
 
 
 def worker_main(spec: WorkerSpec) -> None:

@@ -336,3 +336,18 @@ def test_with_auto_a_failed_capture_falls_back_to_the_eager_step_and_with_on_fai
     spec.config = config(graphs="on")
     with pytest.raises(RuntimeError, match="operation not permitted"):
         graphed_step(spec, nmt_batches())
+
+
+def test_with_auto_a_loss_the_step_cannot_take_falls_back_to_the_eager_step():
+    from types import SimpleNamespace
+
+    from hogwild.share.run_state import SharedCounters
+    from hogwild.worker.worker import graphed_step
+
+    def own_count_loss(model, batch):  # a count that is neither batch["tokens"] nor the batch size
+        return PADDED_NMT(model, batch)[0], 7
+
+    spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=own_count_loss, device="cpu-replica", worker=0,
+                           counters=SharedCounters(1), config=config(graphs="auto"))
+    with pytest.warns(RuntimeWarning, match=r"capturing the step failed \(ValueError: Config.graphs: the loss counts 7"):
+        assert graphed_step(spec, nmt_batches()) is None
