@@ -250,7 +250,10 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
     metrics.event("stop", reason=reason, updates=updates, failure=run.failure)
     final_metrics, evaluation_error = None, run.evaluation_error
     if evaluator is not None and not run.failure:
-        try:  # before last.pt, which keeps the evaluator's best
+        # last.pt now, and again after the final evaluation, which it records: a signal during that evaluation (a
+        # closed terminal, run.py's SIGTERM) must not lose the training since the last periodic checkpoint
+        checkpoints.write_last()
+        try:
             final_metrics = _final_evaluation(run, metrics, updates)
         except EvaluationFailed as error:
             evaluation_error = error

@@ -165,7 +165,7 @@ class BatchFeed:
             free = self._steps_left - self._dealt + (self.counters.skipped_total() - self._skipped_before)
             if free <= 0:
                 return None if self._dealt == int(done.sum()) - self._done_before else _WAIT  # all done: the end
-            left = free if left is None else min(left, free)
+            size, left = min(size, free), free if left is None else min(left, free)
         if left is not None and self.hold is not None:  # near the end, smaller items: no long tail on one worker
             size = min(size, max(1, left // (2 * self.workers)))
         if self._returned:

@@ -137,3 +137,17 @@ def test_periodic_checkpoints_and_timed_evaluations_happen_while_training(tmp_pa
     assert len(saved_at) >= 2 and saved_at == sorted(saved_at) and saved_at[0] < 40
     assert len([h for h in result.history if not h["final"]]) >= 2  # 40 x 20 ms = 0.8 s of training
     assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == 40
+
+
+def _interrupted_evaluation(model):
+    raise KeyboardInterrupt  # what run.py's handler raises for SIGTERM or SIGHUP during the final evaluation
+
+
+def test_a_signal_during_the_final_evaluation_keeps_last_pt_of_the_whole_training(tmp_path):
+    """last.pt is written before the final evaluation (and again after it): a stop during that evaluation loses none
+    of the training since the last periodic checkpoint."""
+    config = hogwild.Config(workers=1, epochs=1, max_steps=10, lr=0.01, progress=False, checkpoint_dir=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(), config,
+                      evaluate=_interrupted_evaluation)
+    assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == 10

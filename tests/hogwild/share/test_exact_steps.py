@@ -12,10 +12,10 @@ def config(**kwargs):
                              **kwargs})
 
 
-def test_two_fast_workers_stop_at_exactly_max_steps():
-    batches = H.regression_batches(n=40)
-    for steps in (2, 61):
-        result = hogwild.train(H.regression_model(), H.mse_loss, batches, config(max_steps=steps))
+def test_one_or_two_fast_workers_stop_at_exactly_max_steps():
+    batches = H.regression_batches(n=40)  # 1 worker: 5 tickets an item, so max_steps falls inside an item
+    for workers, steps in ((1, 13), (2, 2), (2, 61)):
+        result = hogwild.train(H.regression_model(), H.mse_loss, batches, config(max_steps=steps, workers=workers))
         assert (result.updates, sum(result.worker_updates), result.stop_reason) == (steps, steps, "max_steps")
 
 
