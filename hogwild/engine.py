@@ -13,8 +13,10 @@ This file holds only the five steps; each module under it says in its docstring 
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,7 +36,7 @@ from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start
 from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
 from .share.feed import BatchFeed, as_sequence
-from .share.run_state import StepBudget
+from .share.run_state import RunControl, StepBudget
 from .share.shared_run import SharedRun, share
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
@@ -100,14 +102,24 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         supervisor = _spawn(ctx, shared, model, loss_fn, store, feed, scratch)
         metrics = MetricsLog(run_dir, config.workers, total_updates(config, len(batches)), config.progress,
                              config.tensorboard, shared.counters.snapshot())
-        run = _supervise(shared, supervisor, metrics, store, feed, evaluate, agent)
-        return _result(shared, run, metrics, supervisor)
+        # from the first worker to last.pt: SIGINT/SIGTERM/SIGHUP request a graceful stop, and a repeated one
+        # (a second Ctrl-C) does not abort the stop: the checkpoint is written all the same
+        with graceful_signals(functools.partial(_stop_on_signal, shared.control)):
+            run = _supervise(shared, supervisor, metrics, store, feed, evaluate, agent)
+            return _result(shared, run, metrics, supervisor)
     finally:
         if feed is not None:
             feed.close()  # again (it is idempotent) for a start-up that failed before supervising
         if metrics is not None:
             metrics.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stop_on_signal(control: RunControl, name: str) -> None:
+    if control.stopping:
+        print(f"hogwild: {name} again: already stopping; last.pt is being written, a moment", file=sys.stderr,
+              flush=True)
+    control.request_stop(f"signal {name}")
 
 
 def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config) -> Sequence:
@@ -181,44 +193,43 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
                                                             config, control.request_stop))
     loop = ParentLoop(shared, supervisor, metrics, attached, feed.waiting if feed is not None else None)
     evaluator, periodic, evaluation_error, failure, records = None, None, None, None, []
-    with graceful_signals(lambda name: control.request_stop(f"signal {name}")):
-        if attached is not None:
-            attached.start()
-        start_workers(supervisor)
-        # After spawning: a GPU evaluation snapshot must not initialise CUDA before the workers exist.
-        if evaluate is not None:
-            evaluator = Evaluator(shared.model, evaluate, config, checkpoints.save_best)
-            checkpoints.evaluator_state = evaluator.state_dict
-            saved = checkpoints.resumed_evaluator
-            if saved:
-                evaluator.load_state_dict(saved)
+    if attached is not None:
+        attached.start()
+    start_workers(supervisor)
+    # After spawning: a GPU evaluation snapshot must not initialise CUDA before the workers exist.
+    if evaluate is not None:
+        evaluator = Evaluator(shared.model, evaluate, config, checkpoints.save_best)
+        checkpoints.evaluator_state = evaluator.state_dict
+        saved = checkpoints.resumed_evaluator
+        if saved:
+            evaluator.load_state_dict(saved)
+    if feed is not None:
+        feed.start(lambda: control.stopping)
+    started, deadline = time.time(), None
+    try:
+        failure = loop.wait_until_ready()
+        if failure is None and control.stop_reason is None:
+            started = time.time()  # the clock starts when every worker is ready to train
+            deadline = started + config.time_limit if config.time_limit else None
+            if evaluator is not None:
+                periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
+                periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
+            control.mark_started(started)
+            if not config.max_restarts:  # a replacement maps the batches again: keep them until the end then
+                store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
+            try:
+                failure, records = loop.run(periodic, deadline)
+            except EvaluationFailed as error:
+                evaluation_error, failure = error, str(error)
+    finally:
+        # Workers that never started training have no step to finish: do not wait join_timeout for them.
+        supervisor.stop(control, config.join_timeout if control.started else min(config.join_timeout, 1.0))
+        if failure is None and evaluation_error is None:  # a worker that raised while finishing its last step
+            failure = supervisor.failure()
         if feed is not None:
-            feed.start(lambda: control.stopping)
-        started, deadline = time.time(), None
-        try:
-            failure = loop.wait_until_ready()
-            if failure is None and control.stop_reason is None:
-                started = time.time()  # the clock starts when every worker is ready to train
-                deadline = started + config.time_limit if config.time_limit else None
-                if evaluator is not None:
-                    periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
-                    periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
-                control.mark_started(started)
-                if not config.max_restarts:  # a replacement maps the batches again: keep them until the end then
-                    store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
-                try:
-                    failure, records = loop.run(periodic, deadline)
-                except EvaluationFailed as error:
-                    evaluation_error, failure = error, str(error)
-        finally:
-            # Workers that never started training have no step to finish: do not wait join_timeout for them.
-            supervisor.stop(control, config.join_timeout if control.started else min(config.join_timeout, 1.0))
-            if failure is None and evaluation_error is None:  # a worker that raised while finishing its last step
-                failure = supervisor.failure()
-            if feed is not None:
-                feed.close()
-            if attached is not None:
-                attached.stop(failure)
+            feed.close()
+        if attached is not None:
+            attached.stop(failure)
     return _Run(failure, records, started, deadline, control.stop_reason, evaluator, periodic, evaluation_error)
 
 

@@ -31,12 +31,14 @@ def test_sigint_then_resume_continues_from_the_checkpoint(tmp_path):
             assert time.time() < deadline, "no checkpoint within 180 s"
             time.sleep(0.2)
         process.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGINT)  # an impatient second Ctrl-C while it stops: last.pt is written all the same
         stdout, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, stdout + stderr
-    assert "Traceback" not in stderr
+    assert "Traceback" not in stderr and "interrupted" not in stderr.splitlines()[-1:], stderr
     first = json.loads((out / "summary.json").read_text())
     assert first["stop_reason"] == "signal SIGINT" and first["heldout"] is None
     assert 20 <= first["updates"] < 2000
