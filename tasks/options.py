@@ -247,7 +247,8 @@ class RunOptions:
     out: str | None = STOPPING(None, "run directory", metavar="DIR", default_text="runs/TASK-DATE-TIME",
                                engine="checkpoint_dir")
     resume: bool = STOPPING(False, "continue the run in --out from its last.pt, with that run's options (flags "
-                                           "given override them)", engine="resume")
+                                           "given override them); an --out with no run yet starts it",
+                            engine="resume")
     seed: int = STOPPING(0, "data split, batch order and initialisation", check=_at_least(0), engine="seed")
     progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")
     hang_timeout: float = STOPPING(Config.hang_timeout, "a worker without progress this long (or 20 of its median "

@@ -12,6 +12,7 @@ Usage: `curves = read_curves(run_dir)`; `spec, state = load_trained(run_dir)`
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ import torch
 
 from hogwild.files import RecordLog, update_sections
 from hogwild.share.checkpoint import CheckpointError, load_file
+from hogwild.tasks.runlock import LOCK_FILE
 from hogwild.tasks.task_job import MODEL_FILE
 
 
@@ -43,6 +45,10 @@ def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
     if held and not resume and writer:
         raise RunDirError(f"--out {run_dir}: already holds a run ({', '.join(held)}); add --resume to continue it, or "
                           f"choose another --out")
+    others = sorted(name for name in os.listdir(run_dir) if name != LOCK_FILE) if run_dir.is_dir() else []
+    if others and not held and writer:  # e.g. --out docs: the run's files would land among someone else's
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise RunDirError(f"--out {run_dir}: holds other files ({shown}) and no run; choose a new or empty --out")
 
 
 def write_command(run_dir: Path, argv: list[str] | None = None) -> None:

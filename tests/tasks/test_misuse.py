@@ -14,7 +14,7 @@ from tests.tasks.misuse_helpers import fingerprint, run_py_session
 pytestmark = pytest.mark.slow
 
 SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
-FINGERPRINTED = ("run", "truncated", "momentum", "typo", "cut", "no-run")  # run directories no case may change
+FINGERPRINTED = ("run", "truncated", "momentum", "typo", "cut", "no-run", "others")  # run directories no case may change
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,8 @@ def world(tmp_path_factory):
         (root / name).mkdir()  # metrics.jsonl files `run.py plot` cannot draw
         (root / name / "metrics.jsonl").write_bytes(data)
     (root / "a-file").write_text("not a folder\n")
+    (root / "others").mkdir()
+    (root / "others" / "notes.md").write_text("a folder of someone else's files, not a run\n")
     (root / "mixed.txt").write_text("The/DT dog/NN barks/VBZ\nA/DT cat/NN\nsleeps\tVBZ\tx\n")
     (root / "bad.conllu").write_text(
         "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\tzero\troot\t_\t_\n\n")
@@ -65,6 +67,8 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"last\.pt, best\.pt, summary\.json\); add --resume to continue it, or choose another --out"),
     ("--out names a file", [*SMALL, "--out", "{root}/a-file"], 1,
      r"run\.py: error: --out {root}/a-file: is a file, not a directory"),
+    ("--out a folder of other files", [*SMALL, "--steps", "5", "--resume", "--out", "{root}/others"], 1,
+     r"run\.py: error: --out {root}/others: holds other files \(notes\.md\) and no run; choose a new or empty --out"),
     ("truncated last.pt on --resume", [*SMALL, "--resume", "--out", "{root}/truncated"], 1,
      r"run\.py: error: {root}/truncated/last\.pt: cannot read the checkpoint \(truncated or not a checkpoint: .*\)"),
     ("a typo in config.json on --resume", [*SMALL, "--steps", "40", "--resume", "--out", "{root}/typo"], 2,
