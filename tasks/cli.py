@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     """Parse, run, and turn expected failures into `PROG: error: ...` on stderr with exit status 1 or 2. prog: the
     command's name in messages, --help and a run's command.txt (`run.py`, or `hogwild` installed)."""
     global _argv, _prog
+    from hogwild.parent.supervisor import outlive_closed_output
+    outlive_closed_output()  # `run.py ... | head`: the run goes on, silent, when the reader of its output goes
     argv = list(sys.argv[1:] if argv is None else argv)
     _argv, _prog = [prog, *argv], prog
     if argv and argv[0] in _COMMANDS:

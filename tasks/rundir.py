@@ -32,6 +32,7 @@ class RunDirError(ValueError):
 
 
 RUN_FILES = (MODEL_FILE, "config.json", "metrics.jsonl", "last.pt", "best.pt", "summary.json")
+OWN_FILES = (LOCK_FILE, "train.log")  # a run's before it has any RUN_FILES (train.log: scripts/series.py's output)
 
 
 def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
@@ -45,7 +46,7 @@ def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
     if held and not resume and writer:
         raise RunDirError(f"--out {run_dir}: already holds a run ({', '.join(held)}); add --resume to continue it, or "
                           f"choose another --out")
-    others = sorted(name for name in os.listdir(run_dir) if name != LOCK_FILE) if run_dir.is_dir() else []
+    others = sorted(name for name in os.listdir(run_dir) if name not in OWN_FILES) if run_dir.is_dir() else []
     if others and not held and writer:  # e.g. --out docs: the run's files would land among someone else's
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
         raise RunDirError(f"--out {run_dir}: holds other files ({shown}) and no run; choose a new or empty --out")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -201,6 +202,50 @@ def start_resource_tracker() -> None:
         resource_tracker.ensure_running()
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+class _ReaderGone:
+    """A standard stream that outlives its reader: once a write or flush meets a closed pipe (`run.py | head`, a log
+    reader that quit), the stream's descriptor is pointed at /dev/null and the process goes on, silent; the run's
+    record is metrics.jsonl. Without it the next progress line or evaluation line stopped training."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_null()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_null()
+
+    def _to_null(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, self._stream.fileno())
+        finally:
+            os.close(null)
+        try:
+            self._stream.flush()  # what was buffered goes to /dev/null now
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def outlive_closed_output() -> None:
+    """Make sys.stdout and sys.stderr survive a reader that goes away (see _ReaderGone): the parent and every worker."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _ReaderGone):
+            setattr(sys, name, _ReaderGone(stream))
 
 
 def detach_terminal() -> None:

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..config import Config
 from .._lifeline import die_with_parent
-from ..parent.supervisor import PARENT_SIGNALS
+from ..parent.supervisor import PARENT_SIGNALS, outlive_closed_output
 from ..share.batch_store import BatchStore
 from ..share.run_state import RunControl, SharedCounters, StepBudget
 from .gradients import use_tf32
@@ -83,6 +83,7 @@ def run_worker_process(spec: WorkerSpec, train: Callable[[Callable[[], bool]], N
         for name in PARENT_SIGNALS:  # Ctrl-C, `timeout`, batch schedulers and a closed terminal signal the whole
             signal.signal(name, signal.SIG_IGN)  # process group: the parent decides (it stops them, then checkpoints)
         die_with_parent(spec.parent_pid)
+        outlive_closed_output()  # a warning to a pipe whose reader has gone must not end the worker
         torch.set_num_threads(spec.config.threads_per_worker)
         bind_device(torch_device(spec.device))
         use_tf32(spec.config.tf32)

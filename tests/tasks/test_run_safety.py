@@ -164,3 +164,21 @@ def _worker_of(pid):
             if parent == pid and b"spawn_main" in command:
                 return int(entry)
     raise AssertionError(f"no worker process of pid {pid}")
+
+
+def test_a_reader_that_closes_the_output_pipe_does_not_stop_the_run(tmp_path):
+    """`run.py ... | head -2`: once the reader has gone, every line written (progress, evaluations, warnings) would
+    meet a closed pipe; the run goes on silently to --steps and exits 0 (it stopped, blaming evaluate())."""
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--steps", "400", "--eval-every", "20",
+                                "--log-every", "10", "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    try:
+        process.stdout.readline()
+        process.stdout.close()  # the reader goes, as head does after its lines
+        assert process.wait(timeout=180) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["updates"], summary["stop_reason"]) == (400, "max_steps")
