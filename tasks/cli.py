@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
         option = getattr(error, "option", None)  # data.errors.CorpusError: the reading option at fault
         prefix = f"{flag(option)}: " if option else ""
         print(f"{parser.prog}: error: {prefix}{error}", file=sys.stderr)
+        written = getattr(error, "checkpoint", None)  # hogwild.WorkerFailed / EvaluationFailed after last.pt
+        if written and getattr(args, "out", None):
+            print(f"{parser.prog}: the run is in {written}: continue with the same command plus --resume "
+                  f"--out {args.out}", file=sys.stderr)
         return 1
 
 

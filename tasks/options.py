@@ -218,7 +218,8 @@ class RunOptions:
     epochs: int | None = STOPPING(None, "passes over the data", default_text=defaults.EPOCHS_TEXT, engine="epochs")
     steps: int | None = STOPPING(None, "stop after this many shared updates", default_text="no limit",
                                  engine="max_steps")
-    time_limit: float | None = STOPPING(None, "stop after this long (0: no limit)", metavar="SECONDS",
+    time_limit: float | None = STOPPING(None, "stop after this long of training (0: no limit); a --resume trains "
+                                              "this long again", metavar="SECONDS",
                                         check=_at_least(0), default_text="no limit", engine="time_limit")
     eval_every: int | None = STOPPING(None, "evaluate every this many updates", metavar="UPDATES",
                                       default_text=defaults.EVAL_EVERY_TEXT, engine="eval_every")

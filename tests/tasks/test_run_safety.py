@@ -182,3 +182,28 @@ def test_a_reader_that_closes_the_output_pipe_does_not_stop_the_run(tmp_path):
             process.kill()
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["updates"], summary["stop_reason"]) == (400, "max_steps")
+
+
+def test_a_killed_worker_stops_the_run_with_its_name_and_how_to_continue(tmp_path):
+    """Without --max-restarts a worker killed mid-run stops the run: exit 1, the worker named, last.pt written, and
+    (as after Ctrl-C) the command that continues it."""
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "2", "--steps", "100000",
+                                "--log-every", "10", "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not any(r["kind"] == "train" and r["updates"] >= 20 for r in _records_so_far(out / "metrics.jsonl")):
+            assert process.poll() is None and time.time() < deadline, process.communicate()
+            time.sleep(0.05)
+        worker = _worker_of(process.pid)
+        os.kill(worker, signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 1, stdout + stderr
+    error, hint = stderr.strip().splitlines()[-3:-2] + stderr.strip().splitlines()[-1:]
+    assert error.startswith("run.py: error: training stopped: worker ") and f"pid {worker}) was killed" in error
+    assert hint == f"run.py: the run is in {out / 'last.pt'}: continue with the same command plus --resume --out {out}"
+    assert (out / "last.pt").exists()
