@@ -125,9 +125,21 @@ def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_pat
     """--max-restarts 1: a worker killed with kill -9 mid-run is replaced, the run reaches exactly --steps, exit 0,
     and summary.json counts the restart (metrics.jsonl names the worker)."""
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "2", "--steps", "600",
-                                "--log-every", "10", "--max-restarts", "1", "--out", str(out)], cwd=REPO, env=ENV,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "600", "--max-restarts", "1")
+    assert process.returncode == 0, stdout + stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["restarts"], summary["updates"], summary["stop_reason"]) == (1, 600, "max_steps")
+    [restart] = [r for r in _records(out / "metrics.jsonl") if r["kind"] == "restart"]
+    assert restart["reason"].endswith(f"pid {worker}) was killed by signal SIGKILL")
+    assert "restarting worker " in stderr and "(1 of --max-restarts 1)" in stderr
+
+
+def _kill_a_worker_mid_run(out, *args):
+    """run.py with 2 workers in its own session; once 20 updates are logged one worker is killed with SIGKILL.
+    Returns (the finished process, the killed worker's pid, stdout, stderr)."""
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "2", "--log-every", "10",
+                                *args, "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 180
         while not any(r["kind"] == "train" and r["updates"] >= 20 for r in _records_so_far(out / "metrics.jsonl")):
@@ -139,12 +151,7 @@ def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_pat
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 0, stdout + stderr
-    summary = json.loads((out / "summary.json").read_text())
-    assert (summary["restarts"], summary["updates"], summary["stop_reason"]) == (1, 600, "max_steps")
-    [restart] = [r for r in _records(out / "metrics.jsonl") if r["kind"] == "restart"]
-    assert restart["reason"].endswith(f"pid {worker}) was killed by signal SIGKILL")
-    assert "restarting worker " in stderr and "(1 of --max-restarts 1)" in stderr
+    return process, worker, stdout, stderr
 
 
 def _records_so_far(path):
@@ -188,20 +195,7 @@ def test_a_killed_worker_stops_the_run_with_its_name_and_how_to_continue(tmp_pat
     """Without --max-restarts a worker killed mid-run stops the run: exit 1, the worker named, last.pt written, and
     (as after Ctrl-C) the command that continues it."""
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "2", "--steps", "100000",
-                                "--log-every", "10", "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.time() + 180
-        while not any(r["kind"] == "train" and r["updates"] >= 20 for r in _records_so_far(out / "metrics.jsonl")):
-            assert process.poll() is None and time.time() < deadline, process.communicate()
-            time.sleep(0.05)
-        worker = _worker_of(process.pid)
-        os.kill(worker, signal.SIGKILL)
-        stdout, stderr = process.communicate(timeout=180)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "100000")
     assert process.returncode == 1, stdout + stderr
     error, hint = stderr.strip().splitlines()[-3:-2] + stderr.strip().splitlines()[-1:]
     assert error.startswith("run.py: error: training stopped: worker ") and f"pid {worker}) was killed" in error
