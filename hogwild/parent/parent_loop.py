@@ -64,8 +64,8 @@ class ParentLoop:
     """Only the parent decides when to log, evaluate, checkpoint and stop (workers only report counters)."""
 
     def __init__(self, shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog,
-                 agent: AttachedAgent | None = None, waiting: Callable[[int], bool] | None = None) -> None:
-        """waiting(worker): whether the worker waits on the feed for a ticket (BatchFeed.waiting): not watched."""
+                 agent: AttachedAgent | None = None, waiting: Callable[[], list[bool]] | None = None) -> None:
+        """waiting(): per worker, whether it waits on the feed for a ticket (BatchFeed.waiting): not watched."""
         self.config, self.counters, self.control = shared.config, shared.counters, shared.control
         self.waiting = waiting
         self.checkpoints = shared.checkpoints
@@ -182,8 +182,8 @@ class ParentLoop:
             snapshot = self.counters.snapshot()
             # a replacement still starting is not watched (it is bounded by START_TIMEOUT, _late_replacement)
             # nor is one without a ticket, which waits on the feed (at max_steps: for updates in flight elsewhere)
-            running = [process.exitcode is None and self.counters.ready(worker)
-                       and not (self.waiting is not None and self.waiting(worker))
+            waiting = self.waiting() if self.waiting is not None else [False] * self.counters.workers
+            running = [process.exitcode is None and self.counters.ready(worker) and not waiting[worker]
                        for worker, process in enumerate(self.supervisor.processes)]
             hung = self.watch.observe(snapshot, running) or self._late_replacement()
             if hung:

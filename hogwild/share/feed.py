@@ -188,12 +188,14 @@ class BatchFeed:
             held.popleft()
         self._counted[worker] = max(self._counted[worker], done)
 
-    def waiting(self, worker: int) -> bool:
-        """Whether `worker` holds no ticket it has not counted done (nothing queued for it, nothing in training): it
-        waits on the dealer - at max_steps, for the updates still in flight elsewhere -, which is not a hang."""
+    def waiting(self) -> list[bool]:
+        """Per worker, whether it holds no ticket it has not counted done (nothing queued for it, nothing in
+        training): it waits on the dealer - at max_steps, for the updates still in flight elsewhere -, not a hang."""
+        done = self.counters.tickets_done()
         with self._lock:
-            self._trim(worker, self.counters.tickets_done()[worker])
-            return not self._held[worker]
+            for worker in range(self.workers):
+                self._trim(worker, done[worker])
+            return [not held for held in self._held]
 
     def reassign(self, worker: int) -> Mailbox:
         """`worker`'s process has died (and been reaped): the tickets it had not counted go back to be dealt first,
