@@ -43,6 +43,17 @@ def _consume(feed, worker, counters, stop, taken, skip=()):
         reader.done()
 
 
+def _consume_all(feed, counters, stop, skip=()):
+    """Two consumer threads until the feed ends them: (what each took, whether one is still running after 10 s)."""
+    taken = [[], []]
+    threads = [threading.Thread(target=_consume, args=(feed, w, counters, stop, taken, skip)) for w in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return taken, any(thread.is_alive() for thread in threads)
+
+
 def _feed(workers, **kwargs):
     ctx, counters, stop = mp.get_context("spawn"), SharedCounters(workers), threading.Event()
     kwargs = {"epochs": 1, "seed": 4, "shuffle": True, "depth": 4, **kwargs}
@@ -54,12 +65,7 @@ def _feed(workers, **kwargs):
 def test_two_consumers_take_every_batch_exactly_once_per_epoch_in_seeded_order(n):
     feed, counters, stop = _feed(2, n_batches=n, epochs=3)
     feed.start(stop.is_set)
-    taken = [[], []]
-    threads = [threading.Thread(target=_consume, args=(feed, w, counters, stop, taken)) for w in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
+    taken, _ = _consume_all(feed, counters, stop)
     both = taken[0] + taken[1]
     assert Counter((epoch, index) for epoch, index in both) == Counter(
         (epoch, index) for epoch in range(3) for index in range(n))
@@ -109,12 +115,7 @@ def test_a_dead_workers_uncounted_tickets_are_dealt_again_first_and_each_is_coun
     feed.reassign(0)  # as the supervisor does once the process is reaped
     assert feed.resume_seq() == 1
     feed.start(stop.is_set)
-    taken = [[], []]
-    threads = [threading.Thread(target=_consume, args=(feed, w, counters, stop, taken)) for w in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
+    taken, _ = _consume_all(feed, counters, stop)
     again = taken[0] + taken[1]
     assert Counter(again) + Counter([(0, 0)]) == Counter((e, i) for e in range(2) for i in range(64))
     assert counters.tickets_done().sum() == 128 and feed.resume_seq() == 128
@@ -133,13 +134,8 @@ def test_max_steps_deals_exactly_the_updates_left_and_a_skipped_one_frees_its_sl
     ctx, stop = mp.get_context("spawn"), threading.Event()
     feed = BatchFeed(ctx, 10, 2, epochs=None, seed=0, shuffle=False, depth=4, counters=counters, max_steps=20)
     feed.start(stop.is_set)
-    taken = [[], []]
-    threads = [threading.Thread(target=_consume, args=(feed, w, counters, stop, taken, {3})) for w in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert not any(thread.is_alive() for thread in threads)
+    taken, still_running = _consume_all(feed, counters, stop, {3})
+    assert not still_running
     assert sorted(taken[0] + taken[1]) == [(0, i) for i in range(9)]
     assert counters.snapshot().updates() == 20 and counters.skipped_total() == 1
     stop.set()
