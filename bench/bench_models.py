@@ -87,14 +87,28 @@ def time_cases(cases: list[tuple], device) -> dict[str, list[float]]:
     return times
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\nOf run.py's options it takes "
+def step_parser(doc: str) -> argparse.ArgumentParser:
+    """The parser of a benchmark that times the models' steps: its docstring's first paragraph, and of run.py's
+    options --vocab-size (or --config FILE's)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0] + "\n\nOf run.py's options it takes "
                                 "--vocab-size (or --config FILE's).", formatter_class=HelpFormatter)
     add_run_options(p, only=("vocab_size",))
+    return p
+
+
+def rounds_parser(doc: str, paper_rounds: int) -> argparse.ArgumentParser:
+    """step_parser with the flags of a benchmark that times the presets' steps in interleaved rounds (time_cases)."""
+    p = step_parser(doc)
     p.add_argument("--device", default="cpu", help="cpu, or cuda when a GPU is available")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds for the small presets")
-    p.add_argument("--paper-rounds", type=int, default=2, help="timed rounds for the paper presets (0: skip them)")
+    p.add_argument("--paper-rounds", type=int, default=paper_rounds,
+                   help="timed rounds for the paper presets (0: skip them)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = rounds_parser(__doc__, paper_rounds=2)
     p.add_argument("--quick", action="store_true", help="--rounds 1 --paper-rounds 0 --vocab-size 2000: seconds (CI)")
     return p
 

@@ -25,10 +25,10 @@ import torch
 from hogwild.data.batching import bucket_length
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
 from hogwild.models.host_fields import to_device
-from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.tasks.run_flags import parse_run_options
 
 from bench import command_line
-from bench.bench_models import AFFIX, POS_VOCAB, time_cases
+from bench.bench_models import AFFIX, POS_VOCAB, rounds_parser, time_cases
 
 EDGES = (8, 16, 24, 32, 48, 64)
 
@@ -92,13 +92,7 @@ def three_ways(name: str, model, loss_fn, batch: dict, bucketed: dict, rounds: i
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\nOf run.py's options it takes "
-                                "--vocab-size (or --config FILE's).", formatter_class=HelpFormatter)
-    add_run_options(p, only=("vocab_size",))
-    p.add_argument("--device", default="cpu", help="cpu, or cuda when a GPU is available")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (CPU)")
-    p.add_argument("--rounds", type=int, default=5, help="timed rounds for the small presets")
-    p.add_argument("--paper-rounds", type=int, default=0, help="timed rounds for the paper presets (0: skip them)")
+    p = rounds_parser(__doc__, paper_rounds=0)
     p.add_argument("--pairs", type=int, default=64, help="NMT pairs per batch")
     p.add_argument("--quick", action="store_true",
                    help="--rounds 1 --paper-rounds 0 --vocab-size 2000 --pairs 16: seconds (CI)")

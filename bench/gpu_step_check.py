@@ -34,12 +34,12 @@ from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_lo
 from hogwild.models.host_fields import to_device
 from hogwild.share.run_state import PhaseClock
 from hogwild.tasks.defaults import POS_BUCKET_EDGES, graph_bucket_edges
-from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.tasks.run_flags import parse_run_options
 from hogwild.worker.gradients import gradient_norm
 from hogwild.worker.step_graph import StepGraphs
 
 from bench import command_line
-from bench.bench_models import POS_VOCAB, time_update
+from bench.bench_models import POS_VOCAB, step_parser, time_update
 from bench.bench_padded import bucketed_nmt, bucketed_pos, nmt_batch, pos_batch
 
 CLIP = {"nmt": 1.0, "pos": None}  # run.py's recipes (tasks/defaults.py)
@@ -107,9 +107,7 @@ def equality(task: str, model, batches: tuple[dict, dict, dict], device: torch.d
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + "\n\nOf run.py's options it takes "
-                                "--vocab-size (or --config FILE's).", formatter_class=HelpFormatter)
-    add_run_options(p, only=("vocab_size",))
+    p = step_parser(__doc__)
     p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu (no capture)")
     p.add_argument("--timed-steps", type=int, default=20, help="timed steps per configuration")
     p.add_argument("--rtol", type=float, default=1e-4, help="equality: tolerance relative to the largest gradient")
