@@ -26,7 +26,7 @@ from bench import corpus_batches as C
 from bench import gpu_engine
 from bench import gpu_report as R
 from bench import plain_loop as P
-from bench.gpu_timing import StampedLoss, StepSpans, steady_tokens, steady_window
+from bench.gpu_timing import StepSpans, steady_records, steady_tokens, steady_window
 from hogwild.models import nmt_loss
 from tests.bench.usage_errors import assert_refused
 
@@ -46,13 +46,34 @@ def test_projection_cycle_is_pull_plus_the_longer_of_device_work_and_host_update
 def test_steady_window_counts_the_middle_80_percent_of_the_stamped_updates_and_their_tokens():
     stamps = torch.zeros(120, dtype=torch.float64)
     stamps[:100] = 5.0 + 0.1 * torch.arange(100, dtype=torch.float64)  # 10 updates/s; 20 slots never trained
-    rate, start, end = steady_window(stamps)
-    assert rate == pytest.approx(10.0) and start == pytest.approx(6.0) and end == pytest.approx(13.9)
-    tokens = list(range(120))  # batch i trains i tokens; the window holds batches 10..88, which ran in index order
-    assert steady_tokens(stamps, tokens) == pytest.approx(sum(range(10, 89)) / 7.9)
+    rate, start, end = steady_window(stamps)  # steps 10..89 timed, from step 10's start to step 90's
+    assert rate == pytest.approx(10.0) and start == pytest.approx(6.0) and end == pytest.approx(14.0)
+    tokens = [i * i for i in range(120)]  # batch i trains i^2 tokens; the window holds batches 10..89 in index order
+    assert steady_tokens(stamps, tokens) == pytest.approx(sum(i * i for i in range(10, 90)) / 8.0)
     shuffled = stamps.clone()
-    shuffled[:100] = stamps[:100].flip(0)  # the same times, batch 99 first: the window holds batches 11..89
-    assert steady_tokens(shuffled, tokens) == pytest.approx(sum(range(11, 90)) / 7.9)
+    shuffled[:100] = stamps[:100].flip(0)  # the same times, batch 99 first: the window holds batches 89..10
+    assert steady_tokens(shuffled, tokens) == pytest.approx(sum(i * i for i in range(10, 90)) / 8.0)
+    assert steady_window(5.0 + 0.1 * torch.arange(750, dtype=torch.float64))[0] * 60.0 == pytest.approx(600)
+
+
+def tick(time, updates, examples_per_s, phases):
+    return {"time": time, "updates": updates, "examples_per_s": examples_per_s,
+            "phase_ms": dict(zip(("pull", "compute", "push", "update"), phases))}
+
+
+def test_an_engine_window_spans_the_tick_records_from_10_to_90_percent_of_the_updates():
+    """Ticks every 0.1 s of a 100-update run: start-up (1 update in 0.3 s), 10 updates a tick, then the join; the
+    window runs from the last record at or below 10 updates to the first at or above 90, and its phases are those
+    of the updates landed inside it, weighted by their count."""
+    records = [tick(0.3, 1, 10, (9, 9, 9, 9)), tick(0.4, 10, 900, (1, 2, 3, 4)), tick(0.5, 30, 2000, (1, 2, 3, 4)),
+               tick(0.6, 60, 3000, (2, 4, 6, 8)), tick(0.7, 95, 3500, (1, 2, 3, 4)), tick(2.0, 100, 1, (9, 9, 9, 9))]
+    window = steady_records(records, 100)
+    assert (window.start, window.end, window.updates) == (0.4, 0.7, 85)
+    assert window.rate == pytest.approx(85 / 0.3) and window.tokens_rate == pytest.approx(850 / 0.3)
+    assert window.phase_ms == pytest.approx({"pull": 1 + 30 / 85, "compute": 2 + 60 / 85, "push": 3 + 90 / 85,
+                                             "update": 4 + 120 / 85})
+    assert steady_records(records[:2], 100) is None  # no record reaches 90%: not a window
+    assert steady_records([tick(0.3, 100, 1, (1, 1, 1, 1))], 100) is None
 
 
 def test_steady_window_refuses_a_run_with_fewer_than_two_stamps():
@@ -182,11 +203,15 @@ def test_run_py_options_recipes_and_quick_defaults():
     assert (pos.optimizer, pos.lr, pos.clip_norm, pos.batch_size) == ("sgd", 0.03, None, 1)
     config = B.engine_config(pos, "cpu-replica", 2)
     assert config.devices == ["cpu-replica"] * 2 and config.sparse_pull and config.clip_norm is None
+    assert config.log_every == 1 and not config.tf32  # a record every tick: the timing
     options, args = B.parse(["--batch-size", "8", "--lr", "0.5"])
     full = B.task_options("nmt", options, args)
     assert (full.preset, full.vocab_size, full.batch_size, full.lr, args.updates, args.repeats) == (
-        "paper", 15000, 8, 0.5, None, 2)
-    assert "(default: paper here; run.py: small)" in " ".join(B.build_parser().format_help().split())
+        "paper", 15000, 8, 0.5, 750, 2)
+    help_text = " ".join(B.build_parser().format_help().split())
+    assert "(default: paper here; run.py: small)" in help_text
+    assert "--updates UPDATES updates per run, every variant; its middle 80% is timed (default: 750) --repeats" \
+        in help_text
     assert B.engine_config(full, "cuda:0", 1, "engine-compiled").hang_timeout is None
     assert B.engine_config(full, "cuda:0", 1, "engine-bf16").amp == "bf16"
 
@@ -198,12 +223,42 @@ def test_engine_options_are_config_fields_converted_by_type_or_refused_by_name(c
         "eval_budget": 0.5}
     for bad, why in [("speed=3", "'speed' is not a hogwild.Config field"), ("epochs=2", "'epochs' is set by the bench"),
                      ("lr=0.5", "'lr' belongs to the recipe"), ("pull_every=two", "pull_every=two: expected int"),
-                     ("tf32=maybe", "tf32=maybe: expected true or false"), ("tf32", "'tf32': expected FIELD=VALUE")]:
+                     ("tf32=true", "'tf32' belongs to the recipe every side shares"),
+                     ("overlap_update=maybe", "overlap_update=maybe: expected true or false"),
+                     ("tf32", "'tf32': expected FIELD=VALUE")]:
         with pytest.raises(ValueError, match=re.escape(why)):
             B.engine_overrides([bad])
     # a value Config refuses, named by the flag before anything runs
     assert_refused(B.main, ["--quick", "--device", "cpu", "--engine-option", "pull_every=0"], "--engine-option: Config.",
                    capsys)
+
+
+def test_the_plain_loops_and_the_engine_rows_share_one_precision_setting(monkeypatch, capsys):
+    """TF32 matrix products off on every row by default and on every row with --tf32: the plain loops' losses run
+    under the process's setting, the engine's workers get the same Config.tf32, and the header says which."""
+    seen, real = [], B.task_loss
+
+    def recording(task, padded):
+        loss = real(task, padded)
+
+        def recorded(model, batch):
+            seen.append(torch.backends.cuda.matmul.allow_tf32)
+            return loss(model, batch)
+        return recorded
+
+    monkeypatch.setattr(B, "task_loss", recording)
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for flags, on in (([], False), (["--tf32"], True)):
+            seen.clear()
+            B.main(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain,plain-graphed",
+                    "--worker-counts", "1", *flags])
+            assert set(seen) == {on}
+            assert f"TF32 matrix products {'on' if on else 'off'} on every row (--tf32)" in capsys.readouterr().out
+            options, args = B.parse(["--quick", *flags])
+            assert B.engine_config(B.task_options("pos", options, args), "cuda:0", 1).tf32 is on
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def test_runs_rotate_and_shared_workers_repeat_less():
@@ -213,8 +268,11 @@ def test_runs_rotate_and_shared_workers_repeat_less():
 
 def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, capsys, tmp_path):
     """A SIGINT during the workers' start-up stops the run with no update: run_engine says so (IncompleteRun, with
-    the stop reason) instead of timing it. In bench_task a stopped engine run, a failed worker and a failed capture
-    are each printed as NOT MEASURED with the reason (and kept in --json), and the other runs are measured."""
+    the stop reason) instead of timing it. In bench_task any failure ends its own run only, printed as NOT MEASURED
+    with its reason (and kept in --json): a capture that fails in the graphed plain loop, even when giving the device
+    memory back fails after it (as empty_cache does while a failed capture is still counted as under way), and a
+    worker that really fails (graphs on with the packed loss, which reads the device on the host: no graph can
+    replay it); the eager plain loop after them is measured."""
     options, args = B.parse(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain,engine",
                              "--worker-counts", "1"])
     pos = B.task_options("pos", options, args)
@@ -224,60 +282,77 @@ def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, cap
     try:
         with pytest.raises(B.IncompleteRun, match=r"^the run ended after 0 of 20 updates \(stop reason "
                                                   r"'signal SIGINT', per worker \[0\], "):
-            B.run_engine("pos", "engine", model, B.task_loss("pos", False), batches.exact, batches.tokens,
+            B.run_engine("pos", "engine", model, B.task_loss("pos", False), batches.exact,
                          B.engine_config(pos, "cpu-replica", 1), False)
     finally:
         timer.cancel()
 
-    failures = iter([B.IncompleteRun("the run ended after 3 of 20 updates"),
-                     hogwild.WorkerFailed("training stopped: worker 0 made no progress", 0, None)])
+    def capture_fails(self, batches):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
 
-    def engine_fails(*_args):
-        raise next(failures)
+    releases = iter([RuntimeError("captures_underway.empty() INTERNAL ASSERT FAILED")])
 
-    def capture_fails(task, variant, *rest):
-        if variant == "plain-graphed":
-            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
-        return real_plain(task, variant, *rest)
+    def release(device):
+        error = next(releases, None)
+        if error is not None:
+            raise error
 
-    real_plain = B.run_plain
-    monkeypatch.setattr(B, "run_engine", engine_fails)
-    monkeypatch.setattr(B, "run_plain", capture_fails)
-    B.main(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain,plain-graphed,engine",
-            "--worker-counts", "1", "--repeats", "2", "--json", str(tmp_path / "runs.json")])
+    monkeypatch.setattr(P.BucketGraphs, "prepare", capture_fails)
+    monkeypatch.setattr(B, "release", release)
+    B.main(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain-graphed,engine,plain",
+            "--engine-loss", "packed", "--engine-option", "graphs=on", "--worker-counts", "1", "--repeats", "1",
+            "--json", str(tmp_path / "runs.json")])
     lines = capsys.readouterr().out.splitlines()
-    assert "    [1/2] engine x1: NOT MEASURED: IncompleteRun: the run ended after 3 of 20 updates" in lines
-    assert ("    [2/2] engine x1: NOT MEASURED: WorkerFailed: training stopped: worker 0 made no progress"
-            in lines)
-    assert "    [1/2] plain-graphed x1: NOT MEASURED: RuntimeError: CUDA error: operation not permitted when stream " \
-           "is capturing" in lines
+    assert ("    [1/1] plain-graphed x1: NOT MEASURED: RuntimeError: CUDA error: operation not permitted when stream "
+            "is capturing (then releasing the device failed: RuntimeError: captures_underway.empty() INTERNAL ASSERT "
+            "FAILED)") in lines
+    assert any(line.startswith("    [1/1] engine x1: NOT MEASURED: WorkerFailed: training stopped: worker 0 ")
+               for line in lines), lines
+    assert any(line.startswith("    [1/1] plain x1: ") and "updates/s" in line for line in lines), lines
     saved = json.loads((tmp_path / "runs.json").read_text())
-    assert [(r["variant"], r["workers"]) for r in saved["runs"]] == [("plain", 1), ("plain", 1)]
-    assert [m["variant"] for m in saved["not_measured"]] == ["plain-graphed", "engine", "plain-graphed", "engine"]
+    assert [(r["variant"], r["workers"]) for r in saved["runs"]] == [("plain", 1)]
+    assert [m["variant"] for m in saved["not_measured"]] == ["plain-graphed", "engine"]
 
 
-class Unstamped(gpu_engine.StampedLoss):
-    """A loss that stamps no batch, as a graphed worker step that never calls the loss (module level: workers
-    unpickle it)."""
-
-    def _stamp(self, index):
-        pass
-
-
-def test_an_engine_run_on_the_padded_loss_is_timed_by_its_stamps_or_else_by_its_clock(monkeypatch):
-    """--engine-loss padded: one worker trains the bucketed batches with the padded loss, every batch stamped. A
-    graphed worker step replays without calling the loss: with no stamps the run is timed by its training clock."""
-    options, args = B.parse(["--device", "cpu", "--quick", "--engine-loss", "padded"])
+def test_an_engine_row_says_which_step_its_workers_ran_and_is_timed_by_their_update_counters():
+    """One 'cpu-replica' worker with graphs on (the graphed step's CPU form) on 40 bucketed POS batches: the row names
+    its step and graphs, and is timed over the window its update counters span (at least the middle 80%), its phases
+    and GPU share from that window."""
+    options, args = B.parse(["--device", "cpu", "--quick"])
     pos = B.task_options("pos", options, args)
-    model, batches = B.build("pos", pos, 20, Path("/nonexistent"), 0)
-    config = B.engine_config(pos, "cpu-replica", 1)
-    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, batches.tokens, config, False)
-    assert (m.timing, m.workers, m.precision, m.nonfinite) == ("stamps", 1, "fp32", 0) and m.rate > 0
-    assert m.tokens_rate > m.rate  # several tokens per sentence
+    model, batches = B.build("pos", pos, 40, Path("/nonexistent"), 0)
+    config = B.engine_config(pos, "cpu-replica", 1, overrides={"graphs": "on"})
+    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, config, False)
+    shapes = len({P.batch_shape(b) for b in batches.bucketed})
+    assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", shapes, 0, 40, "counters")
+    assert 32 <= m.window <= 40 and m.tokens_rate > m.rate > 0 and m.label == "engine"
+    assert set(m.phase_ms) == {"pull", "compute", "push", "update"} and 0 < m.gpu <= 100
 
-    monkeypatch.setattr(gpu_engine, "StampedLoss", Unstamped)
-    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, batches.tokens, config, False)
-    assert m.timing == "run clock" and m.tokens_rate == pytest.approx(m.rate * sum(batches.tokens) / 20)
+
+def test_a_run_whose_workers_fell_back_is_its_own_row_and_not_the_engines():
+    cuda, result = hogwild.Config(devices=["cuda:0"]), type("Result", (), {"graphs": 0})()
+    assert gpu_engine.engine_step(cuda, result) == "fell back"
+    result.graphs = 3
+    assert gpu_engine.engine_step(cuda, result) == "graphed"
+    assert gpu_engine.engine_step(hogwild.Config(devices=["cuda:0"], graphs="off"), result) == "eager"
+
+
+def test_the_report_names_a_fallen_back_row_and_keeps_it_out_of_the_engines_figures(capsys):
+    def engine(rate, step, phases, eager=0):
+        return R.Measurement("nmt", "engine", 1, rate, 10 * rate, "fp32", 0, 50.0, "nvml", dict(zip(
+            ("pull", "compute", "push", "update"), phases)), graphs=16 if step == "graphed" else 0, eager_steps=eager,
+            updates=750, window=600, timing="counters", step=step)
+    R.report([R.Measurement("nmt", "plain-graphed", 1, 40.0, 400.0, "fp32", 0, 90.0, "nvml", graphs=20,
+                            eager_steps=0, prepare_s=3.0, updates=750, window=600),
+              engine(30.0, "graphed", (1, 20, 2, 5), eager=75), engine(15.0, "fell back", (1, 60, 2, 5))],
+             overlap=True, repeats=1)
+    out = capsys.readouterr().out
+    rows = {line[2:29].strip(): line[29:].split() for line in out.splitlines()[1:4]}
+    assert list(rows) == ["plain-graphed", "engine", "engine (fell back: eager)"]
+    assert rows["engine"][8:9] + rows["engine"][13:15] == ["0.750", "16/75", "10.0"]  # x graphed; graphs/eager, %
+    assert rows["engine (fell back: eager)"][8:10] == ["0.375", "600"] and rows["engine (fell back: eager)"][13] == "0/0"
+    assert "one engine worker / graphed plain loop (fp32): engine 0.750, engine (fell back: eager) 0.375" in out
+    assert "  1        23.00      43.48" in out  # the projection: 1 + max(20 + 2, 5) ms, from the graphed row only
 
 
 @pytest.mark.slow
@@ -291,13 +366,11 @@ def test_plain_loop_and_one_engine_worker_make_the_same_updates(task):
     plain = copy.deepcopy(model)
     step = P.PlainStep(plain, B.task_loss(task, False), P.plain_optimizers(plain, options.optimizer, options.lr,
                                                                             torch.device("cpu")), options.clip_norm)
-    P.eager_steps(step, [{k: v for k, v in b.items() if k != "index"} for b in batches.exact])
+    P.eager_steps(step, batches.exact)
     config = B.engine_config(options, "cpu-replica", 1)
     config = hogwild.Config(**{**config.to_dict(), "overlap_update": False, "shuffle": False})
     engine = copy.deepcopy(model)
-    result = hogwild.train(engine, StampedLoss(B.task_loss(task, False),
-                                               torch.zeros(3, dtype=torch.float64).share_memory_()),
-                           batches.exact, config)
+    result = hogwild.train(engine, B.task_loss(task, False), batches.exact, config)
     assert int(step.nonfinite) == 0 and result.updates == 3 and result.skipped_updates == 0
     for (name, a), b in zip(plain.named_parameters(), engine.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
@@ -340,8 +413,9 @@ def test_quick_run_on_the_cpu_as_the_docstring_shows(tmp_path):
         assert f"\n{task}: preset small" in out
         assert table_row(out, task, "plain", 1)[8] == "1.000"  # x plain
         graphed = table_row(out, task, "plain-graphed", 1)
-        assert graphed[9] == "1.000" and re.fullmatch(r"\d+/0", graphed[13])  # x graphed; graphs/eager steps
-        assert len(table_row(out, task, "engine", 2)) == 18  # ... GPU %, source, '-', and 4 phases
+        assert graphed[9] == "1.000" and graphed[10] == "16" and re.fullmatch(r"\d+/0", graphed[14])  # timed; graphs
+        engine = table_row(out, task, "engine", 2)  # ... GPU %, source, graphs/eager, eager %, 4 phases (run clock)
+        assert engine[13:15] == ["0/0", "0.0"] and len(engine) in (20, 22)
     paper = [line.split() for line in lines if re.match(r"  [1-4] {4}", line)]
     assert [row[0] for row in paper] == ["1", "2", "3", "4"] * 2
     assert [row[4] for row in paper] == ["26.89", "16.56", "9.24", "6.96"] * 2  # the paper's column, by its field
