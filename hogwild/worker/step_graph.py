@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..config import Config
 from ..share.run_state import PhaseClock
 from ..shared_optim import trainable_parameters
+from .capture import capture_graph
 from .copy_out import GradientOutbox
 from .gradients import batch_examples, call_loss
 from .pull import PrefetchPull
@@ -160,8 +161,10 @@ def _static_copy(batch: Any, device: torch.device) -> Any:
 class StepGraphs:
     """A device replica whose step runs as captured CUDA graphs (on the CPU: the same step without capture)."""
 
-    def __init__(self, model: nn.Module, loss_fn: Callable, device: torch.device, config: Config):
+    def __init__(self, model: nn.Module, loss_fn: Callable, device: torch.device, config: Config,
+                 capture: bool | None = None):
         self.device, self.cuda, self.loss_fn = device, device.type == "cuda", loss_fn
+        self.capture = self.cuda if capture is None else capture  # False: the same step, never captured
         self.replica = copy.deepcopy(model).to(device)  # private storage, ties kept, frozen values copied
         self.params = trainable_parameters(self.replica)
         self.tables = sparse_tables(self.replica)
@@ -175,7 +178,7 @@ class StepGraphs:
         self.clocks = [PhaseClock(device), PhaseClock(device)]
         self.graphs: dict[tuple, Captured] = {}
         self.outbox: GradientOutbox | None = None
-        self.pool = torch.cuda.graph_pool_handle() if self.cuda else None
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
 
     def prepare(self, batches: list, limit: int = GRAPH_LIMIT) -> int:
         """Index the batches' shapes, build the outbox, capture the `limit` most frequent shapes (warm-up first);
@@ -209,21 +212,19 @@ class StepGraphs:
         if probe.reads:
             raise NotGraphable(f"Config.graphs: the step reads the device on the host ({', '.join(probe.reads[:3])}): "
                                f"a CUDA graph cannot replay that; give the workers a loss without host reads (the "
-                               f"models' padded=True losses) or train with graphs='off'")
+                               f"models' padded=True losses)")
         if count != host_count(batch):
             raise ValueError(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
                              f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays without "
-                             f"calling the loss, so its count must be that one (or train with graphs='off')")
-        if self.cuda:
+                             f"calling the loss, so its count must be that one")
+        if self.capture:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS - 1):
                     self._body(static)
             torch.cuda.current_stream().wait_stream(side)
-            captured.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(captured.graph, pool=self.pool, capture_error_mode="thread_local"):
-                captured.present, _ = self._body(static)
+            captured.graph, (captured.present, _) = capture_graph(lambda: self._body(static), self.pool)
         return captured
 
     def run(self, batch: Any, slot: int, clock: PhaseClock) -> StepResult:

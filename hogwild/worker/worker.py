@@ -15,6 +15,7 @@ Usage (engine.py): `ctx.Process(target=worker_main, args=(spec,)).start()`
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import time
 import warnings
@@ -29,6 +30,7 @@ from ..share.run_state import PhaseClock
 from ..share.feed import PartitionReader, QueueReader
 from ..shared_optim import FUSED_OPTIMIZERS
 from .gradients import GradientCheck, NonFiniteStreak, batch_seed, call_loss, compiled_loss, gradient_stats, seed_batch
+from .capture import CaptureFailed, describe
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch, torch_device
 from .step_graph import NotGraphable, StepGraphs, shape_buckets
@@ -78,23 +80,26 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
 
 def graphed_step(spec: WorkerSpec, batches: list) -> StepGraphs | None:
     """The worker's graphed step, its graphs captured (start-up: before ready); None when Config.graphs is 'auto' and
-    the step cannot be captured: it reads the device on the host (NotGraphable), or the capture itself fails (an op
-    CUDA graphs do not allow). The eager step then runs, with a warning naming why; with 'on' the worker fails."""
+    the step cannot be captured: it reads the device on the host (NotGraphable), the loss or model is one it cannot
+    take (ValueError), or the capture itself fails (capture.py undoes it: CaptureFailed). The eager step then runs,
+    with a warning naming why; with 'on' the worker fails, naming graphs='off'. A capture that cannot be undone
+    (CaptureStuck) fails the worker either way."""
     step = StepGraphs(spec.model, spec.loss_fn, torch_device(spec.device), spec.config)
     try:
         count = step.prepare(batches)
-    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, a capture error
+    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, CaptureFailed
+        reason = str(error).strip().splitlines()[0] if isinstance(error, NotGraphable) else \
+            f"capturing the step failed ({describe(error.__cause__ if isinstance(error, CaptureFailed) else error)})"
         if spec.config.graphs == "on":
-            raise
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if not isinstance(error, NotGraphable):
-            reason = f"capturing the step failed ({type(error).__name__}: {reason})"
+            raise RuntimeError(f"worker {spec.worker}: {reason}; train with graphs='off' (run.py --graphs off)") \
+                from error
     else:
         spec.counters.worker_view(spec.worker).graphs_captured(count)
         return step
     del step  # here, not in the except block, whose traceback would keep its buffers and graph pool alive
+    gc.collect()  # the error's frames hold the step in cycles: its graphs give their pool back when collected
     if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # before the eager replica is made
+        torch.cuda.empty_cache()  # before the eager replica is made; capture.py left no capture under way
     warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
     return None
 
