@@ -215,19 +215,21 @@ main() {
     if [ "$CPU_MODE" = 1 ]; then
         device=cpu
         step_check=(--device cpu --quick --timed-steps 0)
-        # the engine rows' workers on 'cpu-replica' run the graphed step's code without capture (graphs on)
-        bench=(--device cpu --quick --engine-option graphs=on)
+        # the engine rows' workers on 'cpu-replica' run the graphed step's code without capture (graphs on); the
+        # batches' lengths from a gamma fit, not from the corpora (tokenizing Europarl takes longer than the runs)
+        bench=(env "HOGWILD_CORPORA=$WORK/no-corpora" "$PYTHON" -m bench.bench_gpu --device cpu --quick
+               --engine-option graphs=on)
         one=(--tasks pos,nmt --updates 20) more_k=(--tasks pos --updates 20 --worker-counts 2)
         more_bf16=(--tasks pos --updates 20)
         # the CUDA tests are skipped without CUDA: the stages themselves are what is tested here
-        tests=(-m cuda tests/hogwild/test_gpu.py) COMPILED_TESTS=(-m cuda tests/hogwild/worker)
+        tests=(-m cuda tests/hogwild/test_gpu.py) COMPILED_TESTS=(-m cuda tests/hogwild/worker/test_compile_tf32.py)
         RUN_GPU=(--workers 1 --cpu-workers replica)   # the GPU workers' code path ('cpu-replica')
         POS_DATA=(--steps 20 --synthetic-size 200 --eval-every 100000)
         NMT_DATA=(--steps 6 --synthetic-size 200 --batch-size 8 --dev-limit 20 --eval-every 100000 --beam 2)
     else
         device=cuda:0
         step_check=(--device cuda)
-        bench=(--device cuda:0)
+        bench=("$PYTHON" -m bench.bench_gpu --device cuda:0)
         one=(--tasks pos,nmt --updates 750) more_k=(--tasks pos,nmt --updates 750 --worker-counts 2,4)
         more_bf16=(--tasks pos,nmt --updates 750)
         # The tests that need CUDA (marked `cuda` by tests/conftest.py from their skip reason), less three that
@@ -277,7 +279,7 @@ main() {
     step a step-check 90 30 "$PYTHON" -m bench.gpu_step_check "${step_check[@]}"
     publish
     # b: one graphed worker against the graphed plain loop, fp32 (timed, alone).
-    step b one-worker 190 60 "$PYTHON" -m bench.bench_gpu "${bench[@]}" "${one[@]}" --variants plain-graphed,engine \
+    step b one-worker 190 60 "${bench[@]}" "${one[@]}" --variants plain-graphed,engine \
         --worker-counts 1 --repeats 1 --json "$OUT/one-worker.json"
     publish
     # c: the CUDA tests.
@@ -285,9 +287,9 @@ main() {
         --junitxml="$WORK/extras/tests.xml" "${tests[@]}"
     publish
     # d: K workers and bf16 (timed, alone), then the untimed runs side by side.
-    step d workers 130 60 "$PYTHON" -m bench.bench_gpu "${bench[@]}" "${more_k[@]}" --variants plain-graphed,engine \
+    step d workers 130 60 "${bench[@]}" "${more_k[@]}" --variants plain-graphed,engine \
         --repeats 1 --repeats-shared 1 --json "$WORK/extras/more-workers.json"
-    step d bf16 100 45 "$PYTHON" -m bench.bench_gpu "${bench[@]}" "${more_bf16[@]}" \
+    step d bf16 100 45 "${bench[@]}" "${more_bf16[@]}" \
         --variants plain-graphed-bf16,engine-bf16 --worker-counts 1 --repeats 1 --json "$WORK/extras/more-bf16.json"
     side_by_side check_pos check_nmt check_compiled
     publish

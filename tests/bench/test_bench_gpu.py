@@ -28,7 +28,9 @@ from bench import gpu_report as R
 from bench import plain_loop as P
 from bench.gpu_timing import StepSpans, steady_records, steady_tokens, steady_window
 from hogwild.models import nmt_loss
+from hogwild.worker.capture import CaptureFailed
 from tests.bench.usage_errors import assert_refused
+from tests.hogwild.worker.fake_cuda import FakeCuda
 
 REPO = Path(__file__).resolve().parents[2]
 PHASES = {1: {"pull": 1.0, "compute": 10.0, "push": 2.0, "update": 5.0},
@@ -180,6 +182,34 @@ def test_graphed_loop_in_its_cpu_form_makes_the_eager_loops_updates(optimizer):
     for (name, a), b in zip(runs[False].named_parameters(), runs[True].parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=name)
     assert any(not torch.equal(a, b) for a, b in zip(runs[True].parameters(), model.parameters()))
+
+
+def test_a_graphed_plain_loop_whose_capture_fails_leaves_the_process_able_to_go_on(monkeypatch):
+    """The graphed loop captures through hogwild/worker/capture.py. On a model of CUDA's capture bookkeeping
+    (tests/hogwild/worker/fake_cuda.py), a capture that meets an op CUDA graphs refuse (in the step's loss) raises
+    CaptureFailed with no capture left under way, the default stream current and the pool given back: the bench's
+    empty_cache after that run, and the next run's captures, work."""
+    cuda = FakeCuda.install(monkeypatch)
+    model, batches = tiny_nmt_case([(2, 1), (3, 2), (5, 4)])
+    refuse = [True]
+
+    def loss(net, batch):
+        if refuse[0] and torch.cuda.is_current_stream_capturing():
+            cuda.refuse()
+        return nmt_loss(net, batch, padded=True)
+
+    def graphed_loop():
+        step = P.PlainStep(model, loss, P.plain_optimizers(model, "sgd", 0.1, torch.device("cpu")), clip_norm=1.0)
+        graphs = P.BucketGraphs(step, torch.device("cpu"), (4, 8))
+        graphs.capture, graphs.pool = True, torch.cuda.graph_pool_handle()  # capture on the model of CUDA
+        return graphs
+
+    with pytest.raises(CaptureFailed, match="operation not permitted when stream is capturing"):
+        graphed_loop().prepare(batches)
+    assert cuda.healthy(), cuda.log
+    B.release(torch.device("cuda"))  # empty_cache: no capture under way
+    refuse[0] = False
+    assert graphed_loop().prepare(batches) == 2 and not cuda.underway and cuda.current is cuda.default
 
 
 def test_plain_optimizers_split_sparse_tables_and_the_graphed_loop_makes_them_dense():
