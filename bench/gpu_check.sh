@@ -11,7 +11,8 @@
 #                  run still names them), a per-test timeout; less the ones stage d runs
 #   d  more        timed, alone: 2 and 4 workers against the graphed plain loop, then bf16 (the graphed bf16 loop
 #                  against one bf16 worker); then side by side: run.py --gpus 1 end to end for POS then `run.py tag`,
-#                  for NMT then `run.py translate` (both in CPU-only processes), and the compiled-worker CUDA test
+#                  for NMT then `run.py translate` (both in CPU-only processes), and the compiled-worker CUDA test;
+#                  last, alone, gpu_step_check's step timings (eager, padded, graphed; fp32 and bf16)
 # Before them, stage 0 (setup): env (versions, the head of summary.txt), wheels, modules.
 #
 # Run from the repository root:
@@ -214,23 +215,24 @@ main() {
     local device bench step_check one more_k more_bf16 tests
     if [ "$CPU_MODE" = 1 ]; then
         device=cpu
-        step_check=(--device cpu --quick --timed-steps 0)
+        step_check=(--device cpu --quick)
         # the engine rows' workers on 'cpu-replica' run the graphed step's code without capture (graphs on); the
         # batches' lengths from a gamma fit, not from the corpora (tokenizing Europarl takes longer than the runs)
         bench=(env "HOGWILD_CORPORA=$WORK/no-corpora" "$PYTHON" -m bench.bench_gpu --device cpu --quick
                --engine-option graphs=on)
-        one=(--tasks pos,nmt --updates 20) more_k=(--tasks pos --updates 20 --worker-counts 2)
+        one=(--tasks pos,nmt --updates 20) more_k=(--tasks pos --updates 20 --worker-counts 2 --variants engine)
         more_bf16=(--tasks pos --updates 20)
         # the CUDA tests are skipped without CUDA: the stages themselves are what is tested here
         tests=(-m cuda tests/hogwild/test_gpu.py) COMPILED_TESTS=(-m cuda tests/hogwild/worker/test_compile_tf32.py)
         RUN_GPU=(--workers 1 --cpu-workers replica)   # the GPU workers' code path ('cpu-replica')
         POS_DATA=(--steps 20 --synthetic-size 200 --eval-every 100000)
-        NMT_DATA=(--steps 6 --synthetic-size 200 --batch-size 8 --dev-limit 20 --eval-every 100000 --beam 2)
+        NMT_DATA=(--steps 6 --synthetic-size 200 --batch-size 8 --dev-limit 8 --eval-every 100000 --beam 2)
     else
         device=cuda:0
-        step_check=(--device cuda)
+        step_check=(--device cuda:0)
         bench=("$PYTHON" -m bench.bench_gpu --device cuda:0)
-        one=(--tasks pos,nmt --updates 750) more_k=(--tasks pos,nmt --updates 750 --worker-counts 2,4)
+        one=(--tasks pos,nmt --updates 750)
+        more_k=(--tasks pos,nmt --updates 750 --worker-counts 2,4 --variants plain-graphed,engine)
         more_bf16=(--tasks pos,nmt --updates 750)
         # The tests that need CUDA (marked `cuda` by tests/conftest.py from their skip reason), less three that
         # stage d runs: the compiled worker (tests-compiled), test_bench_gpu.py's GPU case (the bench steps) and
@@ -275,8 +277,8 @@ main() {
     fi
     step 0 modules 30 5 "$PYTHON" -c "import importlib; [importlib.import_module(m) for m in '${WHEELS_NEEDED[*]}'.split()]"
 
-    # a: does the graphed step hold on a GPU at all (alone, first).
-    step a step-check 90 30 "$PYTHON" -m bench.gpu_step_check "${step_check[@]}"
+    # a: does the graphed step hold on a GPU at all (alone, first; its step timings come last, in d).
+    step a step-check 90 30 "$PYTHON" -m bench.gpu_step_check "${step_check[@]}" --timed-steps 0
     publish
     # b: one graphed worker against the graphed plain loop, fp32 (timed, alone).
     step b one-worker 190 60 "${bench[@]}" "${one[@]}" --variants plain-graphed,engine \
@@ -287,11 +289,12 @@ main() {
         --junitxml="$WORK/extras/tests.xml" "${tests[@]}"
     publish
     # d: K workers and bf16 (timed, alone), then the untimed runs side by side.
-    step d workers 130 60 "${bench[@]}" "${more_k[@]}" --variants plain-graphed,engine \
-        --repeats 1 --repeats-shared 1 --json "$WORK/extras/more-workers.json"
+    step d workers 130 60 "${bench[@]}" "${more_k[@]}" --repeats 1 --repeats-shared 1 \
+        --json "$WORK/extras/more-workers.json"
     step d bf16 100 45 "${bench[@]}" "${more_bf16[@]}" \
         --variants plain-graphed-bf16,engine-bf16 --worker-counts 1 --repeats 1 --json "$WORK/extras/more-bf16.json"
     side_by_side check_pos check_nmt check_compiled
+    step d step-costs 60 30 "$PYTHON" -m bench.gpu_step_check "${step_check[@]}" --timing-only
     publish
     exit "$(failed_steps)"
 }

@@ -9,8 +9,8 @@ first what a first GPU run must know, then what a step costs:
      that reads the device on the host only while a graph is being captured (a sync CUDA refuses during capture:
      the capture fails as a real one does, after the warm-up succeeded). The worker must warn, run the eager step
      and train every batch; with graphs 'on' the same run must fail with a message naming graphs='off'.
-Then `verdict: OK` or `verdict: FAIL (...)` at once, and (unless --timed-steps 0) the median of --timed-steps steps
-per configuration, interleaved: an eager step is zero_grad + forward + backward (packed at the batch's own length,
+Then `verdict: OK` or `verdict: FAIL (...)` at once, and (unless --timed-steps 0; --timing-only: this alone) the
+median of --timed-steps steps per configuration, interleaved: an eager step is zero_grad + forward + backward (packed at the batch's own length,
 padded at its bucket edge); a graphed step is copy-in + replay + the gradient copy-out to the host, waited for (what
 a worker's update thread waits for); fp32 and under bf16 autocast. Batches: seeded ids with mixed lengths
 (bench/bench_padded.py's), NMT 64 pairs, POS one sentence. The exit status is 1 when the verdict is FAIL.
@@ -213,6 +213,7 @@ def build_parser():
     p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu (no capture)")
     p.add_argument("--timed-steps", type=int, default=20, help="timed steps per configuration (0: no timing)")
     p.add_argument("--rtol", type=float, default=1e-4, help="equality: tolerance relative to the largest gradient")
+    p.add_argument("--timing-only", action="store_true", help="the timing alone, without the checks and the verdict")
     p.add_argument("--quick", action="store_true", help="small presets, 1 timed step, 4 NMT pairs of 500 words (CI)")
     return p
 
@@ -257,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     if device.type != "cuda":
         torch.set_num_threads(1)  # it measures nothing here; 2+ spinning threads on a busy machine take 30x longer
         print("# capture skipped: no GPU; the graphed step runs the same step without a graph (this measures nothing)")
+    if args.timing_only and args.timed_steps < 1:
+        raise SystemExit("gpu_step_check: --timing-only needs --timed-steps 1 or more")
     batches, nets, noisy = task_batches(pairs, vocab), models(preset, vocab), models(preset, vocab, DROPOUT)
+    if args.timing_only:
+        timing(nets, batches, device, 1 if args.quick else args.timed_steps)
+        return 0
     checks = {f"equal {t}": functools.partial(equality, t, nets[t], batches[t], device, args.rtol) for t in LOSS}
     checks.update({f"dropout {t}": functools.partial(dropout_pair, t, noisy[t], batches[t], device, args.rtol)
                    for t in LOSS})

@@ -550,7 +550,8 @@ def test_gpu_check_runs_every_stage_on_the_cpu_in_order(tmp_path):
     assert {status for _, status in steps} == {"ok"}
     names = [name for name, _ in steps]
     assert names[:6] == ["modules", "step-check", "one-worker", "tests", "workers", "bf16"]
-    assert sorted(names[6:]) == ["run-nmt", "run-pos", "tag", "tests-compiled", "translate"]
+    assert sorted(names[6:-1]) == ["run-nmt", "run-pos", "tag", "tests-compiled", "translate"]
+    assert names[-1] == "step-costs"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["extras.tgz", "more.log", "one-worker.json",
                                                          "one-worker.log", "step-check.log", "summary.txt",
                                                          "tests.log"]  # flat, at most 8: the device tool's limit
@@ -560,7 +561,9 @@ def test_gpu_check_runs_every_stage_on_the_cpu_in_order(tmp_path):
     assert [(r["task"], r["variant"], r["step"]) for r in runs] == [
         (task, variant, step) for task in ("pos", "nmt") for variant, step in (("plain-graphed", None),
                                                                                ("engine", "graphed"))]
-    assert "/" in (tmp_path / "more.log").read_text().split("=== tag (", 1)[1]  # the tagged words
+    more = (tmp_path / "more.log").read_text()
+    assert "/" in more.split("=== tag (", 1)[1]  # the tagged words
+    assert "verdict" not in more and re.search(r"^pos bf16 graphed padded +\d", more, re.M)  # the step costs alone
     extras = subprocess.run(["tar", "tzf", str(tmp_path / "extras.tgz")], capture_output=True, text=True).stdout
     assert {"extras/more-workers.json", "extras/more-bf16.json", "extras/tests.xml", "extras/tests-compiled.xml",
             "extras/runs/pos/summary.json", "extras/runs/nmt/summary.json"} <= set(extras.split())
