@@ -56,9 +56,10 @@ class Measurement:
 
 
 def save(path: str | None, command: str, device: str, measured: list[Measurement], missing: list[dict]) -> None:
+    """Every run's fields, with its row's label and eager share, and the runs not measured with their reasons."""
     if path:
-        Path(path).write_text(json.dumps({"command": command, "device": device,
-                                          "runs": [dataclasses.asdict(m) for m in measured],
+        runs = [{**dataclasses.asdict(m), "label": m.label, "eager_share": m.eager_share} for m in measured]
+        Path(path).write_text(json.dumps({"command": command, "device": device, "runs": runs,
                                           "not_measured": missing}, indent=1) + "\n")
 
 

@@ -367,15 +367,19 @@ def test_a_run_whose_workers_fell_back_is_its_own_row_and_not_the_engines():
     assert gpu_engine.engine_step(hogwild.Config(devices=["cuda:0"], graphs="off"), result) == "eager"
 
 
-def test_the_report_names_a_fallen_back_row_and_keeps_it_out_of_the_engines_figures(capsys):
+def test_the_report_names_a_fallen_back_row_and_keeps_it_out_of_the_engines_figures(capsys, tmp_path):
     def engine(rate, step, phases, eager=0):
         return R.Measurement("nmt", "engine", 1, rate, 10 * rate, "fp32", 0, 50.0, "nvml", dict(zip(
             ("pull", "compute", "push", "update"), phases)), graphs=16 if step == "graphed" else 0, eager_steps=eager,
             updates=750, window=600, timing="counters", step=step)
-    R.report([R.Measurement("nmt", "plain-graphed", 1, 40.0, 400.0, "fp32", 0, 90.0, "nvml", graphs=20,
-                            eager_steps=0, prepare_s=3.0, updates=750, window=600),
-              engine(30.0, "graphed", (1, 20, 2, 5), eager=75), engine(15.0, "fell back", (1, 60, 2, 5))],
-             overlap=True, repeats=1)
+    runs = [R.Measurement("nmt", "plain-graphed", 1, 40.0, 400.0, "fp32", 0, 90.0, "nvml", graphs=20, eager_steps=0,
+                          prepare_s=3.0, updates=750, window=600),
+            engine(30.0, "graphed", (1, 20, 2, 5), eager=75), engine(15.0, "fell back", (1, 60, 2, 5))]
+    R.save(str(tmp_path / "runs.json"), "cmd", "GPU", runs, [])
+    saved = json.loads((tmp_path / "runs.json").read_text())["runs"]
+    assert [(r["label"], r["step"], r["eager_share"]) for r in saved] == [
+        ("plain-graphed", None, 0.0), ("engine", "graphed", 0.1), ("engine (fell back: eager)", "fell back", 0.0)]
+    R.report(runs, overlap=True, repeats=1)
     out = capsys.readouterr().out
     rows = {line[2:29].strip(): line[29:].split() for line in out.splitlines()[1:4]}
     assert list(rows) == ["plain-graphed", "engine", "engine (fell back: eager)"]
