@@ -75,7 +75,8 @@ class Config:
       of staleness, counted); None: on for 'cuda' workers
     - fused_step = None: torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on for 'cuda'
       workers; True: every worker (refused for optimizers without one)
-    - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32 (the models run their
+      multi-step GRU/LSTM layers in fp32 by design, never fp16: models/padded_rnn.py)
     - update_threads = None: torch threads of the background update thread (overlap_update) that runs the shared CPU
       optimizer step; None: for 'cuda' workers each one's share of the cores, (cores - 1) // workers - 1 (the parent
       and the worker's own main thread keep one each), for others threads_per_worker. Bit-identical results either way

@@ -12,14 +12,37 @@ Outputs at padded positions are zeroed, as pad_packed_sequence leaves them; betw
 nn.LSTM's rule (training only, not after the last layer). Parameters stay the module's own: the padded and the
 packed path train the same weights, so a run picks either per step.
 
+Precision: every multi-step nn.GRU / nn.LSTM of the models runs in its parameters' dtype (fp32) even under
+torch.autocast(bfloat16), by design: torch's autocast kernel for cuDNN's RNN (`_cudnn_rnn`, ATen's
+cudnn/AutocastRNN.cpp) casts its input, state and weights to fp16 whatever the autocast dtype (and copies the weights
+into a new fp16 buffer at every call), and fp16 without a gradient scaler can underflow the gradients. So the models
+call these layers through `full_precision` (autocast off) and the padded path runs with autocast off; the decoder's
+nn.GRUCell and the matrix products keep autocast's dtype (bf16).
+
 Usage:
     states = padded_bidirectional(self.encoder, embedded, lengths)   # (B, T, 2H), zero at t >= lengths[b]
+    output, state = full_precision(self.encoder, packed)             # the module's call, never cast to fp16
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
+
+
+def autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
+    """torch.autocast(enabled=False) on `device`'s type (nothing for a device without autocast, e.g. 'meta')."""
+    available = torch.amp.is_autocast_available(device.type)
+    return torch.autocast(device.type, enabled=False) if available else contextlib.nullcontext()
+
+
+def full_precision(rnn: nn.GRU | nn.LSTM, x: Tensor | PackedSequence) -> tuple:
+    """rnn(x) with autocast off, x in the parameters' dtype (module docstring: why)."""
+    with autocast_off((x.data if isinstance(x, PackedSequence) else x).device):
+        return rnn(x.to(rnn.weight_ih_l0.dtype))
 
 
 def real_positions(lengths: Tensor, steps: int) -> Tensor:
@@ -68,12 +91,14 @@ def padded_bidirectional(rnn: nn.GRU | nn.LSTM, x: Tensor, lengths: Tensor) -> T
     if getattr(rnn, "proj_size", 0):
         raise ValueError("padded_bidirectional does not handle nn.LSTM(proj_size > 0)")
     steps = x.shape[1]
+    x = x.to(rnn.weight_ih_l0.dtype)
     keep = real_positions(lengths, steps)[..., None].to(x.dtype)  # (B, T, 1)
     index = reverse_index(lengths, steps)  # (B, T)
-    for layer in range(rnn.num_layers):
-        if layer:
-            x = F.dropout(x, rnn.dropout, rnn.training)  # nn.LSTM/GRU: between layers only
-        forward = one_direction(rnn, x, layer, reverse=False)  # (B, T, H)
-        backward = reverse_rows(one_direction(rnn, reverse_rows(x, index), layer, reverse=True), index)
-        x = torch.cat([forward, backward], dim=-1) * keep  # (B, T, 2H)
+    with autocast_off(x.device):  # the module's dtype, never fp16 (module docstring)
+        for layer in range(rnn.num_layers):
+            if layer:
+                x = F.dropout(x, rnn.dropout, rnn.training)  # nn.LSTM/GRU: between layers only
+            forward = one_direction(rnn, x, layer, reverse=False)  # (B, T, H)
+            backward = reverse_rows(one_direction(rnn, reverse_rows(x, index), layer, reverse=True), index)
+            x = torch.cat([forward, backward], dim=-1) * keep  # (B, T, 2H)
     return x
