@@ -116,7 +116,7 @@ def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], params: S
     device = params.device
     buffers = [buffer.clone() for buffer in params.shared_buffers] if device.type == "cpu" else []
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if spec.config.amp == "bf16" else nullcontext()
-    for _, index in shape_buckets(batches, limit=len(batches)):
+    for _, index in shape_buckets(batches):
         net = params.pull(batches[index])
         batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device)
         with autocast:
@@ -154,6 +154,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
     idle = updater.finish if overlap else None  # no ticket at hand: land the update held back before waiting
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
+    eager = config.graphed(spec.device)  # a graphed worker whose capture failed: every step counts as eager
     steps = read_version = 0  # read_version: the global update count at the last pull of the dense parameters
     while (ticket := next_ticket(spec, reader, stopped, deadline, idle)) is not None:
         epoch, index = ticket
@@ -161,6 +162,8 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         seed_batch(device, batch_seed(config.seed, epoch, index))
         dense = steps % config.pull_every == 0  # else the replica keeps its dense parameters (and their age)
         steps += 1
+        if eager:
+            view.eager_step()
         if dense:
             read_version = view.global_updates()
         clock.mark()
