@@ -26,8 +26,9 @@ CPU optimizer kernel. Engine runs skip non-finite steps. --engine-option k=v set
 every engine run (e.g. update_threads=4, overlap_update=false, pull_every=8).
   engine              the padded loss on the bucketed batches, as run.py --gpus trains with its default --graphs
                       auto (a graphed worker step); --engine-loss packed: the packed loss, an eager step. A run whose
-                      workers fell back to the eager step (no graph captured) is its own row, 'engine (fell back:
-                      eager)', never counted as the engine's
+                      workers did not all capture the graphs their batches call for (a failed capture: the worker
+                      runs the eager step) is its own row, 'engine (fell back to eager)' or 'engine (1 of 4 fell
+                      back)', as is one with no shape used often enough for a graph; never counted as the engine's
   engine-bf16         the same with the workers' forward under bf16 autocast (Config.amp)
   engine-compiled     the workers' step compiled (Config.compile='reduce-overhead') on the bucketed batches, with the
                       hang watch off (Config.hang_timeout=None): a compile takes minutes
@@ -171,7 +172,7 @@ def run_plain(task: str, variant: str, model: nn.Module, batches: Batches, devic
     return Measurement(task, variant, 1, rate, steady_tokens(stamps, batches.tokens), "bf16" if bf16 else "fp32",
                        nonfinite, gpu, "nvml" if nvml else "span", graphs=prepared, eager_steps=eager,
                        prepare_s=prepare_s if graphed else None, updates=len(host),
-                       window=round(rate * (t1 - t0)))
+                       window=round(rate * (t1 - t0)), eager_share=eager / len(host) if graphed else None)
 
 
 def release(device: torch.device) -> None:

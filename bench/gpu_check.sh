@@ -219,7 +219,7 @@ main() {
         # the engine rows' workers on 'cpu-replica' run the graphed step's code without capture (graphs on); the
         # batches' lengths from a gamma fit, not from the corpora (tokenizing Europarl takes longer than the runs)
         bench=(env "HOGWILD_CORPORA=$WORK/no-corpora" "$PYTHON" -m bench.bench_gpu --device cpu --quick
-               --engine-option graphs=on)
+               --engine-option graphs=on --engine-option graph_limit=4)  # 20 updates use no shape 4 times
         one=(--tasks pos,nmt --updates 20) more_k=(--tasks pos --updates 20 --worker-counts 2 --variants engine)
         more_bf16=(--tasks pos --updates 20)
         # the CUDA tests are skipped without CUDA: the stages themselves are what is tested here

@@ -4,9 +4,8 @@ setting and --engine-option's hogwild.Config fields over it, and one timed hogwi
 A run is timed over its steady window by its workers' own update counters (gpu_timing.steady_records: the metrics
 records of every parent tick), an eager and a graphed worker step alike; the run clock (updates over the seconds
 from when every worker was ready) only when its records span no window (a run of a few ticks), and said. It records
-which step the workers ran: 'graphed', 'eager' (the configuration asks for no graphs, or compiles), or 'fell back'
-(graphs were asked for and no worker captured one: the eager step ran), with the graphs captured and the steps of
-graphed workers that ran eagerly. A run that does not train every batch raises IncompleteRun rather than being
+which step the workers ran (`engine_step`), with the graphs captured and the steps the graphed workers ran eagerly
+(TrainResult.eager_steps and eager_share). A run that does not train every batch raises IncompleteRun rather than being
 timed.
 
 Usage: `config = engine_config(options, "cuda:0", 2, "engine", engine_overrides(["update_threads=4"]))`;
@@ -25,6 +24,7 @@ from bench.gpu_report import Measurement
 from bench.gpu_timing import sampler_for, steady_records
 from hogwild.tasks.options import RunOptions
 from hogwild.worker.replica import torch_device
+from hogwild.worker.step_graph import graph_shapes
 
 ENGINE = {"engine": {}, "engine-bf16": {"amp": "bf16"},
           "engine-compiled": {"compile": "reduce-overhead", "hang_timeout": None}}  # Config fields per variant
@@ -105,11 +105,22 @@ def run_engine(task: str, variant: str, model: nn.Module, loss_fn, batches: list
     return Measurement(task, variant, len(config.devices), rate, tokens_rate,
                        "bf16" if config.amp == "bf16" else "fp32", result.skipped_updates, gpu,
                        "nvml" if nvml else "span", ms, graphs=result.graphs, eager_steps=result.eager_steps,
-                       updates=result.updates, window=timed, timing=timing, step=engine_step(config, result))
+                       updates=result.updates, window=timed, timing=timing, step=engine_step(config, result, batches),
+                       eager_share=result.eager_share)
 
 
-def engine_step(config: hogwild.Config, result: hogwild.TrainResult) -> str:
-    """Which step the workers ran: 'graphed', 'eager' (none asked for), or 'fell back' (asked for, none captured)."""
+def engine_step(config: hogwild.Config, result: hogwild.TrainResult, batches: list) -> str:
+    """Which step the workers ran: 'graphed'; 'eager' (the configuration asks for no graphs, or compiles); 'no shape
+    graphed' (graphs asked for, but no batch shape is used often enough to get one); or, where workers captured none
+    of the graphs every worker's batches call for (a worker whose capture fails captures none and runs the eager
+    step), 'fell back to eager' (all of them) or 'F of K fell back'."""
+    workers = len(config.devices)
     if not config.graphed(config.devices[0]):
         return "eager"
-    return "graphed" if result.graphs > 0 else "fell back"
+    each = len(graph_shapes(batches, config.graph_limit, config.epochs))  # every worker prepares all the batches
+    if each == 0:
+        return "no shape graphed"
+    fell = workers - result.graphs // each
+    if fell == 0:
+        return "graphed"
+    return "fell back to eager" if fell == workers else f"{fell} of {workers} fell back"

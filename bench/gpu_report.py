@@ -2,8 +2,10 @@
 short keeps what it measured), and the report of a task, which has these parts:
   - the table: updates/s (median, min-max), target tokens/s, the ratios to the eager plain loop and to the graphed
     plain loop of the same precision, the updates timed, non-finite steps, GPU %, graphs, eager steps and their
-    share, and the engine's phases. An engine row whose workers fell back to the eager step is its own row, named
-    so ('engine (fell back: eager)'), never counted as the variant;
+    share (of the graphed loop's steps, or the graphed workers', TrainResult.eager_share), and the engine's phases.
+    An engine run whose workers did not run the graphed step they were asked for (some or all fell back to the
+    eager step, or no shape was graphed) is its own row, named so ('engine (fell back to eager)'), never counted
+    as the variant;
   - the ratios the issue's targets name;
   - the projection to 1..4 GPUs with one worker each, beside the paper's Table 1.
 
@@ -42,23 +44,21 @@ class Measurement:
     window: int = 0  # updates timed: the steady window's
     timing: str = "stamps"  # 'stamps': each plain step's start; 'counters': the engine workers' update counters, per
     #                         tick; 'run clock': updates / the engine's training seconds (no window to time)
-    step: str | None = None  # engine: 'graphed', 'eager' or 'fell back' (gpu_engine.engine_step)
+    step: str | None = None  # engine: 'graphed', 'eager', 'no shape graphed', 'fell back to eager', 'F of K fell back'
+    #                          (gpu_engine.engine_step)
+    eager_share: float | None = None  # steps run eagerly per step, of the graphed loop / the graphed workers
 
     @property
     def label(self) -> str:
         """The row's name: the variant, or what its workers ran instead."""
-        return f"{self.variant} (fell back: eager)" if self.step == "fell back" else self.variant
+        return self.variant if self.step in (None, "graphed", "eager") else f"{self.variant} ({self.step})"
 
-    @property
-    def eager_share(self) -> float | None:
-        """Eager steps per update, where graphs were captured or asked for."""
-        return self.eager_steps / self.updates if self.eager_steps is not None and self.updates else None
 
 
 def save(path: str | None, command: str, device: str, measured: list[Measurement], missing: list[dict]) -> None:
     """Every run's fields, with its row's label and eager share, and the runs not measured with their reasons."""
     if path:
-        runs = [{**dataclasses.asdict(m), "label": m.label, "eager_share": m.eager_share} for m in measured]
+        runs = [{**dataclasses.asdict(m), "label": m.label} for m in measured]
         Path(path).write_text(json.dumps({"command": command, "device": device, "runs": runs,
                                           "not_measured": missing}, indent=1) + "\n")
 
@@ -108,7 +108,7 @@ def report(runs: list[Measurement], overlap: bool, repeats: int) -> None:
     """The task's table, its ratios and the projection to 1..4 GPUs beside the paper's Table 1."""
     rows = summarise(runs)
     eager = rows[(EAGER, 1)]["median"] if (EAGER, 1) in rows else None
-    print(f"  {'variant':27} K  {'updates/s':>9} {'(min - max, runs)':27} {'tokens/s':>10}{'x plain':>10}"
+    print(f"  {'variant':34} K  {'updates/s':>9} {'(min - max, runs)':27} {'tokens/s':>10}{'x plain':>10}"
           f"{'x graphed':>10} {'timed':>6}  {'non-finite':>10}  {'GPU %':10}  {'graphs/eager':>12} {'eager %':>7}  "
           f"{'pull':>6} {'compute':>7} {'push':>6} {'update':>6} (ms/update, per worker)")
     for (label, workers), row in rows.items():
@@ -121,7 +121,7 @@ def report(runs: list[Measurement], overlap: bool, repeats: int) -> None:
         phases = f"{ms['pull']:6.2f} {ms['compute']:7.2f} {ms['push']:6.2f} {ms['update']:6.2f}" if ms else ""
         clock = " (run clock)" if row["timing"] == "run clock" else ""
         spread = f"({row['min']:.2f} - {row['max']:.2f}, {row['runs']})"
-        print(f"  {label:27} {workers}  {row['median']:9.2f} {spread:27} {row['tokens']:10.0f} {ratios} "
+        print(f"  {label:34} {workers}  {row['median']:9.2f} {spread:27} {row['tokens']:10.0f} {ratios} "
               f"{row['window']:6d}  {row['nonfinite']:10d}  {gpu}  {shapes:>12} {share}  {phases}{clock}")
     print(f"  (x plain: against the eager plain loop; x graphed: against the graphed plain loop of the row's precision;"
           f" medians of up to {repeats} runs; timed: the updates of the steady window, the fewest of the runs, "

@@ -85,11 +85,11 @@ def padded(task: str):
 
 
 def graphed(model, task: str, device: torch.device, amp: str | None, batches: list[dict]) -> StepGraphs:
-    """The worker's graphed step for `model`, captured for the batches' shapes, its parameters pulled."""
+    """The worker's graphed step for `model`, captured for every shape of the batches, its parameters pulled."""
     config = hogwild.Config(devices=["cuda:0" if device.type == "cuda" else "cpu-replica"], clip_norm=CLIP[task],
                             amp=amp, graphs="on", progress=False, tensorboard=False)
     step = StepGraphs(model, padded(task), device, config)
-    step.prepare(batches)
+    step.prepare(batches, limit=len(batches))  # however often a shape is used: a graph for each
     step.pull.prefetch(0)
     step.pull.make_current()
     return step
@@ -102,7 +102,10 @@ def graphed_grads(step: StepGraphs, batch: dict, device: torch.device, seed: int
     clock = PhaseClock(device)
     clock.mark()
     clock.mark()
-    finite, _, grads, _ = step.run(batch, 0, clock).resolve()
+    result = step.run(batch, 0, clock)
+    if result.eager:
+        raise RuntimeError("the graphed step ran eagerly: no graph for this batch's shape")
+    finite, _, grads, _ = result.resolve()
     return finite, [g.to_dense().clone() for g in grads]
 
 

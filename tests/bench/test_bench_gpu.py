@@ -29,6 +29,7 @@ from bench import plain_loop as P
 from bench.gpu_timing import StepSpans, steady_records, steady_tokens, steady_window
 from hogwild.models import nmt_loss
 from hogwild.worker.capture import CaptureFailed
+from hogwild.worker.step_graph import batch_signature, graph_shapes
 from tests.bench.usage_errors import assert_refused
 from tests.hogwild.worker.fake_cuda import FakeCuda
 
@@ -330,7 +331,8 @@ def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, cap
     monkeypatch.setattr(P.BucketGraphs, "prepare", capture_fails)
     monkeypatch.setattr(B, "release", release)
     B.main(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain-graphed,engine,plain",
-            "--engine-loss", "packed", "--engine-option", "graphs=on", "--worker-counts", "1", "--repeats", "1",
+            "--engine-loss", "packed", "--engine-option", "graphs=on", "--engine-option", "graph_limit=1",
+            "--worker-counts", "1", "--repeats", "1",
             "--json", str(tmp_path / "runs.json")])
     lines = capsys.readouterr().out.splitlines()
     assert ("    [1/1] plain-graphed x1: NOT MEASURED: RuntimeError: CUDA error: operation not permitted when stream "
@@ -353,18 +355,28 @@ def test_an_engine_row_says_which_step_its_workers_ran_and_is_timed_by_their_upd
     model, batches = B.build("pos", pos, 40, Path("/nonexistent"), 0)
     config = B.engine_config(pos, "cpu-replica", 1, overrides={"graphs": "on"})
     m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, config, False)
-    shapes = len({P.batch_shape(b) for b in batches.bucketed})
-    assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", shapes, 0, 40, "counters")
+    shapes = {signature for signature, _ in graph_shapes(batches.bucketed, None, 1)}  # the shapes used 4+ times
+    eager = sum(batch_signature(b) not in shapes for b in batches.bucketed)
+    assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", len(shapes), eager, 40, "counters")
+    assert m.eager_share == pytest.approx(eager / 40)
     assert 32 <= m.window <= 40 and m.tokens_rate > m.rate > 0 and m.label == "engine"
     assert set(m.phase_ms) == {"pull", "compute", "push", "update"} and 0 < m.gpu <= 100
 
 
-def test_a_run_whose_workers_fell_back_is_its_own_row_and_not_the_engines():
-    cuda, result = hogwild.Config(devices=["cuda:0"]), type("Result", (), {"graphs": 0})()
-    assert gpu_engine.engine_step(cuda, result) == "fell back"
+def test_an_engine_run_names_the_workers_that_fell_back_from_the_graphs_their_batches_call_for():
+    """Four batches of one shape and one of another: with graphs asked for, each worker captures the shape used 4
+    times (a run's rarer shapes run eagerly); a worker whose capture failed captured none."""
+    batches = [{"x": torch.zeros(2, 3)}] * 4 + [{"x": torch.zeros(2, 5)}]
+    four, result = hogwild.Config(devices=["cuda:0"] * 4), type("Result", (), {"graphs": 4})()
+    assert gpu_engine.engine_step(four, result, batches) == "graphed"
     result.graphs = 3
-    assert gpu_engine.engine_step(cuda, result) == "graphed"
-    assert gpu_engine.engine_step(hogwild.Config(devices=["cuda:0"], graphs="off"), result) == "eager"
+    assert gpu_engine.engine_step(four, result, batches) == "1 of 4 fell back"
+    result.graphs = 0
+    assert gpu_engine.engine_step(four, result, batches) == "fell back to eager"
+    assert gpu_engine.engine_step(four, result, batches[3:]) == "no shape graphed"
+    assert gpu_engine.engine_step(hogwild.Config(devices=["cuda:0"], graphs="off"), result, batches) == "eager"
+    limited = hogwild.Config(devices=["cuda:0"] * 4, graph_limit=2)  # both shapes, each worker
+    assert gpu_engine.engine_step(limited, type("Result", (), {"graphs": 6})(), batches) == "1 of 4 fell back"
 
 
 def test_the_report_names_a_fallen_back_row_and_keeps_it_out_of_the_engines_figures(capsys, tmp_path):
@@ -374,18 +386,22 @@ def test_the_report_names_a_fallen_back_row_and_keeps_it_out_of_the_engines_figu
             updates=750, window=600, timing="counters", step=step)
     runs = [R.Measurement("nmt", "plain-graphed", 1, 40.0, 400.0, "fp32", 0, 90.0, "nvml", graphs=20, eager_steps=0,
                           prepare_s=3.0, updates=750, window=600),
-            engine(30.0, "graphed", (1, 20, 2, 5), eager=75), engine(15.0, "fell back", (1, 60, 2, 5))]
+            engine(30.0, "graphed", (1, 20, 2, 5), eager=75),
+            engine(15.0, "fell back to eager", (1, 60, 2, 5), eager=750)]
+    runs[0].eager_share, runs[1].eager_share, runs[2].eager_share = 0.0, 0.1, 1.0
     R.save(str(tmp_path / "runs.json"), "cmd", "GPU", runs, [])
     saved = json.loads((tmp_path / "runs.json").read_text())["runs"]
     assert [(r["label"], r["step"], r["eager_share"]) for r in saved] == [
-        ("plain-graphed", None, 0.0), ("engine", "graphed", 0.1), ("engine (fell back: eager)", "fell back", 0.0)]
+        ("plain-graphed", None, 0.0), ("engine", "graphed", 0.1),
+        ("engine (fell back to eager)", "fell back to eager", 1.0)]
     R.report(runs, overlap=True, repeats=1)
     out = capsys.readouterr().out
-    rows = {line[2:29].strip(): line[29:].split() for line in out.splitlines()[1:4]}
-    assert list(rows) == ["plain-graphed", "engine", "engine (fell back: eager)"]
+    rows = {line[2:36].strip(): line[36:].split() for line in out.splitlines()[1:4]}
+    assert list(rows) == ["plain-graphed", "engine", "engine (fell back to eager)"]
     assert rows["engine"][8:9] + rows["engine"][13:15] == ["0.750", "16/75", "10.0"]  # x graphed; graphs/eager, %
-    assert rows["engine (fell back: eager)"][8:10] == ["0.375", "600"] and rows["engine (fell back: eager)"][13] == "0/0"
-    assert "one engine worker / graphed plain loop (fp32): engine 0.750, engine (fell back: eager) 0.375" in out
+    assert rows["engine (fell back to eager)"][8:10] + rows["engine (fell back to eager)"][13:15] == [
+        "0.375", "600", "0/750", "100.0"]  # a worker whose capture failed ran every step eagerly
+    assert "one engine worker / graphed plain loop (fp32): engine 0.750, engine (fell back to eager) 0.375" in out
     assert "  1        23.00      43.48" in out  # the projection: 1 + max(20 + 2, 5) ms, from the graphed row only
 
 
@@ -449,7 +465,7 @@ def test_quick_run_on_the_cpu_as_the_docstring_shows(tmp_path):
         graphed = table_row(out, task, "plain-graphed", 1)
         assert graphed[9] == "1.000" and graphed[10] == "16" and re.fullmatch(r"\d+/0", graphed[14])  # timed; graphs
         engine = table_row(out, task, "engine", 2)  # ... GPU %, source, graphs/eager, eager %, 4 phases (run clock)
-        assert engine[13:15] == ["0/0", "0.0"] and len(engine) in (20, 22)
+        assert engine[13:15] == ["0/0", "-"] and len(engine) in (20, 22)  # graphs auto: none on the CPU
     paper = [line.split() for line in lines if re.match(r"  [1-4] {4}", line)]
     assert [row[0] for row in paper] == ["1", "2", "3", "4"] * 2
     assert [row[4] for row in paper] == ["26.89", "16.56", "9.24", "6.96"] * 2  # the paper's column, by its field
