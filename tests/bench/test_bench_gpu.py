@@ -465,7 +465,7 @@ def test_quick_run_on_the_cpu_as_the_docstring_shows(tmp_path):
         graphed = table_row(out, task, "plain-graphed", 1)
         assert graphed[9] == "1.000" and graphed[10] == "16" and re.fullmatch(r"\d+/0", graphed[14])  # timed; graphs
         engine = table_row(out, task, "engine", 2)  # ... GPU %, source, graphs/eager, eager %, 4 phases (run clock)
-        assert engine[13:15] == ["0/0", "-"] and len(engine) in (20, 22)  # graphs auto: none on the CPU
+        assert engine[14:16] == ["0/0", "-"] and len(engine) in (20, 22)  # graphs auto: none on the CPU
     paper = [line.split() for line in lines if re.match(r"  [1-4] {4}", line)]
     assert [row[0] for row in paper] == ["1", "2", "3", "4"] * 2
     assert [row[4] for row in paper] == ["26.89", "16.56", "9.24", "6.96"] * 2  # the paper's column, by its field
