@@ -87,9 +87,9 @@ def padded(task: str):
 def graphed(model, task: str, device: torch.device, amp: str | None, batches: list[dict]) -> StepGraphs:
     """The worker's graphed step for `model`, captured for every shape of the batches, its parameters pulled."""
     config = hogwild.Config(devices=["cuda:0" if device.type == "cuda" else "cpu-replica"], clip_norm=CLIP[task],
-                            amp=amp, graphs="on", progress=False, tensorboard=False)
+                            amp=amp, graphs="on", graph_limit=len(batches), progress=False, tensorboard=False)
     step = StepGraphs(model, padded(task), device, config)
-    step.prepare(batches, limit=len(batches))  # however often a shape is used: a graph for each
+    step.prepare(batches)  # graph_limit: a graph for each shape, however often it is used
     step.pull.prefetch(0)
     step.pull.make_current()
     return step
