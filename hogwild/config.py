@@ -75,7 +75,8 @@ class Config:
       of staleness, counted); None: on for 'cuda' workers
     - fused_step = None: torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on for 'cuda'
       workers; True: every worker (refused for optimizers without one)
-    - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32 (the models run their
+      multi-step GRU/LSTM layers in fp32 by design, never fp16: models/padded_rnn.py)
     - update_threads = None: torch threads of the background update thread (overlap_update) that runs the shared CPU
       optimizer step; None: for 'cuda' workers each one's share of the cores, (cores - 1) // workers - 1 (the parent
       and the worker's own main thread keep one each), for others threads_per_worker. Bit-identical results either way
@@ -87,6 +88,9 @@ class Config:
     - pull_every = 1: device workers pull the dense parameters every this many updates (see the step options below)
     - graphs = "auto": one of GRAPH_MODES: the graphed step of device workers (see the step options below); 'auto':
       on for 'cuda' workers in mode 'hogwild' or 'single' unless compile is set, off otherwise
+    - graph_limit = None: graphs per graphed worker, one for each of the most frequent batch shapes; None: one for
+      every shape the run uses at least 4 times over its epochs (a graph costs its warm-up and capture, about 4
+      eager steps; all of a worker's graphs share one memory pool)
 
     Optimizer and learning rate:
     - optimizer = "sgd": one of OPTIMIZERS (shared optimizer state, updated lock-free)
@@ -176,8 +180,8 @@ class Config:
       once; the price is staleness: the skipped pulls' missed updates, its own included, count in the staleness of
       every update computed on the old copy. K=1 is the paper's recipe exactly.
     - graphs: the step of a device worker runs as one CUDA graph per batch shape, captured at start-up (before the
-      worker is ready: outside the training clock and the hang watch) for the 16 most frequent shapes; other shapes
-      run the same step eagerly, counted (TrainResult.eager_steps). The step never waits for the device: the
+      worker is ready: outside the training clock and the hang watch) for the shapes graph_limit picks; other shapes
+      run the same step eagerly, counted (TrainResult.eager_steps and eager_share, metrics.jsonl's eager_share). The step never waits for the device: the
       gradients are gathered on the device into one buffer, clipped and checked for finiteness there and copied to
       the host in one copy; the update thread reads the result one step late (a skipped step is counted then). The
       next step's parameters are copied from the shared ones while the step computes (staleness counted as for the
@@ -205,6 +209,7 @@ class Config:
     tf32: bool = False
     pull_every: int = 1
     graphs: str = "auto"
+    graph_limit: int | None = None
 
     # --- optimizer and learning rate ---
     optimizer: str = "sgd"
@@ -395,6 +400,8 @@ class Config:
         if self.graphs == "on" and (self.mode == "sync" or "cpu" in self.devices):
             _fail("graphs", "needs device workers ('cuda:N' or 'cpu-replica') in mode 'hogwild' or 'single'; 'cpu' "
                             "workers train in place and sync mode averages its gradients first")
+        _integer("graph_limit", self.graph_limit)
+        _positive("graph_limit", self.graph_limit)
         if self.graphs == "on" and self.compile != "off":
             _fail("graphs", f"captures the eager step; with compile={self.compile!r} use graphs='off' (or 'auto')")
         if self.amp not in AMP_DTYPES:

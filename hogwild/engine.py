@@ -30,7 +30,7 @@ from ._lifeline import WORKER_NAMES
 from .config import Config
 from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
-from .parent.metrics import MetricsLog
+from .parent.metrics import MetricsLog, eager_share
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
 from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start_resource_tracker
 from .share.batch_store import BatchStore
@@ -66,7 +66,8 @@ class TrainResult:
     best_checkpoint: str | None = None  # best.pt
     records: list[dict[str, Any]] = field(default_factory=list)  # the 'train' metrics records of this call
     graphs: int = 0  # CUDA graphs the workers captured (Config.graphs; on 'cpu-replica': static-input shapes)
-    eager_steps: int = 0  # steps of graphed workers whose batch shape had no graph (run eagerly)
+    eager_steps: int = 0  # steps of graphed workers run eagerly: no graph for the batch shape, or the capture failed
+    eager_share: float | None = None  # eager_steps over the graphed workers' steps (None: no graphed worker)
     restarts: int = 0  # workers replaced after dying or hanging (Config.max_restarts)
 
 
@@ -100,8 +101,9 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
                              config.queue_depth, shared.counters, shared.start.seq, config.max_steps)
             shared.checkpoints.queue_position = feed.resume_seq
         supervisor = _spawn(ctx, shared, model, loss_fn, store, feed, scratch)
+        graphed = [worker for worker, device in enumerate(config.devices) if config.graphed(device)]
         metrics = MetricsLog(run_dir, config.workers, total_updates(config, len(batches)), config.progress,
-                             config.tensorboard, shared.counters.snapshot())
+                             config.tensorboard, shared.counters.snapshot(), graphed)
         # from the first worker to last.pt: SIGINT/SIGTERM/SIGHUP request a graceful stop, and a repeated one
         # (a second Ctrl-C) does not abort the stop: the checkpoint is written all the same
         with graceful_signals(functools.partial(_stop_on_signal, shared.control)):
@@ -286,4 +288,5 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
         phase_ms=snapshot.phase_milliseconds(),
         checkpoint=last, best_checkpoint=checkpoints.best_path(), records=run.records,
         graphs=snapshot.graphs(), eager_steps=snapshot.eager_steps(),
+        eager_share=eager_share(snapshot, metrics.graphed),
         restarts=supervisor.restarts)

@@ -1,8 +1,8 @@
 """`summary.json`: the headline figures of a run, from the engine's TrainResult plus the final held-out evaluation.
 
 Keys (issue 5): task, workers, devices, mode, updates, wall_seconds, updates_per_second, best {metric, value,
-update}, final_train_loss, staleness_mean, skipped_updates, graphs and eager_steps (Config.graphs: graphs
-captured, steps without one), restarts (workers replaced in this segment: --max-restarts); plus final_metrics,
+update}, final_train_loss, staleness_mean, skipped_updates, graphs, eager_steps and eager_share (Config.graphs:
+graphs captured, steps of graphed workers run eagerly and their share, None without graphed workers), restarts (workers replaced in this segment: --max-restarts); plus final_metrics,
 heldout (the best checkpoint's final evaluation), stop_reason, data and the segment figures of a resumed run.
 `wall_seconds` and `updates` add up over resumed segments (`prior_seconds`: the training time before this segment,
 from the metrics log, which also counts a segment that was killed without writing a summary); `updates_per_second`
@@ -21,6 +21,7 @@ from typing import Any
 from hogwild.files import write_text_atomic
 
 SUMMARY_FILE = "summary.json"
+EAGER_NOTE = 0.01  # the end-of-run line names the eager share above this
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -54,6 +55,7 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "skipped_updates": result.skipped_updates,
         "graphs": result.graphs,
         "eager_steps": result.eager_steps,
+        "eager_share": result.eager_share,
         "restarts": result.restarts,
         "final_metrics": result.final_metrics,
         "heldout": heldout,
@@ -71,6 +73,15 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "distributed": options.distributed,
         "data": info,
     }
+
+
+def eager_note(summary: dict[str, Any]) -> str | None:
+    """The end-of-run line when more than EAGER_NOTE of the graphed workers' steps ran eagerly, else None."""
+    share = summary.get("eager_share")
+    if share is None or share <= EAGER_NOTE:
+        return None
+    return (f"{share:.0%} of the graphed workers' steps ran eagerly ({summary['eager_steps']} steps: batch shapes "
+            f"without a graph, or a capture that failed; summary.json's eager_share)")
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from hogwild.tasks.options import RunOptions
 from hogwild.tasks.resume_checks import check_optimizer, check_same_files, nothing_to_train, stop_reached
 from hogwild.tasks.rundir import check_out, segment_start, write_command, write_config
 from hogwild.tasks.runlock import LOCK_FILE, RunDirLock
-from hogwild.tasks.summary import make_summary, read_summary, write_summary
+from hogwild.tasks.summary import eager_note, make_summary, read_summary, write_summary
 from hogwild.tasks.task_job import TaskJob
 
 
@@ -184,6 +184,8 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f}s "
         f"({summary['updates_per_second']:.2f} updates/s), final train loss {_number(result.final_loss)}, "
         f"best held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
+    if eager_note(summary):  # the graphed step ran eagerly for a share of the run
+        say(eager_note(summary))
     if heldout:
         say("final held-out: " + "; ".join(f"{part} {_format(values, job.metric)}"
                                            for part, values in heldout.items()))

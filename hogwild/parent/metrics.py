@@ -1,7 +1,8 @@
 """Training metrics, computed in the parent from the workers' shared counters.
 
 Per worker and in total: updates/s, examples (or tokens)/s, mean training loss, skipped updates; staleness (shared
-updates that landed between a worker's read of the parameters and its write) as mean and histogram. Written as
+updates that landed between a worker's read of the parameters and its write) as mean and histogram; with graphed
+workers, the eager steps and their share of those workers' steps so far (`eager_share`). Written as
 JSON lines to `<run dir>/metrics.jsonl`, as TensorBoard events when tensorboard is installed, and shown on a tqdm
 progress bar (on a terminal; when stderr is a file, as a plain `progress:` line every PLAIN_PROGRESS_SECONDS).
 Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk.
@@ -66,12 +67,22 @@ class PlainProgress:
         self.shown_at, self.shown_n = now, self.n
 
 
+def eager_share(snapshot: CounterSnapshot, graphed: list[int]) -> float | None:
+    """The share of the graphed workers' steps (applied or skipped) that ran the eager step: a batch shape without a
+    graph, or every step of a worker whose capture failed (Config.graphs 'auto'). None without graphed workers."""
+    if not graphed:
+        return None
+    steps = sum(snapshot.updates(w) + snapshot.skipped(w) for w in graphed)
+    return min(1.0, snapshot.eager_steps() / steps) if steps else 0.0
+
+
 class MetricsLog:
-    """The parent's view of training progress; only the parent writes logs."""
+    """The parent's view of training progress; only the parent writes logs. graphed: the workers that run the
+    graphed step (Config.graphed), whose eager share each train record gives."""
 
     def __init__(self, run_dir: str | None, workers: int, total: int | None, progress: bool = True,
-                 tensorboard: bool = True, initial: CounterSnapshot | None = None):
-        self.workers, self.start = workers, time.time()
+                 tensorboard: bool = True, initial: CounterSnapshot | None = None, graphed: list[int] = ()):
+        self.workers, self.start, self.graphed = workers, time.time(), list(graphed)
         # Whole records only: a torn last line (crash, full disk) is cut off before appending; a failed write is
         # undone and raises WriteFailed naming the file.
         self.file = RecordLog(os.path.join(run_dir, "metrics.jsonl")) if run_dir else None
@@ -132,6 +143,8 @@ class MetricsLog:
             "phase_ms": snapshot.phase_milliseconds(before),
             "workers": per_worker,
         }
+        if self.graphed:  # since the run's start: rare shapes come and go
+            record.update(eager_steps=snapshot.eager_steps(), eager_share=eager_share(snapshot, self.graphed))
         if record["loss"] is not None:
             self.last_loss = record["loss"]
             self.bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)

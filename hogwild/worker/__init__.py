@@ -7,7 +7,8 @@ imported when used). Both take a step's arithmetic from gradients.py (batch seed
 finiteness; the compiled loss and TF32); the Hogwild worker also replica.py (where it computes: in place or on a
 device replica) and updates.py (when its update lands: at once or one step behind). A graphed device worker
 (Config.graphs, on for GPU workers by default) runs step_graph.py instead of replica.py: one CUDA graph per batch shape,
-its gradients gathered, clipped and copied out by copy_out.py, its pull prefetched by pull.py.
+its gradients gathered, clipped and copied out by copy_out.py, its pull prefetched by pull.py, its graphs captured
+(and a failed capture undone) by capture.py.
 
 Usage (engine.py): `ctx.Process(target=worker_main, args=(WorkerSpec(...),))`
 """

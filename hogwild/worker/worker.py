@@ -15,6 +15,7 @@ Usage (engine.py): `ctx.Process(target=worker_main, args=(spec,)).start()`
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import time
 import warnings
@@ -29,6 +30,7 @@ from ..share.run_state import PhaseClock
 from ..share.feed import PartitionReader, QueueReader
 from ..shared_optim import FUSED_OPTIMIZERS
 from .gradients import GradientCheck, NonFiniteStreak, batch_seed, call_loss, compiled_loss, gradient_stats, seed_batch
+from .capture import CaptureFailed, describe
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch, torch_device
 from .step_graph import NotGraphable, StepGraphs, shape_buckets
@@ -78,23 +80,26 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
 
 def graphed_step(spec: WorkerSpec, batches: list) -> StepGraphs | None:
     """The worker's graphed step, its graphs captured (start-up: before ready); None when Config.graphs is 'auto' and
-    the step cannot be captured: it reads the device on the host (NotGraphable), or the capture itself fails (an op
-    CUDA graphs do not allow). The eager step then runs, with a warning naming why; with 'on' the worker fails."""
+    the step cannot be captured: it reads the device on the host (NotGraphable), the loss or model is one it cannot
+    take (ValueError), or the capture itself fails (capture.py undoes it: CaptureFailed). The eager step then runs,
+    with a warning naming why; with 'on' the worker fails, naming graphs='off'. A capture that cannot be undone
+    (CaptureStuck) fails the worker either way."""
     step = StepGraphs(spec.model, spec.loss_fn, torch_device(spec.device), spec.config)
     try:
         count = step.prepare(batches)
-    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, a capture error
+    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, CaptureFailed
+        reason = str(error).strip().splitlines()[0] if isinstance(error, NotGraphable) else \
+            f"capturing the step failed ({describe(error.__cause__ if isinstance(error, CaptureFailed) else error)})"
         if spec.config.graphs == "on":
-            raise
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if not isinstance(error, NotGraphable):
-            reason = f"capturing the step failed ({type(error).__name__}: {reason})"
+            raise RuntimeError(f"worker {spec.worker}: {reason}; train with graphs='off' (run.py --graphs off)") \
+                from error
     else:
         spec.counters.worker_view(spec.worker).graphs_captured(count)
         return step
     del step  # here, not in the except block, whose traceback would keep its buffers and graph pool alive
+    gc.collect()  # the error's frames hold the step in cycles: its graphs give their pool back when collected
     if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # before the eager replica is made
+        torch.cuda.empty_cache()  # before the eager replica is made; capture.py left no capture under way
     warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
     return None
 
@@ -111,7 +116,7 @@ def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], params: S
     device = params.device
     buffers = [buffer.clone() for buffer in params.shared_buffers] if device.type == "cpu" else []
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if spec.config.amp == "bf16" else nullcontext()
-    for _, index in shape_buckets(batches, limit=len(batches)):
+    for _, index in shape_buckets(batches):
         net = params.pull(batches[index])
         batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device)
         with autocast:
@@ -149,6 +154,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
     idle = updater.finish if overlap else None  # no ticket at hand: land the update held back before waiting
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
+    eager = config.graphed(spec.device)  # a graphed worker whose capture failed: every step counts as eager
     steps = read_version = 0  # read_version: the global update count at the last pull of the dense parameters
     while (ticket := next_ticket(spec, reader, stopped, deadline, idle)) is not None:
         epoch, index = ticket
@@ -156,6 +162,8 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         seed_batch(device, batch_seed(config.seed, epoch, index))
         dense = steps % config.pull_every == 0  # else the replica keeps its dense parameters (and their age)
         steps += 1
+        if eager:
+            view.eager_step()
         if dense:
             read_version = view.global_updates()
         clock.mark()
