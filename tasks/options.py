@@ -248,7 +248,8 @@ class RunOptions:
     out: str | None = STOPPING(None, "run directory", metavar="DIR", default_text="runs/TASK-DATE-TIME",
                                engine="checkpoint_dir")
     resume: bool = STOPPING(False, "continue the run in --out from its last.pt, with that run's options (flags "
-                                           "given override them); an --out with no run yet starts it",
+                                           "given override them); a new or empty --out starts the run, one that "
+                                           "holds a run's files but no last.pt is refused",
                             engine="resume")
     seed: int = STOPPING(0, "data split, batch order and initialisation", check=_at_least(0), engine="seed")
     progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")

@@ -256,7 +256,7 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
         del resume_state  # the engine reads it again (its tensors are not needed here)
         if options.resume and not finish_only:
             say(f"resuming {resume_path} at update {start_updates}" if start_updates else
-                f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+                f"--resume: {owner.run_dir} holds no run yet, starting one")
         if owner.writer:  # known valid: from here on the run directory is written
             owner.claim()
             if not start_updates:

@@ -201,3 +201,36 @@ def test_a_killed_worker_stops_the_run_with_its_name_and_how_to_continue(tmp_pat
     assert error.startswith("run.py: error: training stopped: worker ") and f"pid {worker}) was killed" in error
     assert hint == f"run.py: the run is in {out / 'last.pt'}: continue with the same command plus --resume --out {out}"
     assert (out / "last.pt").exists()
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_is_refused_and_changes_nothing(tmp_path):
+    """kill -9 of run.py before any last.pt (--checkpoint-minutes off) leaves best.pt, metrics.jsonl and the
+    vocabularies: --resume must not start afresh over them (it replaced best.pt with an untrained model, and
+    appended a second 0..N series to metrics.jsonl); it is refused naming what is there, every file byte for byte
+    as it was. The same for a finished run whose last.pt was removed."""
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--checkpoint-minutes", "off",
+                                "--steps", "100000", "--eval-every", "10", "--log-every", "10", "--out", str(out)],
+                               cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not (any(r["kind"] == "eval" and r["updates"] >= 10 for r in _records_so_far(out / "metrics.jsonl"))
+                   and (out / "best.pt").exists()):
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)  # the parent alone: its workers die with it
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert not (out / "last.pt").exists()
+    before = fingerprint(out)
+    resumed = run_py_session(*SMALL, "--steps", "300", "--resume", "--out", str(out))
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert resumed.stderr.strip().splitlines()[-1] == (
+        f"run.py: error: --resume {out}: holds a run (model.json, config.json, metrics.jsonl, best.pt) but no last.pt "
+        f"to continue it from (killed before its first checkpoint, or last.pt was removed), and starting it afresh "
+        f"would replace those files; choose another --out, or move them away to start over here")
+    assert fingerprint(out) == before and resumed.leftover_processes == []
