@@ -16,6 +16,7 @@ from typing import Callable
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
 from hogwild.tasks.options import OptionError, RunOptions, declared, flag
 from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options
+from hogwild.tasks.text_stream import MAX_LINE_BYTES, ReaderGone
 
 SUBCOMMANDS = ("tag", "translate", "plot")
 EPILOG = """subcommands ({prog} SUBCOMMAND --help for their flags):
@@ -49,10 +50,16 @@ def train_parser(prog: str = "run.py") -> argparse.ArgumentParser:
     return p
 
 
+_STREAMED = (f"Lines are answered as they arrive, a few hundred at a time, each batch written before more is read: "
+             f"a pipe of any length runs in bounded memory (a line may have at most {MAX_LINE_BYTES // 2**20} MiB); "
+             f"a line that cannot be read stops it, naming FILE:LINE, after the answers to the lines before it "
+             f"(--output is then left as it was).")
+
+
 def tag_parser(prog: str = "run.py") -> argparse.ArgumentParser:
     p = _parser(f"{prog} tag", "Tag sentences with a trained POS run: one whitespace-tokenized sentence per line "
                               f"in (stdin or FILEs), tagged sentences out. A line may have at most {DECODE_MAX_LEN} "
-                              f"words (as a translation).")
+                              f"words (as a translation). {_STREAMED}")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR", help="run directory (best.pt, else last.pt)")
     p.add_argument("files", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
     p.add_argument("--output", default=None, help="write here instead of stdout")
@@ -69,7 +76,8 @@ def translate_parser(prog: str = "run.py") -> argparse.ArgumentParser:
                                     "FILEs), one translation per line out. Bounded as the held-out evaluation: a "
                                     f"line longer than {EVAL_MAX_LEN} words (units of the run's vocabulary) is "
                                     f"translated from its first {EVAL_MAX_LEN} (with a warning), and a translation "
-                                    f"has at most 2 x its source length + 10 words, never over {DECODE_MAX_LEN}.")
+                                    f"has at most 2 x its source length + 10 words, never over {DECODE_MAX_LEN}. "
+                                    f"{_STREAMED}")
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR", help="run directory (best.pt, else last.pt)")
     p.add_argument("files", nargs="*", metavar="FILE", help="input files ('-' or none: stdin)")
     p.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
@@ -90,25 +98,31 @@ def plot_parser(prog: str = "run.py") -> argparse.ArgumentParser:
 
 
 def _tag(args: argparse.Namespace) -> int:
-    from hogwild.tasks.inference import load_tagger, read_input, tag_lines, write_output
+    from hogwild.tasks.inference import load_tagger, tag_lines
+    from hogwild.tasks.text_stream import TextOutput, read_chunks
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     _say_checkpoint(f"{_prog} tag", args.checkpoint, tagger.checkpoint)
-    lines = read_input(args.files, args.encoding, max_words=DECODE_MAX_LEN)
-    write_output(tag_lines(tagger, lines, args.format, args.batch_size, args.separator), args.output,
-                 conll=args.format == "conll")
+    with TextOutput(args.output, conll=args.format == "conll") as output:
+        for lines in read_chunks(args.files, args.encoding, max_words=DECODE_MAX_LEN):
+            output.write(tag_lines(tagger, lines, args.format, args.batch_size, args.separator))
     return 0
 
 
 def _translate(args: argparse.Namespace) -> int:
-    from hogwild.tasks.inference import load_translator, read_input, write_output
+    from hogwild.tasks.inference import load_translator
+    from hogwild.tasks.text_stream import TextOutput, read_chunks
     translator = load_translator(args.checkpoint)
     _say_checkpoint(f"{_prog} translate", args.checkpoint, translator.checkpoint)
-    lines = read_input(args.files, args.encoding)
-    translations = translator.translate(lines, args.beam, args.batch_size)
-    if translator.cut:
-        print(f"{_prog} translate: warning: {translator.cut} line(s) longer than {EVAL_MAX_LEN} words were "
-              f"translated from their first {EVAL_MAX_LEN} only (split long lines into sentences)", file=sys.stderr)
-    write_output(translations, args.output)
+    cut = 0
+    try:
+        with TextOutput(args.output) as output:
+            for lines in read_chunks(args.files, args.encoding):
+                output.write(translator.translate(lines, args.beam, args.batch_size))
+                cut += translator.cut
+    finally:
+        if cut:
+            print(f"{_prog} translate: warning: {cut} line(s) longer than {EVAL_MAX_LEN} words were translated from "
+                  f"their first {EVAL_MAX_LEN} only (split long lines into sentences)", file=sys.stderr)
     return 0
 
 
@@ -226,6 +240,8 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
+    except ReaderGone:  # `run.py tag ... | head`: the reader has what it wanted
+        return 0
     except (ValueError, OSError, RuntimeError) as error:  # bad input, missing files, failed workers
         if os.environ.get("HOGWILD_TRACEBACK"):
             raise
