@@ -219,8 +219,10 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     command's name in messages, --help and a run's command.txt (`run.py`, or `hogwild` installed)."""
     global _argv, _prog
     from hogwild.parent.supervisor import outlive_closed_output
-    outlive_closed_output()  # `run.py ... | head`: the run goes on, silent, when the reader of its output goes
     argv = list(sys.argv[1:] if argv is None else argv)
+    # `run.py ... | head`, `>&-`, `>/dev/full`: a run needs no terminal to go on (tag and translate write their own
+    # output: tasks/text_stream.py)
+    outlive_closed_output(prog, stdout_is_data=bool(argv) and argv[0] in ("tag", "translate"))
     _argv, _prog = [prog, *argv], prog
     if argv and argv[0] in _COMMANDS:
         make_parser, command = _COMMANDS[argv[0]]

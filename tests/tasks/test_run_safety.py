@@ -234,3 +234,47 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_is_refused_and_chang
         f"to continue it from (killed before its first checkpoint, or last.pt was removed), and starting it afresh "
         f"would replace those files; choose another --out, or move them away to start over here")
     assert fingerprint(out) == before and resumed.leftover_processes == []
+
+
+STREAMS = {  # how run.py's stdout and stderr are given: a file name, or None for closed (`>&-`)
+    "stdout closed": ("closed", subprocess.PIPE),
+    "stdout and stderr closed": ("closed", "closed"),
+    "stdout on a full device": ("/dev/full", subprocess.PIPE),
+}
+
+
+def test_a_run_with_closed_or_full_standard_streams_trains_and_writes_its_run_directory(tmp_path):
+    """`run.py >&-` (it died with AttributeError), `>&- 2>&-` (exit 1 without a word), `>/dev/full` (an error that
+    did not name stdout): a run needs no terminal. Each trains to --steps, writes its run directory (no message lands
+    in a run file), exits 0; a full stdout is named once on stderr. `run.py tag >/dev/full` fails naming stdout."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    processes = {}
+    for case, (stdout, stderr) in STREAMS.items():
+        closed = [fd for fd, given in ((1, stdout), (2, stderr)) if given == "closed"]
+        streams = {name: open(given, "w") if isinstance(given, str) and given != "closed" else
+                   subprocess.DEVNULL if given == "closed" else given
+                   for name, given in (("stdout", stdout), ("stderr", stderr))}
+        processes[case] = subprocess.Popen(
+            [sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "1", "--steps", "20", "--eval-every", "10",
+             "--out", str(tmp_path / case)], cwd=REPO, env=ENV, text=True, **streams,
+            preexec_fn=lambda closed=closed: [os.close(fd) for fd in closed])
+    for case, process in processes.items():
+        _, stderr = process.communicate(timeout=240)
+        assert process.returncode == 0, (case, stderr)
+        summary = json.loads((tmp_path / case / "summary.json").read_text())
+        assert (summary["updates"], summary["stop_reason"]) == (20, "max_steps"), case
+        assert {"eval", "final_eval"} <= {r["kind"] for r in _records(tmp_path / case / "metrics.jsonl")}, case
+        assert len((tmp_path / case / "command.txt").read_text().splitlines()) == 1, case
+        if case == "stdout on a full device":
+            assert [line for line in stderr.splitlines() if "stdout" in line] == [
+                "run.py: warning: stdout: cannot write (no space left on device); nothing more is written there (a "
+                "run's record stays in its directory: metrics.jsonl, summary.json)"]
+        elif stderr is not None:
+            assert "Error" not in stderr and "error:" not in stderr, (case, stderr)
+    with open("/dev/full", "w") as full:
+        tagged = subprocess.run([sys.executable, str(REPO / "run.py"), "tag", "--checkpoint", str(tmp_path / case)],
+                                cwd=REPO, env=ENV, input="ta lavial dulodium .\n", stdout=full,
+                                stderr=subprocess.PIPE, text=True, timeout=240)
+    assert tagged.returncode == 1
+    assert tagged.stderr.splitlines()[-1] == "run.py tag: error: stdout: cannot write (no space left on device)"
