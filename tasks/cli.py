@@ -175,6 +175,16 @@ def _refuse_ignored(parser: argparse.ArgumentParser, options: RunOptions, given:
             if name != "distributed" and declared()[name].group == declared()["distributed"].group:
                 parser.error(f"{flag(name)}: applies to multi-host runs only (--distributed ALGO, under mpiexec); "
                              f"this run is on one host")
+    for name in sorted(given & declared().keys()):
+        option = declared()[name]
+        if option.task not in (None, options.task):
+            parser.error(f"{flag(name)}: applies to --task {option.task} only; this run is --task {options.task}")
+        if option.source == "corpus" and options.synthetic:
+            parser.error(f"{flag(name)}: applies to a --train corpus only; this run trains on the synthetic task")
+        if option.source == "synthetic" and not options.synthetic:
+            parser.error(f"{flag(name)}: applies to the synthetic task only (no --train); this run trains on --train")
+    if "subword_vocab_size" in given and options.subwords is None:
+        parser.error("--subword-vocab-size: applies with --subwords only; this run trains on Moses words")
     if options.gpus == 0:
         for name in _GPU_ONLY:
             if name in given:

@@ -2,6 +2,7 @@
 clear line and a non-zero exit (no traceback), and --gpus on a machine without enough GPUs."""
 import dataclasses
 import json
+import os
 import re
 
 import pytest
@@ -71,12 +72,25 @@ def test_flags_parse_into_options():
     (["--checkpoint-minutes", "-1"], "--checkpoint-minutes: must be >= 0, got -1.0"),
     (["--max-restarts", "-1"], "--max-restarts: must be >= 0, got -1"),
     (["--max-restarts", "1", "--data-assignment", "partition"], "--max-restarts: needs data_assignment='queue'"),
+    (["--seed", "99999999999999999999"], "--seed: must be in [0, 4294967295], got 99999999999999999999"),
+    (["--threads-per-worker", "0"], "--threads-per-worker: must be >= 1, got 0"),
+    (["--train", "/dev/zero"], "--train: /dev/zero is a character device, not a corpus file or folder"),
+    (["--train", __file__, "--dev", "/dev/null"], "--dev: /dev/null is a character device, not a corpus file or folder"),
 ])
 def test_bad_flag_values_exit_2_with_one_clear_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_fifo_is_not_a_corpus(tmp_path, capsys):
+    os.mkfifo(tmp_path / "corpus")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--train", str(tmp_path / "corpus")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"run.py: error: --train: {tmp_path}/corpus is a FIFO (named pipe), not a corpus file or folder")
 
 
 def test_bad_values_in_a_real_process_print_no_traceback():
@@ -264,6 +278,14 @@ def test_plot_prints_the_file_it_writes(tmp_path, capsys):
     (["--task", "nmt", "--length-bucket", "1000"], "--length-bucket: 1000 is above --max-len 50: every batch would "
                                                    "be padded to 1000 positions, longer than any pair; give at most "
                                                    "--max-len (a compiled step is served by 8)"),
+    *[(["--task", "pos", name, value], f"{name}: applies to --task nmt only; this run is --task pos")
+      for name, value in (("--train-limit", "100"), ("--max-len", "5"), ("--beam", "9"), ("--vocab-size", "100"))],
+    (["--task", "nmt", "--separator", "_"], "--separator: applies to --task pos only; this run is --task nmt"),
+    (["--dev", __file__], "--dev: applies to a --train corpus only; this run trains on the synthetic task"),
+    (["--train", __file__, "--synthetic-size", "10"], "--synthetic-size: applies to the synthetic task only (no "
+                                                      "--train); this run trains on --train"),
+    (["--task", "nmt", "--subword-vocab-size", "100"], "--subword-vocab-size: applies with --subwords only; this run "
+                                                       "trains on Moses words"),
 ])
 def test_a_flag_the_run_would_ignore_is_refused_naming_it(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -278,3 +300,6 @@ def test_flags_that_act_are_accepted():
     assert run_options(train_parser(), ["--gpus", "1", "--amp", "bf16", "--tf32", "--workers-per-gpu", "2"]).tf32
     assert run_options(train_parser(), ["--distributed", "easgd", "--servers", "2", "--tester"]).servers == 2
     assert run_options(train_parser(), ["--task", "nmt", "--length-bucket", "50"]).length_bucket == 50
+    assert run_options(train_parser(), ["--task", "nmt", "--max-len", "5", "--beam", "3"]).beam == 3
+    assert run_options(train_parser(), ["--train", __file__, "--format", "slash", "--dev", os.path.dirname(__file__)]
+                       ).format == "slash"

@@ -131,7 +131,7 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"\d+\.\d GiB is available \((MemAvailable|the memory cgroup limit of .*)\); about \d+ workers fit"),
     ("empty --separator", [*SMALL, "--separator", ""], 2,
      r"run\.py: error: --separator: must be a non-empty string without spaces, got ''"),
-    ("negative --seed", [*SMALL, "--seed", "-1"], 2, r"run\.py: error: --seed: must be >= 0, got -1"),
+    ("negative --seed", [*SMALL, "--seed", "-1"], 2, r"run\.py: error: --seed: must be in \[0, 4294967295\], got -1"),
     ("--dev equal to --train", ["--task", "pos", "--train", "{root}/tagged.txt", "--dev", "{root}/./tagged.txt"], 2,
      r"run\.py: error: --dev: {root}/\./tagged\.txt is the same corpus as --train {root}/tagged\.txt: a held-out "
      r"set must not be trained on; give another --dev, or none for a seeded split of --train"),
