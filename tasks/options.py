@@ -51,8 +51,10 @@ class OptionError(ValueError):
 
 
 def flag(name: str) -> str:
-    """The command-line flag of an option: `time_limit` -> `--time-limit`."""
-    return "--" + name.replace("_", "-")
+    """The command-line flag of an option: `time_limit` -> `--time-limit`; `shard_data` -> `--no-shard-data` (an
+    option that is on by default has only its negative flag)."""
+    option = declared().get(name) if name in RunOptions.__dataclass_fields__ else None
+    return option.negative_flag if option is not None and option.negative_flag else "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,9 @@ class RunOptions:
     progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")
     hang_timeout: float = STOPPING(Config.hang_timeout, "a worker without progress this long (or 20 of its median "
                                                         "steps, if longer) is hung: named, killed, last.pt written, "
-                                                        "exit 1", metavar="SECONDS", engine="hang_timeout")
+                                                        "exit 1; multi-host: a rank silent this long, or an exchange "
+                                                        "not done in it, aborts the job", metavar="SECONDS",
+                                   engine="hang_timeout", dist="timeout_seconds")
     max_restarts: int = STOPPING(Config.max_restarts, "replace a worker that dies or hangs by a fresh process on its "
                                                       "device, its unfinished batches handed on, at most K times in "
                                                       "the run (0: the first failure stops it, last.pt written, "

@@ -180,6 +180,7 @@ def test_config_reads_options_files(tmp_path, name, text):
     ("bad.toml", "steps = 'ten'\n", "--config {path}: --steps: must be an integer, got 'ten'"),
     ("bad.yaml", "task: [pos\n", "--config {path}: not valid YAML: "),
     ("bad.json", "[1, 2]", "--config {path}: expected a mapping of option names to values, got list"),
+    ("config.json", '{"run": "pos"}', "--config {path}: its 'run' section is a str, not a mapping of option names"),
     ("missing.yaml", None, "--config {path}: cannot read it (No such file or directory)"),
 ])
 def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys, name, text, message):
@@ -200,6 +201,8 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
     ("", "--resume {path}:1:1: not valid JSON: Expecting value"),
     ('{"config": {"lr": 0.1}}', "--resume {path}: has no 'run' section (the options run.py recorded, which --resume "
                                 "continues); restore it, or give the run's options with --config FILE"),
+    ('{"run": ["pos"]}', "--resume {path}: its 'run' section is a list, not a mapping of option names to values (the "
+                         "options run.py recorded); restore it, or give the run's options with --config FILE"),
 ])
 def test_resume_refuses_a_broken_config_json_naming_file_line_and_column(tmp_path, capsys, text, message):
     path = tmp_path / "config.json"
@@ -284,6 +287,8 @@ def test_plot_prints_the_file_it_writes(tmp_path, capsys):
     (["--dev", __file__], "--dev: applies to a --train corpus only; this run trains on the synthetic task"),
     (["--train", __file__, "--synthetic-size", "10"], "--synthetic-size: applies to the synthetic task only (no "
                                                       "--train); this run trains on --train"),
+    (["--no-shard-data"], "--no-shard-data: applies to multi-host runs only (--distributed ALGO, under mpiexec); "
+                          "this run is on one host"),
     (["--task", "nmt", "--subword-vocab-size", "100"], "--subword-vocab-size: applies with --subwords only; this run "
                                                        "trains on Moses words"),
 ])
@@ -301,5 +306,7 @@ def test_flags_that_act_are_accepted():
     assert run_options(train_parser(), ["--distributed", "easgd", "--servers", "2", "--tester"]).servers == 2
     assert run_options(train_parser(), ["--task", "nmt", "--length-bucket", "50"]).length_bucket == 50
     assert run_options(train_parser(), ["--task", "nmt", "--max-len", "5", "--beam", "3"]).beam == 3
+    hang = run_options(train_parser(), ["--distributed", "allreduce", "--hang-timeout", "10"])
+    assert (hang.dist_config().timeout_seconds, hang.resolved().engine_config(["cpu"]).hang_timeout) == (10, 10)
     assert run_options(train_parser(), ["--train", __file__, "--format", "slash", "--dev", os.path.dirname(__file__)]
                        ).format == "slash"
