@@ -30,7 +30,7 @@ from hogwild.tasks.devices import worker_devices
 from hogwild.tasks.final_signals import FinalSignals
 from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.resume_checks import check_optimizer, check_same_files, nothing_to_train, stop_reached
+from hogwild.tasks.resume_checks import check_hosts, check_optimizer, check_same_files, nothing_to_train, stop_reached
 from hogwild.tasks.rundir import check_out, segment_start, write_command, write_config
 from hogwild.tasks.runlock import LOCK_FILE, RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
@@ -80,7 +80,10 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
         from hogwild.multihost.dist_config import ranks_with
         dist = options.dist_config()
         world = import_mpi().COMM_WORLD
-        rank_is_first = world.Get_rank() == ranks_with(dist.roles(world.Get_size()), "worker")[0]
+        hosts = ranks_with(dist.roles(world.Get_size()), "worker")
+        rank_is_first = world.Get_rank() == hosts[0]
+        if options.resume:
+            check_hosts(Path(options.out), len(hosts), world.Get_size() - len(hosts))
     if not rank_is_first:
         say = lambda message: None  # noqa: E731 - one rank speaks for the job
     with _RunDirOwner(Path(options.out), options.resume, rank_is_first, say) as owner:
