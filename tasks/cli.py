@@ -204,15 +204,28 @@ def _positive_ints(parser: argparse.ArgumentParser, args: argparse.Namespace, na
 
 
 def _warning_line(prog: str) -> Callable:
-    """Warnings for the user (e.g. more workers than cores) as one line naming the flag; others as Python shows."""
-    shown = warnings.showwarning
-
+    """Every warning as one line: `PROG: warning: --FLAG: message` for one about a flag (e.g. more workers than cores),
+    `PROG: warning: message` for the project's own (a damaged cache entry), and a library's with its category and
+    place; never Python's second line quoting the source that warned."""
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         option = getattr(message, "option", None)
-        if option is None:
-            return shown(message, category, filename, lineno, file, line)
-        print(f"{prog}: warning: {flag(option)}: {message}", file=sys.stderr)
+        if option is not None:
+            text = f"{flag(option)}: {message}"
+        elif _own(filename):
+            text = str(message)
+        else:
+            text = f"{category.__name__}: {message} ({filename}:{lineno})"
+        print(f"{prog}: warning: {' '.join(text.split())}", file=sys.stderr if file is None else file)
     return show
+
+
+def _own(filename: str) -> bool:
+    """Whether a source file is the project's (the hogwild package and the folders it maps: data, models, tasks)."""
+    folders = [os.path.dirname(module.__file__) for name in ("hogwild", "hogwild.data", "hogwild.models",
+                                                             "hogwild.tasks")
+               if (module := sys.modules.get(name)) is not None and getattr(module, "__file__", None)]
+    path = os.path.abspath(filename)
+    return any(os.path.commonpath([path, folder]) == folder for folder in folders)
 
 
 def _check_encoding(parser: argparse.ArgumentParser, encoding: str | None) -> None:

@@ -310,3 +310,22 @@ def test_flags_that_act_are_accepted():
     assert (hang.dist_config().timeout_seconds, hang.resolved().engine_config(["cpu"]).hang_timeout) == (10, 10)
     assert run_options(train_parser(), ["--train", __file__, "--format", "slash", "--dev", os.path.dirname(__file__)]
                        ).format == "slash"
+
+
+def test_every_warning_is_one_line_without_the_source_that_warned(tmp_path, capsys):
+    """The project's own warnings (a damaged cache entry) as `run.py: warning: message`; a library's with its
+    category and place; never Python's second line quoting the source (`  warnings.warn(...)`)."""
+    import warnings
+
+    from hogwild.data.cache import ArrayCache
+    from hogwild.tasks import cli
+    cache = ArrayCache(tmp_path)
+    cache.path("k").write_text("not an entry\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = cli._warning_line("run.py")
+        assert cache.load("k") is None
+        warnings.warn_explicit("a library's\n  warning", DeprecationWarning, "/usr/lib/x.py", 7)
+    assert capsys.readouterr().err.splitlines() == [
+        f"run.py: warning: damaged cache entry {tmp_path / 'k'} (not a folder): rebuilding it",
+        "run.py: warning: DeprecationWarning: a library's warning (/usr/lib/x.py:7)"]
