@@ -28,7 +28,10 @@ examples:
   {prog}                                         built-in synthetic POS task, 2 CPU workers, about a minute
   {prog} --task pos --train ../shared/corpora/brown --workers 2 --time-limit 600
   {prog} --task nmt --train ../shared/corpora/europarl-fr-en/train --dev ../shared/corpora/europarl-fr-en/dev --gpus 4
-  mpiexec -n 2 {command} --task pos --workers 1 --distributed allreduce"""
+  mpiexec -n 2 {command} --task pos --workers 1 --distributed allreduce
+
+flags are spelled out in full: a prefix (--step for --steps) is an error, so that a recorded command keeps its
+meaning when a later version adds flags"""
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -37,7 +40,10 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 def _parser(prog: str, description: str, epilog: str | None = None,
             formatter_class: type = _Formatter) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=formatter_class)
+    # no flag prefixes (--step for --steps): a prefix that a later flag makes ambiguous would change what a command
+    # recorded in a run's command.txt, a script or a shell history means (EPILOG says so)
+    return argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=formatter_class,
+                                   allow_abbrev=False)
 
 
 def train_parser(prog: str = "run.py") -> argparse.ArgumentParser:
@@ -197,6 +203,19 @@ _COMMANDS: dict[str, tuple[Callable[[str], argparse.ArgumentParser], Callable[[a
     "tag": (tag_parser, _tag), "translate": (translate_parser, _translate), "plot": (plot_parser, _plot)}
 
 
+def _refuse_prefixes(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A flag prefix (allow_abbrev is off) is named with the flags it begins, instead of argparse's "unrecognized
+    arguments"."""
+    known = {name for action in parser._actions for name in action.option_strings}
+    for token in argv:
+        if token == "--":
+            return
+        name = token.split("=", 1)[0]
+        matches = sorted(flag for flag in known if flag.startswith(name)) if name.startswith("--") else []
+        if name not in known and matches:
+            parser.error(f"{name}: not a flag; flags are spelled out in full (did you mean {' or '.join(matches)}?)")
+
+
 def _positive_ints(parser: argparse.ArgumentParser, args: argparse.Namespace, names: tuple[str, ...]) -> None:
     for name in names:
         if getattr(args, name, None) is not None and getattr(args, name) < 1:
@@ -250,10 +269,12 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     if argv and argv[0] in _COMMANDS:
         make_parser, command = _COMMANDS[argv[0]]
         parser = make_parser(prog)
+        _refuse_prefixes(parser, argv[1:])
         args = parser.parse_args(argv[1:])
         _positive_ints(parser, args, ("beam", "batch_size"))
     else:
         parser, command = train_parser(prog), _train
+        _refuse_prefixes(parser, argv)
         args = run_options(parser, argv)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:

@@ -74,6 +74,10 @@ def test_flags_parse_into_options():
     (["--max-restarts", "1", "--data-assignment", "partition"], "--max-restarts: needs data_assignment='queue'"),
     (["--seed", "99999999999999999999"], "--seed: must be in [0, 4294967295], got 99999999999999999999"),
     (["--threads-per-worker", "0"], "--threads-per-worker: must be >= 1, got 0"),
+    (["--step", "5"], "--step: not a flag; flags are spelled out in full (did you mean --steps?)"),
+    (["--eval-every-sec=5"], "--eval-every-sec: not a flag; flags are spelled out in full (did you mean "
+                             "--eval-every-seconds?)"),
+    (["tag", "--check", "r"], "--check: not a flag; flags are spelled out in full (did you mean --checkpoint?)"),
     (["--train", "/dev/zero"], "--train: /dev/zero is a character device, not a corpus file or folder"),
     (["--train", __file__, "--dev", "/dev/null"], "--dev: /dev/null is a character device, not a corpus file or folder"),
 ])
@@ -329,3 +333,8 @@ def test_every_warning_is_one_line_without_the_source_that_warned(tmp_path, caps
     assert capsys.readouterr().err.splitlines() == [
         f"run.py: warning: damaged cache entry {tmp_path / 'k'} (not a folder): rebuilding it",
         "run.py: warning: DeprecationWarning: a library's warning (/usr/lib/x.py:7)"]
+
+
+def test_help_says_flags_are_spelled_out_in_full():
+    assert ("flags are spelled out in full: a prefix (--step for --steps) is an error, so that a recorded command keeps "
+            "its meaning when a later version adds flags") in " ".join(train_parser().format_help().split())
