@@ -275,8 +275,9 @@ class RunOptions:
                                    engine="hang_timeout", dist="timeout_seconds")
     max_restarts: int = STOPPING(Config.max_restarts, "replace a worker that dies or hangs by a fresh process on its "
                                                       "device, its unfinished batches handed on, at most K times in "
-                                                      "the run (0: the first failure stops it, last.pt written, "
-                                                      "exit 1)", metavar="K", check=_at_least(0),
+                                                      "the run, counted afresh by each --resume (0: the first failure "
+                                                      "stops it, last.pt written, exit 1); summary.json counts every "
+                                                      "segment's", metavar="K", check=_at_least(0),
                                  engine="max_restarts")
     check_shm: bool = STOPPING(True, "do not check that /dev/shm can hold the shared parameters and optimizer state "
                                      "before spawning", negative_flag="--no-check-shm", engine="check_shm")

@@ -196,6 +196,11 @@ def segment_start(run_dir: str | Path) -> float:
     return max(timeline(read_metrics(path))[1], 0.0) if path.exists() else 0.0
 
 
+def restarts_logged(metrics: Path) -> int:
+    """Workers replaced in every segment of a run: the restart records of its metrics.jsonl (a killed segment's too)."""
+    return sum(record.get("kind") == "restart" for record in read_metrics(metrics)) if metrics.exists() else 0
+
+
 def read_curves(run_dir: str | Path, metric: str | None = None, name: str | None = None) -> Curves:
     """Curves from metrics.jsonl, the segments of a resumed run laid end to end (`timeline`)."""
     run_dir = Path(run_dir)

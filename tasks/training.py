@@ -31,7 +31,7 @@ from hogwild.tasks.final_signals import FinalSignals
 from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.resume_checks import check_hosts, check_optimizer, check_same_files, nothing_to_train, stop_reached
-from hogwild.tasks.rundir import check_out, segment_start, write_command, write_config
+from hogwild.tasks.rundir import check_out, restarts_logged, segment_start, write_command, write_config
 from hogwild.tasks.runlock import LOCK_FILE, RunDirLock
 from hogwild.tasks.summary import make_summary, read_summary, write_summary
 from hogwild.tasks.task_job import TaskJob
@@ -176,7 +176,8 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
             # the final (beam) decoding runs where the periodic evaluations ran: a GPU when the workers were on GPUs
             heldout = signals.run(lambda: job.finish(_best_model(job, result.best_checkpoint, config), run_dir))
         summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info,
-                               prior_seconds=segment_start(engine_dir) if start_updates else 0.0)
+                               prior_seconds=segment_start(engine_dir) if start_updates else 0.0,
+                               run_restarts=restarts_logged(engine_dir / "metrics.jsonl"))
         summary["hosts"] = hosts
         if signals.skipped:
             summary.update(stop_reason=f"{signals.skipped} during the final held-out evaluation, which was skipped "

@@ -123,7 +123,8 @@ def test_a_start_refused_by_a_small_dev_shm_leaves_nothing_that_blocks_the_retry
 
 def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_path):
     """--max-restarts 1: a worker killed with kill -9 mid-run is replaced, the run reaches exactly --steps, exit 0,
-    and summary.json counts the restart (metrics.jsonl names the worker)."""
+    and summary.json counts the restart (metrics.jsonl names the worker); after a --resume it still counts the whole
+    run's restarts (it said 0)."""
     out = tmp_path / "run"
     process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "600", "--max-restarts", "1")
     assert process.returncode == 0, stdout + stderr
@@ -132,6 +133,10 @@ def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_pat
     [restart] = [r for r in _records(out / "metrics.jsonl") if r["kind"] == "restart"]
     assert restart["reason"].endswith(f"pid {worker}) was killed by signal SIGKILL")
     assert "restarting worker " in stderr and "(1 of --max-restarts 1)" in stderr
+    resumed = run_py_session("--steps", "620", "--resume", "--out", str(out))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["restarts"], summary["updates"], summary["segments"]) == (1, 620, 2)
 
 
 def _kill_a_worker_mid_run(out, *args):
