@@ -214,6 +214,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
                 periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
                 periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
             control.mark_started(started)
+            metrics.training_started(started)
             if not config.max_restarts:  # a replacement maps the batches again: keep them until the end then
                 store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
             try:

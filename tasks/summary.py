@@ -7,7 +7,8 @@ metrics.jsonl, a killed one's too; --max-restarts bounds each segment); plus fin
 heldout (the best checkpoint's final evaluation), stop_reason, data and the segment figures of a resumed run.
 `wall_seconds` and `updates` add up over resumed segments (`prior_seconds`: the training time before this segment,
 from the metrics log, which also counts a segment that was killed without writing a summary); `updates_per_second`
-is that of the latest segment. When a signal skipped the final held-out evaluation, run.py sets stop_reason to say so
+is that of the latest segment: its updates per second of training (from every worker ready to the stop: start-up and
+the final evaluation excluded), the run's headline rate (run.py's last line; metrics.jsonl's are per interval). When a signal skipped the final held-out evaluation, run.py sets stop_reason to say so
 and adds training_stop_reason (why training itself stopped), which a --resume that only runs that evaluation puts
 back (tasks/training.py).
 

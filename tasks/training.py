@@ -185,9 +185,9 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
                            training_stop_reason=result.stop_reason)
         write_summary(run_dir, summary)
     best = summary["best"]
-    say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f}s "
-        f"({summary['updates_per_second']:.2f} updates/s), final train loss {_number(result.final_loss)}, "
-        f"best held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
+    say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f} s of training"
+        f"{_rate(summary, result.updates - start_updates)}, final train loss {_number(result.final_loss)}, best "
+        f"held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
     if heldout:
         say("final held-out: " + "; ".join(f"{part} {_format(values, job.metric)}"
                                            for part, values in heldout.items()))
@@ -293,6 +293,15 @@ def _install_files(staged: Path, run_dir: Path) -> None:
         if path.is_file():
             data = path.read_bytes()
             write_atomic(run_dir / path.name, lambda file, data=data: file.write(data))
+
+
+def _rate(summary: dict[str, Any], updates: int) -> str:
+    """The headline rate as the summary defines it: updates per second of training, start-up excluded, this
+    segment's (a resumed run's time and updates above are the whole run's)."""
+    rate = f"{summary['updates_per_second']:.2f} updates/s, start-up excluded"
+    if summary["segments"] == 1:
+        return f" ({rate})"
+    return f" over {summary['segments']} segments (this one: {updates} updates, {rate})"
 
 
 def _number(value: float | None) -> str:
