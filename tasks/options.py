@@ -166,7 +166,8 @@ class RunOptions:
                                             "step, applied while the next step computes); results are identical "
                                             "for any count", metavar="N", check=_at_least(1),
                                       default_text="(cores - 1) // workers - 1", engine="update_threads")
-    data_assignment: str = TASK("queue", "queue: workers share one batch queue; partition: a fixed shard per worker",
+    data_assignment: str = TASK("queue", "queue: each epoch's batches are dealt, in a seeded order, to the workers' "
+                                         "own queues (each batch to one worker); partition: a fixed shard per worker",
                                 choices=("queue", "partition"), engine="data_assignment")
     # --- data ---
     train: list[str] | None = DATA(None, "pos: tagged files or folders; nmt: a file prefix (PREFIX.SRC_LANG, "
