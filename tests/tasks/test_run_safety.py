@@ -1,7 +1,8 @@
 """Real processes, real signals, a real full disk: two runs on one --out (the second is refused, naming the first),
-a run killed with SIGKILL (its lock is taken over by --resume), a torn metrics line (plot reads the run, --resume
-repairs it), a run on a full disk (it stops naming the file; metrics.jsonl holds whole records only), and a killed
-worker replaced (--max-restarts)."""
+a run killed with SIGKILL (its lock is taken over by --resume; one killed before its first checkpoint is not started
+afresh over by --resume), a torn metrics line (plot reads the run, --resume repairs it), a run on a full disk (it
+stops naming the file; metrics.jsonl holds whole records only), a killed worker replaced (--max-restarts), and runs
+whose standard streams are closed, full, or read by a reader that goes away."""
 import json
 import os
 import shlex
