@@ -73,8 +73,9 @@ class Config:
     Device workers ('cuda:N', 'cpu-replica'; 'cpu' workers train in place and ignore these):
     - overlap_update = None: apply update k on the CPU in a background thread while update k+1 computes (one more step
       of staleness, counted); None: on for 'cuda' workers
-    - fused_step = None: torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on for 'cuda'
-      workers; True: every worker (refused for optimizers without one)
+    - fused_step = None: torch's fused CPU optimizer kernel (sgd, msgd, nesterov, adagrad, adam:
+      shared_optim.FUSED_OPTIMIZERS): None: on for 'cuda' workers; True: every worker (refused for optimizers
+      without one)
     - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32 (the models run their
       multi-step GRU/LSTM layers in fp32 by design, never fp16: models/padded_rnn.py)
     - update_threads = None: torch threads of the background update thread (overlap_update) that runs the shared CPU
@@ -151,7 +152,8 @@ class Config:
     - shuffle = True: seeded shuffle of the batch order every epoch
     - queue_depth = 16: queue items between the feed and the workers in all (each worker has a queue of its own, at
       least 2 items deep)
-    - data_assignment = "queue": 'queue': workers share one queue; 'partition': each worker has a fixed shard
+    - data_assignment = "queue": 'queue': the parent deals each epoch's batches, in a seeded order, to the workers'
+      own queues (each batch to one worker: share/feed.py); 'partition': each worker has a fixed shard
 
     Failure handling:
     - check_shm = True: before spawning, check /dev/shm can hold parameters and optimizer state

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +35,7 @@ from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
 from .share.feed import BatchFeed, as_sequence
 from .share.run_state import RunControl, StepBudget
+from .share.scratch import make_scratch, remove_scratch
 from .share.shared_run import SharedRun, share
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
@@ -90,7 +89,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
     run_dir = prepare_run_dir(config)
     shared = share(model, config, saved, run_dir, batches)
-    scratch = tempfile.mkdtemp(prefix="hogwild-")
+    scratch = make_scratch()  # and removes the scratch folders of runs killed with kill -9
     metrics = feed = None
     try:
         start_resource_tracker()  # before the feed's first queue starts it: a closed terminal must not end it
@@ -114,7 +113,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
             feed.close()  # again (it is idempotent) for a start-up that failed before supervising
         if metrics is not None:
             metrics.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
 
 
 def _stop_on_signal(control: RunControl, name: str) -> None:
@@ -217,6 +216,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
                 periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
                 periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
             control.mark_started(started)
+            metrics.training_started(started)
             if not config.max_restarts:  # a replacement maps the batches again: keep them until the end then
                 store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
             try:

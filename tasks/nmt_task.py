@@ -11,23 +11,21 @@ Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hogwild.data.batching import check_edges, pad_lengths
+from hogwild.data.batching import pad_lengths
 from hogwild.data.encoders import NmtEncoder
 from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
-from hogwild.tasks.defaults import METRICS, graph_bucket_edges
+from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, EVAL_MAX_LEN, cap_source, full_and_periodic, nmt_heldout
-from hogwild.tasks.task_job import TaskJob, trained_model
+from hogwild.tasks.task_job import TaskJob, fixed_shape_training, trained_model
 
 
 def load_data(options) -> NmtDataset:
@@ -86,8 +84,7 @@ def nmt_job(options, dataset: NmtDataset | None = None, fixed_shapes: bool = Fal
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
     loss_fn, batcher = nmt_loss, dataset.train
     if fixed_shapes:
-        loss_fn, batcher = functools.partial(nmt_loss, padded=True), copy.copy(batcher)
-        batcher.bucket_edges = check_edges(graph_bucket_edges("nmt", options.max_len))
+        loss_fn, batcher = fixed_shape_training(nmt_loss, batcher, "nmt", options.max_len)
     batches = [pad_lengths(batch, options.length_bucket) for batch in batcher.batches()]
     return TaskJob("nmt", model, loss_fn, batches, evaluate, METRICS["nmt"], spec, dataset.save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),

@@ -5,7 +5,9 @@ updates that landed between a worker's read of the parameters and its write) as 
 workers, the eager steps and their share of those workers' steps so far (`eager_share`). Written as
 JSON lines to `<run dir>/metrics.jsonl`, as TensorBoard events when tensorboard is installed, and shown on a tqdm
 progress bar (on a terminal; when stderr is a file, as a plain `progress:` line every PLAIN_PROGRESS_SECONDS).
-Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk.
+Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk. A record's rates are
+over the interval since the previous record, a progress line's since the previous line; the first interval starts
+when training starts (`training_started`: every worker ready), so start-up is never counted as training time.
 
 Serves steps 4 and 5 of `hogwild.train` (supervise, result).
 
@@ -50,6 +52,11 @@ class PlainProgress:
         if self.clock() - self.shown_at >= self.every:
             self._line()
 
+    def restart_clock(self) -> None:
+        """Training starts now: the time shown and the next rate count from here."""
+        self.started = self.shown_at = self.clock()
+        self.shown_n = self.n
+
     def set_postfix(self, loss: str, refresh: bool = False) -> None:
         self.loss = loss
 
@@ -63,7 +70,8 @@ class PlainProgress:
         share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         loss = f", loss {self.loss}" if self.loss else ""
         print(f"progress: {self.n:,}{f'/{self.total:,}' if self.total else ''} updates{share} after "
-              f"{now - self.started:.0f} s, {rate:.1f} updates/s{loss}", file=self.stream or sys.stderr, flush=True)
+              f"{now - self.started:.0f} s of training, {rate:.1f} updates/s since the previous line{loss}",
+              file=self.stream or sys.stderr, flush=True)
         self.shown_at, self.shown_n = now, self.n
 
 
@@ -105,6 +113,15 @@ class MetricsLog:
             self.event("repaired", path=self.file.path, dropped_bytes=self.file.repaired)
         if self.shown:  # a resumed run: where this segment starts (what a killed segment logged past it was lost)
             self.event("resume", updates=self.shown)
+
+    def training_started(self, at: float) -> None:
+        """Every worker is ready (at: time.time()): the first record's rates, and the progress bar's, start here."""
+        self.previous_time = at
+        if isinstance(self.bar, PlainProgress):
+            self.bar.restart_clock()
+        elif not self.bar.disable:  # tqdm: its elapsed time and its first rate sample start here
+            self.bar.start_t = self.bar.last_print_t = self.bar._time()
+            self.bar.last_print_n = self.bar.n
 
     def progress(self, snapshot: CounterSnapshot) -> int:
         """Advance the progress bar; returns the global update count."""

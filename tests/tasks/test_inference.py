@@ -1,25 +1,21 @@
-"""`run.py translate` and `run.py tag` on real run directories (subprocesses): translations are bounded as the
+"""`run.py translate` and `run.py tag` on real run directories (subprocesses): both stream (an endless input is
+answered line after line in bounded memory, a line typed is answered at once), translations are bounded as the
 held-out evaluation is (a long line is cut, its translation capped), and both say which checkpoint they use and warn
 when its run is still training."""
 import json
 import os
 import re
+import queue
+import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from tests.tasks.helpers import REPO, run_py
-
-
-def test_input_lines_lose_a_byte_order_mark(tmp_path):
-    from hogwild.tasks.inference import read_input
-    source = tmp_path / "in.txt"
-    source.write_bytes(b"\xef\xbb\xbfLe chat dort .\r\nBonjour .\n")
-    assert read_input([str(source)]) == ["Le chat dort .", "Bonjour ."]
-    assert read_input([str(source), str(source)])[2] == "Le chat dort ."  # at the start of each file
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +25,63 @@ def nmt_run(tmp_path_factory):
                   "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def pos_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pos") / "run"
+    done = run_py("--task", "pos", "--synthetic-size", "200", "--workers", "1", "--steps", "5", "--out", str(out),
+                  "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+MEMORY_CAP = 3 << 30  # address space: the process needs about 0.8 GiB; reading an endless input whole passed 4 GiB
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["tag", "translate"])
+def test_an_endless_input_is_answered_as_it_arrives_in_bounded_memory(command, pos_run, nmt_run):
+    """One line is answered while the input stays open (the command does not wait for more, nor for the end); then
+    an endless input (as `yes`) is answered line after line under a cap on the process's memory, until killed."""
+    run = pos_run if command == "tag" else nmt_run
+    line = (nmt_run / "dev.src").read_text().splitlines()[0] if command == "translate" else "ta lavial dulodium ."
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE",
+                                                                                  "/tmp/hogwild-test-cache")}
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), command, "--checkpoint", str(run)], cwd=REPO,
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP)))
+    answers = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(line) for line in process.stdout], daemon=True).start()
+    try:
+        process.stdin.write(f"{line}\n".encode())
+        process.stdin.flush()
+        first = _lines_within(answers, 1, 120)  # torch's import on a busy machine, then at once
+        threading.Thread(target=_feed_forever, args=(process.stdin, f"{line}\n".encode() * 1000), daemon=True).start()
+        more = _lines_within(answers, 600, 120)  # past two chunks of 256 lines
+        assert process.poll() is None  # still reading
+        assert len(set(first + more)) == 1 and first[0].strip()  # the same answer to the same line, each time
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _feed_forever(stream, block: bytes) -> None:
+    try:
+        while True:
+            stream.write(block)
+    except (BrokenPipeError, ValueError, OSError):
+        pass  # the process was killed
+
+
+def _lines_within(answers: queue.Queue, count: int, seconds: float) -> list[bytes]:
+    lines, deadline = [], time.monotonic() + seconds
+    while len(lines) < count:
+        try:
+            lines.append(answers.get(timeout=max(deadline - time.monotonic(), 0.01)))
+        except queue.Empty:
+            raise AssertionError(f"{len(lines)} of {count} answers within {seconds} s") from None
+    return lines
 
 
 @pytest.mark.slow
