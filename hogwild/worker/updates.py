@@ -16,10 +16,10 @@ bit-identical whatever the thread count (tests/hogwild/worker/test_update_thread
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
-A graphed step (step_graph.py) submits its update before the device has finished it: the Update carries the step's
-`result`, and whoever applies it (the background thread, or the worker itself when serial) first waits for the
-step's copy to the host, then reads its finiteness and loss there - the skip of a non-finite step is decided one step
-late, by the SkipRule, and the worker's main thread never waits for the device.
+A worker's step (step_graph.py on a device, in_place.py for 'cpu') submits its update before the device has
+finished it: the Update carries the step's `result`, and whoever applies it (the background thread, or the worker
+itself when serial) first waits for the step's copy to the host, then reads its finiteness and loss there - the skip
+of a non-finite step is decided then, by the SkipRule, and the worker's main thread never waits for the device.
 
 Usage (worker.py): `updater.submit(Update(...))` after push; `updater.release(event)` after the next pull;
 `updater.wait()` after the next backward; `updater.finish()` at the end.

@@ -100,7 +100,7 @@ EVERY_SHAPE = 8  # a graph_limit above the shapes of these few batches: each get
 def prepared(make, loss_fn, batches, limit=EVERY_SHAPE, **kwargs):
     model = make().share_memory()
     step = StepGraphs(model, loss_fn, torch.device("cpu"), config(**kwargs))
-    return model, step, step.prepare(batches, limit)
+    return model, step, step.prepare(batches, shape_buckets(batches, limit))
 
 
 def run_one(step, batch, slot=0):
@@ -305,7 +305,7 @@ def test_the_captured_step_never_synchronises_the_gpu(task):
         (tiny_tagger, PADDED_POS, pos_batches())
     model = make().share_memory()
     step = StepGraphs(model, loss_fn, torch.device("cuda:0"), config(devices=["cuda:0"], clip_norm=1.0))
-    assert step.prepare(batches, EVERY_SHAPE) == len({batch_signature(b) for b in batches})
+    assert step.prepare(batches) == len({batch_signature(b) for b in batches})
     clock = PhaseClock(torch.device("cuda:0"))
     step.pull.prefetch(0)
     torch.cuda.synchronize()
@@ -325,22 +325,28 @@ def test_the_captured_step_never_synchronises_the_gpu(task):
     assert loss == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_with_auto_a_worker_whose_loss_reads_the_device_falls_back_to_the_eager_step():
+def as_for_a_gpu_worker(monkeypatch):
+    """'auto' graphs 'cuda' workers only: here the 'cpu-replica' worker stands for one."""
+    monkeypatch.setattr(hogwild.Config, "graphed", lambda self, device: self.graphs != "off")
+
+
+def test_with_auto_a_worker_whose_loss_reads_the_device_falls_back_to_the_eager_step(monkeypatch):
     from types import SimpleNamespace
 
     from hogwild.share.run_state import SharedCounters
-    from hogwild.worker.worker import graphed_step
+    from hogwild.worker.worker import make_step
 
+    as_for_a_gpu_worker(monkeypatch)
     counters = SharedCounters(1)
     spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=nmt_loss, device="cpu-replica", worker=0,
                            counters=counters, config=config(graphs="auto"))
     with pytest.warns(RuntimeWarning, match="worker 0: Config.graphs: the step reads the device.*runs the eager"):
-        assert graphed_step(spec, nmt_batches()) is None
+        assert not make_step(spec, nmt_batches()).graphed
     spec.config = config(graphs="on")
     with pytest.raises(RuntimeError, match=r"reads the device.*train with graphs='off' \(run.py --graphs off\)"):
-        graphed_step(spec, nmt_batches())
+        make_step(spec, nmt_batches())
     spec.loss_fn, spec.config = PADDED_NMT, config(graphs="on", graph_limit=EVERY_SHAPE)
-    assert graphed_step(spec, nmt_batches()) is not None and counters.snapshot().graphs() == 2
+    assert make_step(spec, nmt_batches()).graphed and counters.snapshot().graphs() == 2
 
 
 def test_with_auto_a_failed_capture_falls_back_to_the_eager_step_and_with_on_fails(monkeypatch):
@@ -354,6 +360,7 @@ def test_with_auto_a_failed_capture_falls_back_to_the_eager_step_and_with_on_fai
     from tests.hogwild.worker.fake_cuda import FakeCuda
 
     cuda = FakeCuda.install(monkeypatch)
+    as_for_a_gpu_worker(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(worker, "StepGraphs", functools.partial(StepGraphs, capture=True))
     captures = []
@@ -370,26 +377,27 @@ def test_with_auto_a_failed_capture_falls_back_to_the_eager_step_and_with_on_fai
                            config=config(graphs="auto", graph_limit=EVERY_SHAPE))
     with pytest.warns(RuntimeWarning, match=r"worker 1: capturing the step failed \(RuntimeError: CUDA error: operation "
                                             r"not permitted when stream is capturing\); this worker runs the eager"):
-        assert worker.graphed_step(spec, nmt_batches()) is None
+        assert not worker.make_step(spec, nmt_batches()).graphed
     assert cuda.healthy() and cuda.log[-1] == "empty_cache" and cuda.log.count("graph reset") == 2
     spec.config = config(graphs="on", graph_limit=EVERY_SHAPE)
     with pytest.raises(RuntimeError, match=r"worker 1: capturing the step failed \(RuntimeError: CUDA error: operation "
                                            r"not permitted when stream is capturing\); train with graphs='off' "
                                            r"\(run.py --graphs off\)"):
-        worker.graphed_step(spec, nmt_batches())
+        worker.make_step(spec, nmt_batches())
     assert cuda.healthy()
 
 
-def test_with_auto_a_loss_the_step_cannot_take_falls_back_to_the_eager_step():
+def test_with_auto_a_loss_the_step_cannot_take_falls_back_to_the_eager_step(monkeypatch):
     from types import SimpleNamespace
 
     from hogwild.share.run_state import SharedCounters
-    from hogwild.worker.worker import graphed_step
+    from hogwild.worker.worker import make_step
 
     def own_count_loss(model, batch):  # a count that is neither batch["tokens"] nor the batch size
         return PADDED_NMT(model, batch)[0], 7
 
+    as_for_a_gpu_worker(monkeypatch)
     spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=own_count_loss, device="cpu-replica", worker=0,
                            counters=SharedCounters(1), config=config(graphs="auto"))
     with pytest.warns(RuntimeWarning, match=r"capturing the step failed \(ValueError: Config.graphs: the loss counts 7"):
-        assert graphed_step(spec, nmt_batches()) is None
+        assert not make_step(spec, nmt_batches()).graphed
