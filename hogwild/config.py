@@ -71,8 +71,9 @@ class Config:
     - threads_per_worker = 1: torch intra-op threads in every worker process (the CPU update uses them too)
 
     Device workers ('cuda:N', 'cpu-replica'; 'cpu' workers train in place and ignore these):
-    - overlap_update = None: apply update k on the CPU in a background thread while update k+1 computes (one more step
-      of staleness, counted); None: on for 'cuda' workers
+    - overlap_update = None: apply update k on the CPU in a background thread while step k+1 computes and the pull of
+      step k+2 reads the parameters, neither waiting for the other (one or two more steps of staleness, counted;
+      that pull may read part of the update, as Hogwild workers read each other's); None: on for 'cuda' workers
     - fused_step = None: torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on for 'cuda'
       workers; True: every worker (refused for optimizers without one)
     - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32 (the models run their

@@ -10,8 +10,9 @@ index; the rest of the table is never copied (the step reads no other row: copy_
 and the other tables travel whole, every Config.pull_every steps (a prefetch with version None moves rows only).
 
 Versions: a prefetch records the global update count when it was issued (`view.global_updates()`), and the step that
-makes it current trains on exactly those parameters, so staleness is counted as for any pull. Whoever issues a
-prefetch decides which updates it sees: the worker issues it once the previous update has landed (updates.py).
+makes it current trains on those parameters, so staleness is counted as for any pull. Whoever issues a prefetch
+decides which updates it sees: serially, after the worker's own last update; overlapped, beside the update in
+flight, which it does not wait for (updates.py): it may read part of it, which then counts as not read.
 Buffers (running statistics, counters) travel with the parameters, and back to the shared model after each step.
 
 On the CPU ('cpu-replica') the same object copies at once: what a step trains on is still the prefetched copy, which

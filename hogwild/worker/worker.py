@@ -141,16 +141,16 @@ def next_ticket(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
 def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool], step: Step,
                 updater: Updater, batches: list) -> None:
     """The loop of every Hogwild worker: nothing in it waits for the device but the hand-off of the previous update.
-    Each step's parameters are prefetched once its ticket is known, while the previous step computes."""
+    Each step's parameters are prefetched once its ticket is known, while the previous step computes. Overlapped
+    (a device worker's default on a GPU), the prefetch is issued beside the update in flight and does not wait for
+    it: a torn read, as between Hogwild workers, counted as the updates that had landed when it was issued."""
     config, view = spec.config, reader.view
     deadline = spec.control.wait_for_start(stopped, config.time_limit)
     overlap = updater.executor is not None
-    idle = (lambda: _land_held(updater, step)) if overlap else None  # no ticket at hand: land the held update
+    idle = updater.finish if overlap else None  # no ticket at hand: land the held update
     count_eager = config.graphed(spec.device)  # steps without a graph (every step after a failed capture)
     ticket = next_ticket(spec, reader, stopped, deadline, idle)
-    if ticket is not None:
-        step.pull.prefetch(view.global_updates(), batches[ticket[1]])  # the first step's parameters
-    steps = 0
+    steps = _prefetch(step, view, config, 0, batches, ticket)  # the first step's parameters
     while ticket is not None:
         epoch, index = ticket
         seed_batch(step.device, batch_seed(config.seed, epoch, index))
@@ -159,36 +159,39 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         read_version = step.pull.make_current()  # prefetched while the previous step computed
         clock.mark()
         if overlap:
-            updater.release(step.pull.event)  # the held update may land once the prefetch has read the parameters
+            updater.release()  # the held update lands beside this step and the next prefetch (neither waits for it)
         result = step.run(batches[index], steps % 2, clock)  # forward, backward, clip, copy-out: queued, no wait
         if result.eager and count_eager:
             view.eager_step()
-        if overlap:
-            updater.wait()  # the previous update has landed: the prefetch below sees it
-        updater.submit(Update(None, read_version, epoch, result.count, 0.0, [], result=result))  # serial: lands now
         steps += 1
         reader.done()
-        ticket = next_ticket(spec, reader, stopped, deadline, idle) or _after_last(spec, reader, stopped, deadline,
-                                                                                   updater, step)
-        if ticket is not None:  # the next step's parameters, while this one computes (dense: every pull_every)
-            step.pull.prefetch(view.global_updates() if steps % config.pull_every == 0 else None, batches[ticket[1]])
+        # serial: lands now, and the next pull sees it (the paper's order); overlapped: held until the next step starts
+        updater.submit(Update(None, read_version, epoch, result.count, 0.0, [], result=result))
+        ticket = next_ticket(spec, reader, stopped, deadline, idle)
+        _prefetch(step, view, config, steps, batches, ticket)  # overlapped: beside the update in flight, not after it
+        if overlap:
+            updater.wait()  # one update at a time: the previous one has landed (and left its host slot)
+        if ticket is None:
+            ticket = _after_last(spec, reader, stopped, deadline, updater, step)
+            _prefetch(step, view, config, steps, batches, ticket)
+
+
+def _prefetch(step: Step, view, config: Config, steps: int, batches: list, ticket: tuple[int, int] | None) -> int:
+    """Start pulling the parameters of `ticket`'s step (the dense ones every Config.pull_every steps, the sparse rows
+    of its batch every step), counted as the global updates landed now; returns `steps`."""
+    if ticket is not None:
+        step.pull.prefetch(view.global_updates() if steps % config.pull_every == 0 else None, batches[ticket[1]])
+    return steps
 
 
 def _after_last(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
                 deadline: float | None, updater: Updater, step: Step) -> tuple[int, int] | None:
     """No ticket: land the last update; a late skip gives its max_steps slot back, which may allow one more step."""
-    _land_held(updater, step)
+    updater.finish()
     ticket = next_ticket(spec, reader, stopped, deadline) if spec.budget is not None else None
     if ticket is None:
         step.pull.finish()  # the last step's buffers have reached the shared model
     return ticket
-
-
-def _land_held(updater: Updater, step: Step) -> None:
-    """Land the update held back, once the prefetch in flight has read the shared parameters (its event): it must
-    not write them under that copy, or the next step would train a torn mix of two versions."""
-    updater.release(step.pull.event)
-    updater.finish()
 
 
 def worker_main(spec: WorkerSpec) -> None:
