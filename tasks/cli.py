@@ -14,7 +14,7 @@ import warnings
 from typing import Callable
 
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
-from hogwild.tasks.options import OptionError, RunOptions, declared, flag
+from hogwild.tasks.options import MOMENTUM_OPTIMIZERS, OptionError, RunOptions, declared, flag
 from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options
 from hogwild.tasks.text_stream import MAX_LINE_BYTES, ReaderGone
 
@@ -189,6 +189,10 @@ def _refuse_ignored(parser: argparse.ArgumentParser, options: RunOptions, given:
             parser.error(f"{flag(name)}: applies to a --train corpus only; this run trains on the synthetic task")
         if option.source == "synthetic" and not options.synthetic:
             parser.error(f"{flag(name)}: applies to the synthetic task only (no --train); this run trains on --train")
+    optimizer = options.optimizer or options.resolved().optimizer
+    if "momentum" in given and optimizer not in MOMENTUM_OPTIMIZERS:
+        parser.error(f"--momentum: applies to --optimizer {' or '.join(MOMENTUM_OPTIMIZERS)} only; this run's "
+                     f"optimizer is {optimizer}")
     if "subword_vocab_size" in given and options.subwords is None:
         parser.error("--subword-vocab-size: applies with --subwords only; this run trains on Moses words")
     if options.gpus == 0:

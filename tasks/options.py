@@ -36,6 +36,7 @@ from hogwild.tasks.defaults import RECIPES, TASKS, default_optimizer, resolve_re
 from hogwild.tasks.devices import CPU_WORKERS
 
 PRESETS = ("small", "paper")
+MOMENTUM_OPTIMIZERS = ("msgd", "nesterov")  # the optimizers whose momentum --momentum sets
 _ZERO_IS_NONE = ("time_limit", "dev_limit")  # 0 given (a script's default undone) is the option left unset
 DEV_TEXT = (f"pos: a seeded {PosDataConfig.dev_fraction:.0%} of the --train sentences; nmt: a seeded "
             f"{NmtDataConfig.dev_fraction:.0%} of the --train pairs, at most {NmtDataConfig.dev_size} (a corpus of "
@@ -332,7 +333,7 @@ class RunOptions:
             raise OptionError("subwords", "applies to --task nmt only")
         if self.subwords is not None and self.synthetic:
             raise OptionError("subwords", "needs --train text (the synthetic task has no text to cut into pieces)")
-        if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
+        if self.distributed == "eamsgd" and optimizer not in MOMENTUM_OPTIMIZERS:
             raise OptionError("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
                                            f"{optimizer!r}; use --distributed easgd for plain SGD")
         if self.resume and not self.out:
@@ -352,7 +353,7 @@ class RunOptions:
         return dataclasses.replace(self, **defaults.fill_defaults(self))
 
     def optimizer_args(self) -> dict[str, Any]:
-        if self.optimizer in ("msgd", "nesterov") and self.momentum is not None:
+        if self.optimizer in MOMENTUM_OPTIMIZERS and self.momentum is not None:
             return {"momentum": self.momentum}
         return {}
 
