@@ -15,7 +15,7 @@ from typing import Callable
 
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
 from hogwild.tasks.options import MOMENTUM_OPTIMIZERS, OptionError, RunOptions, declared, flag
-from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options
+from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options, refuse_prefixes
 from hogwild.tasks.text_stream import MAX_LINE_BYTES, ReaderGone
 
 SUBCOMMANDS = ("tag", "translate", "plot")
@@ -207,19 +207,6 @@ _COMMANDS: dict[str, tuple[Callable[[str], argparse.ArgumentParser], Callable[[a
     "tag": (tag_parser, _tag), "translate": (translate_parser, _translate), "plot": (plot_parser, _plot)}
 
 
-def _refuse_prefixes(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """A flag prefix (allow_abbrev is off) is named with the flags it begins, instead of argparse's "unrecognized
-    arguments"."""
-    known = {name for action in parser._actions for name in action.option_strings}
-    for token in argv:
-        if token == "--":
-            return
-        name = token.split("=", 1)[0]
-        matches = sorted(flag for flag in known if flag.startswith(name)) if name.startswith("--") else []
-        if name not in known and matches:
-            parser.error(f"{name}: not a flag; flags are spelled out in full (did you mean {' or '.join(matches)}?)")
-
-
 def _positive_ints(parser: argparse.ArgumentParser, args: argparse.Namespace, names: tuple[str, ...]) -> None:
     for name in names:
         if getattr(args, name, None) is not None and getattr(args, name) < 1:
@@ -273,12 +260,12 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     if argv and argv[0] in _COMMANDS:
         make_parser, command = _COMMANDS[argv[0]]
         parser = make_parser(prog)
-        _refuse_prefixes(parser, argv[1:])
+        refuse_prefixes(parser, argv[1:])
         args = parser.parse_args(argv[1:])
         _positive_ints(parser, args, ("beam", "batch_size"))
     else:
         parser, command = train_parser(prog), _train
-        _refuse_prefixes(parser, argv)
+        refuse_prefixes(parser, argv)
         args = run_options(parser, argv)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:
