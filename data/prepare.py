@@ -11,7 +11,7 @@ the project's readers; ``manifest.json`` records each file's sha256 and line/sen
 ``error: file:line: ...`` line and exits with status 1, without a traceback, and leaves ``--out`` as it was (what the
 failed command wrote there is removed; a folder it created, too). A value that cannot be right (``--sha256`` that is
 not 64 hex digits, ``--held-out -5``, the same language twice, an unknown treebank without ``--code``, an option the
-source would ignore) is refused naming its flag, with status 2. A local UD folder must hold the treebank's own files
+source would ignore, an ``--out`` that holds another prepared corpus) is refused naming its flag, with status 2. A local UD folder must hold the treebank's own files
 (``<code>-ud-<split>.conllu``): another treebank's files are refused, naming the file and the treebank they belong to.
 """
 from __future__ import annotations
@@ -124,6 +124,18 @@ def _output_folder(out: Path) -> Iterator[Path]:
         raise
 
 
+def _check_not_another_corpus(out: Path, corpus: str) -> None:
+    """A folder that holds another prepared corpus (its manifest.json names it) is not written into: the two corpora's
+    files would mix (a POS --train folder is read whole), and the manifest would list the second one's alone."""
+    try:
+        held = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["corpus"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return  # no manifest there (a new or a plain folder), or none written by prepare
+    if held != corpus:
+        raise BadOption("--out", f"{out} holds the prepared corpus {held} (its manifest.json): its files and "
+                                 f"{corpus}'s would mix; give {corpus} a folder of its own")
+
+
 def _is_url(source: str) -> bool:
     return urllib.parse.urlparse(source).scheme in ("http", "https", "file", "ftp")
 
@@ -142,6 +154,7 @@ def prepare_europarl(src: str, tgt: str, out: str | Path, source: str | None = N
     folder = source is not None and not _is_url(source) and Path(source).is_dir()
     _check_europarl(src, tgt, source, sha256, held_out, folder)
     out = Path(out)
+    _check_not_another_corpus(out, f"europarl-{src}-{tgt}")
     out.mkdir(parents=True, exist_ok=True)
     pair = "-".join(sorted((src, tgt), key=lambda lang: lang == "en"))  # statmt names pairs "<xx>-en"
     source = source or EUROPARL_URL.format(pair=pair)
@@ -243,8 +256,9 @@ def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: 
     local = bool(source) and not _is_url(source)
     code = _ud_code(treebank, code)
     _check_sha256(sha256, source, local and Path(source).is_dir())
-    files = _ud_files(Path(source), treebank, code) if local else None
     out = Path(out)
+    _check_not_another_corpus(out, treebank)
+    files = _ud_files(Path(source), treebank, code) if local else None
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     if files is not None:
