@@ -11,7 +11,8 @@ the project's readers; ``manifest.json`` records each file's sha256 and line/sen
 ``error: file:line: ...`` line and exits with status 1, without a traceback, and leaves ``--out`` as it was (what the
 failed command wrote there is removed; a folder it created, too). A value that cannot be right (``--sha256`` that is
 not 64 hex digits, ``--held-out -5``, the same language twice, an unknown treebank without ``--code``, an option the
-source would ignore, an ``--out`` that holds another prepared corpus) is refused naming its flag, with status 2. A local UD folder must hold the treebank's own files
+source would ignore, an ``--out`` that holds another prepared corpus) is refused naming its flag, with status 2; flags
+are spelled out in full. A local UD folder must hold the treebank's own files
 (``<code>-ud-<split>.conllu``): another treebank's files are refused, naming the file and the treebank they belong to.
 """
 from __future__ import annotations
@@ -320,14 +321,16 @@ def _ud_files(source: Path, treebank: str, code: str) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hogwild.data.prepare", description=__doc__.split("\n")[0])
+    # flags spelled out in full (allow_abbrev off), as run.py's: a prefix such as --tree is an error
+    parser = argparse.ArgumentParser(prog="python -m hogwild.data.prepare", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="corpus", required=True)
-    europarl = commands.add_parser("europarl", help="Europarl v7 parallel text")
+    europarl = commands.add_parser("europarl", help="Europarl v7 parallel text", allow_abbrev=False)
     europarl.add_argument("--src", default="fr", help="source language code (default: %(default)s)")
     europarl.add_argument("--tgt", default="en", help="target language code (default: %(default)s)")
     europarl.add_argument("--held-out", type=int, default=None,
                           help="dev and test pairs each, cut from the end of an archive (default: 3000)")
-    ud = commands.add_parser("ud", help="a Universal Dependencies treebank (CoNLL-U)")
+    ud = commands.add_parser("ud", help="a Universal Dependencies treebank (CoNLL-U)", allow_abbrev=False)
     ud.add_argument("--treebank", required=True,
                     help=f"repository name, e.g. UD_German-GSD (known: {', '.join(UD_CODES)}; another needs --code)")
     ud.add_argument("--code", default=None, help="the files' prefix, such as de_gsd (default: the known treebank's)")

@@ -225,3 +225,12 @@ def test_out_holding_another_prepared_corpus_is_refused_and_the_same_one_is_prep
         f"manifest.json): its files and UD_Bb-Tiny's would mix; give UD_Bb-Tiny a folder of its own")
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
 
+
+@pytest.mark.parametrize("argv", [["ud", "--tree", "UD_German-GSD", "--out", "{out}"],
+                                  ["europarl", "--held", "5", "--out", "{out}"]])
+def test_flags_are_spelled_out_in_full(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as exit:
+        main([arg.replace("{out}", str(tmp_path / "out")) for arg in argv])
+    assert exit.value.code == 2
+    assert argv[1] in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
