@@ -97,7 +97,8 @@ def plot_parser(prog: str = "run.py") -> argparse.ArgumentParser:
     p = _parser(f"{prog} plot", "Plot training loss and the held-out metric against wall time and updates, one line "
                                "per run.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
-    p.add_argument("--out", default="curves.png", help="PNG file to write")
+    p.add_argument("--out", default="curves.png", help="figure file to write, in the format its suffix names (.png, "
+                                                       ".pdf, .svg ...), or a folder (its curves.png)")
     p.add_argument("--labels", nargs="+", default=None, help="legend label per run; None: directory names")
     p.add_argument("--title", default=None, help="figure title")
     return p
