@@ -105,24 +105,26 @@ def plot_parser(prog: str = "run.py") -> argparse.ArgumentParser:
 
 
 def _tag(args: argparse.Namespace) -> int:
+    from hogwild.tasks.final_signals import stops_as_interrupt  # SIGTERM too leaves --output as it was
     from hogwild.tasks.inference import load_tagger, tag_lines
     from hogwild.tasks.text_stream import TextOutput, read_chunks
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     _say_checkpoint(f"{_prog} tag", args.checkpoint, tagger.checkpoint)
-    with TextOutput(args.output, conll=args.format == "conll") as output:
+    with stops_as_interrupt(), TextOutput(args.output, conll=args.format == "conll") as output:
         for lines in read_chunks(args.files, args.encoding, max_words=DECODE_MAX_LEN):
             output.write(tag_lines(tagger, lines, args.format, args.batch_size, args.separator))
     return 0
 
 
 def _translate(args: argparse.Namespace) -> int:
+    from hogwild.tasks.final_signals import stops_as_interrupt
     from hogwild.tasks.inference import load_translator
     from hogwild.tasks.text_stream import TextOutput, read_chunks
     translator = load_translator(args.checkpoint)
     _say_checkpoint(f"{_prog} translate", args.checkpoint, translator.checkpoint)
     cut = 0
     try:
-        with TextOutput(args.output) as output:
+        with stops_as_interrupt(), TextOutput(args.output) as output:
             for lines in read_chunks(args.files, args.encoding):
                 output.write(translator.translate(lines, args.beam, args.batch_size))
                 cut += translator.cut
@@ -208,6 +210,26 @@ _COMMANDS: dict[str, tuple[Callable[[str], argparse.ArgumentParser], Callable[[a
     "tag": (tag_parser, _tag), "translate": (translate_parser, _translate), "plot": (plot_parser, _plot)}
 
 
+def _closed_streams() -> set[str]:
+    """The standard streams this process was started without (`<&-`, `>&-`)."""
+    closed = set()
+    for fd, name in ((0, "stdin"), (1, "stdout")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(name)
+    return closed
+
+
+def _refuse_closed_streams(parser: argparse.ArgumentParser, args: argparse.Namespace, closed: set[str]) -> None:
+    """tag and translate read and write text: a closed stdout they would write to (a training run needs none) or
+    a closed stdin they would read is a usage error, not an empty answer with exit 0."""
+    if "stdout" in closed and args.output is None:
+        parser.error("stdout is closed: the answers would go nowhere; give --output FILE")
+    if "stdin" in closed and (not args.files or "-" in args.files):
+        parser.error("stdin is closed: there is nothing to read; give the input FILEs")
+
+
 def _positive_ints(parser: argparse.ArgumentParser, args: argparse.Namespace, names: tuple[str, ...]) -> None:
     for name in names:
         if getattr(args, name, None) is not None and getattr(args, name) < 1:
@@ -254,6 +276,7 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     global _argv, _prog
     from hogwild.parent.supervisor import outlive_closed_output
     argv = list(sys.argv[1:] if argv is None else argv)
+    closed = _closed_streams()  # before they are reopened on /dev/null
     # `run.py ... | head`, `>&-`, `>/dev/full`: a run needs no terminal to go on (tag and translate write their own
     # output: tasks/text_stream.py)
     outlive_closed_output(prog, stdout_is_data=bool(argv) and argv[0] in ("tag", "translate"))
@@ -264,6 +287,8 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
         refuse_prefixes(parser, argv[1:])
         args = parser.parse_args(argv[1:])
         _positive_ints(parser, args, ("beam", "batch_size"))
+        if argv[0] in ("tag", "translate"):
+            _refuse_closed_streams(parser, args, closed)
     else:
         parser, command = train_parser(prog), _train
         refuse_prefixes(parser, argv)
