@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import os
+import signal
 import sys
 import warnings
 from typing import Callable
@@ -295,6 +296,7 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
         args = run_options(parser, argv)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C that run.py held is raised here
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line(parser.prog)
             return command(args)
