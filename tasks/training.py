@@ -118,7 +118,7 @@ class _RunDirOwner:
                 raise RunDirError(f"--out {self.run_dir}: cannot create it ({(error.strerror or str(error)).lower()}"
                                   f"{f': {error.filename}' if error.filename else ''})") from None
             self._take()
-            check_out(self.run_dir, self.resume)  # another run may have filled it while we loaded the data
+            check_out(self.run_dir, self.resume, locked=True)  # another run may have filled it while we loaded data
 
     def __enter__(self) -> "_RunDirOwner":
         return self
