@@ -1,5 +1,6 @@
 """`run.py plot`: training loss and the held-out metric against wall time and against updates, one line per run
-(a 2 x 2 grid of matplotlib panels saved as PNG, or in the format the file's suffix names: .pdf, .svg ...). The reproduction scripts draw their figures with it too.
+(a 2 x 2 grid of matplotlib panels saved as PNG, or in the format the file's suffix names: .pdf, .svg ...). The
+reproduction scripts draw their figures with it too.
 
 Usage: `plot_runs(["runs/a", "runs/b"], "curves.png", labels=["1 worker", "2 workers"])`
 """

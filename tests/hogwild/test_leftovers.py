@@ -1,5 +1,5 @@
 """The janitor of hogwild/multihost/leftovers.py as its own process, fed through its pipe as a rank feeds it: what
-is still registered when the pipe ends is removed. (Whole aborted jobs under mpiexec: tests/hogwild/test_distributed.py.)
+is still registered when the pipe ends is removed (whole aborted jobs under mpiexec: tests/hogwild/test_distributed.py).
 """
 import os
 import subprocess

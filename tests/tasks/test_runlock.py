@@ -115,8 +115,8 @@ def test_a_run_still_starting_is_named_as_the_holder_not_as_a_run_without_last_p
         done = run_py("--task", "pos", "--synthetic-size", "50", "--steps", "5", "--no-progress", "--resume",
                       "--out", str(run_dir))
         assert done.returncode == 1
-        busy = rf"run\.py: error: --out {run_dir}: run directory is in use by pid {holder.pid} \(started [0-9: -]+\); " \
-               r"wait for it to finish, stop it, or choose another --out"
+        busy = (rf"run\.py: error: --out {run_dir}: run directory is in use by pid {holder.pid} \(started "
+                rf"[0-9: -]+\); wait for it to finish, stop it, or choose another --out")
         assert re.fullmatch(busy, done.stderr.strip().splitlines()[-1]), done.stderr
         with pytest.raises(RunDirBusy, match=busy.removeprefix(r"run\.py: error: ")):
             check_out(run_dir, resume=False)
