@@ -11,7 +11,8 @@ the project's readers; ``manifest.json`` records each file's sha256 and line/sen
 ``error: file:line: ...`` line and exits with status 1, without a traceback, and leaves ``--out`` as it was (what the
 failed command wrote there is removed; a folder it created, too). A value that cannot be right (``--sha256`` that is
 not 64 hex digits, ``--held-out -5``, the same language twice, an unknown treebank without ``--code``, an option the
-source would ignore) is refused naming its flag, with status 2. A local UD folder must hold the treebank's own files
+source would ignore, an ``--out`` that holds another prepared corpus) is refused naming its flag, with status 2; flags
+are spelled out in full. A local UD folder must hold the treebank's own files
 (``<code>-ud-<split>.conllu``): another treebank's files are refused, naming the file and the treebank they belong to.
 """
 from __future__ import annotations
@@ -124,6 +125,18 @@ def _output_folder(out: Path) -> Iterator[Path]:
         raise
 
 
+def _check_not_another_corpus(out: Path, corpus: str) -> None:
+    """A folder that holds another prepared corpus (its manifest.json names it) is not written into: the two corpora's
+    files would mix (a POS --train folder is read whole), and the manifest would list the second one's alone."""
+    try:
+        held = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["corpus"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return  # no manifest there (a new or a plain folder), or none written by prepare
+    if held != corpus:
+        raise BadOption("--out", f"{out} holds the prepared corpus {held} (its manifest.json): its files and "
+                                 f"{corpus}'s would mix; give {corpus} a folder of its own")
+
+
 def _is_url(source: str) -> bool:
     return urllib.parse.urlparse(source).scheme in ("http", "https", "file", "ftp")
 
@@ -142,6 +155,7 @@ def prepare_europarl(src: str, tgt: str, out: str | Path, source: str | None = N
     folder = source is not None and not _is_url(source) and Path(source).is_dir()
     _check_europarl(src, tgt, source, sha256, held_out, folder)
     out = Path(out)
+    _check_not_another_corpus(out, f"europarl-{src}-{tgt}")
     out.mkdir(parents=True, exist_ok=True)
     pair = "-".join(sorted((src, tgt), key=lambda lang: lang == "en"))  # statmt names pairs "<xx>-en"
     source = source or EUROPARL_URL.format(pair=pair)
@@ -243,8 +257,9 @@ def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: 
     local = bool(source) and not _is_url(source)
     code = _ud_code(treebank, code)
     _check_sha256(sha256, source, local and Path(source).is_dir())
-    files = _ud_files(Path(source), treebank, code) if local else None
     out = Path(out)
+    _check_not_another_corpus(out, treebank)
+    files = _ud_files(Path(source), treebank, code) if local else None
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     if files is not None:
@@ -306,14 +321,16 @@ def _ud_files(source: Path, treebank: str, code: str) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hogwild.data.prepare", description=__doc__.split("\n")[0])
+    # flags spelled out in full (allow_abbrev off), as run.py's: a prefix such as --tree is an error
+    parser = argparse.ArgumentParser(prog="python -m hogwild.data.prepare", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="corpus", required=True)
-    europarl = commands.add_parser("europarl", help="Europarl v7 parallel text")
+    europarl = commands.add_parser("europarl", help="Europarl v7 parallel text", allow_abbrev=False)
     europarl.add_argument("--src", default="fr", help="source language code (default: %(default)s)")
     europarl.add_argument("--tgt", default="en", help="target language code (default: %(default)s)")
     europarl.add_argument("--held-out", type=int, default=None,
                           help="dev and test pairs each, cut from the end of an archive (default: 3000)")
-    ud = commands.add_parser("ud", help="a Universal Dependencies treebank (CoNLL-U)")
+    ud = commands.add_parser("ud", help="a Universal Dependencies treebank (CoNLL-U)", allow_abbrev=False)
     ud.add_argument("--treebank", required=True,
                     help=f"repository name, e.g. UD_German-GSD (known: {', '.join(UD_CODES)}; another needs --code)")
     ud.add_argument("--code", default=None, help="the files' prefix, such as de_gsd (default: the known treebank's)")

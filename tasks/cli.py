@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import codecs
 import os
+import signal
 import sys
 import warnings
 from typing import Callable
 
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
-from hogwild.tasks.options import OptionError, RunOptions, declared, flag
-from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options
+from hogwild.tasks.options import MOMENTUM_OPTIMIZERS, OptionError, RunOptions, declared, flag
+from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options, refuse_prefixes
 from hogwild.tasks.text_stream import MAX_LINE_BYTES, ReaderGone
 
 SUBCOMMANDS = ("tag", "translate", "plot")
@@ -97,31 +98,34 @@ def plot_parser(prog: str = "run.py") -> argparse.ArgumentParser:
     p = _parser(f"{prog} plot", "Plot training loss and the held-out metric against wall time and updates, one line "
                                "per run.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
-    p.add_argument("--out", default="curves.png", help="PNG file to write")
+    p.add_argument("--out", default="curves.png", help="figure file to write, in the format its suffix names (.png, "
+                                                       ".pdf, .svg ...), or a folder (its curves.png)")
     p.add_argument("--labels", nargs="+", default=None, help="legend label per run; None: directory names")
     p.add_argument("--title", default=None, help="figure title")
     return p
 
 
 def _tag(args: argparse.Namespace) -> int:
+    from hogwild.tasks.final_signals import stops_as_interrupt  # SIGTERM too leaves --output as it was
     from hogwild.tasks.inference import load_tagger, tag_lines
     from hogwild.tasks.text_stream import TextOutput, read_chunks
     tagger = load_tagger(args.checkpoint)  # a wrong run directory is reported before reading any input
     _say_checkpoint(f"{_prog} tag", args.checkpoint, tagger.checkpoint)
-    with TextOutput(args.output, conll=args.format == "conll") as output:
+    with stops_as_interrupt(), TextOutput(args.output, conll=args.format == "conll") as output:
         for lines in read_chunks(args.files, args.encoding, max_words=DECODE_MAX_LEN):
             output.write(tag_lines(tagger, lines, args.format, args.batch_size, args.separator))
     return 0
 
 
 def _translate(args: argparse.Namespace) -> int:
+    from hogwild.tasks.final_signals import stops_as_interrupt
     from hogwild.tasks.inference import load_translator
     from hogwild.tasks.text_stream import TextOutput, read_chunks
     translator = load_translator(args.checkpoint)
     _say_checkpoint(f"{_prog} translate", args.checkpoint, translator.checkpoint)
     cut = 0
     try:
-        with TextOutput(args.output) as output:
+        with stops_as_interrupt(), TextOutput(args.output) as output:
             for lines in read_chunks(args.files, args.encoding):
                 output.write(translator.translate(lines, args.beam, args.batch_size))
                 cut += translator.cut
@@ -189,6 +193,10 @@ def _refuse_ignored(parser: argparse.ArgumentParser, options: RunOptions, given:
             parser.error(f"{flag(name)}: applies to a --train corpus only; this run trains on the synthetic task")
         if option.source == "synthetic" and not options.synthetic:
             parser.error(f"{flag(name)}: applies to the synthetic task only (no --train); this run trains on --train")
+    optimizer = options.optimizer or options.resolved().optimizer
+    if "momentum" in given and optimizer not in MOMENTUM_OPTIMIZERS:
+        parser.error(f"--momentum: applies to --optimizer {' or '.join(MOMENTUM_OPTIMIZERS)} only; this run's "
+                     f"optimizer is {optimizer}")
     if "subword_vocab_size" in given and options.subwords is None:
         parser.error("--subword-vocab-size: applies with --subwords only; this run trains on Moses words")
     if options.gpus == 0:
@@ -203,17 +211,24 @@ _COMMANDS: dict[str, tuple[Callable[[str], argparse.ArgumentParser], Callable[[a
     "tag": (tag_parser, _tag), "translate": (translate_parser, _translate), "plot": (plot_parser, _plot)}
 
 
-def _refuse_prefixes(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """A flag prefix (allow_abbrev is off) is named with the flags it begins, instead of argparse's "unrecognized
-    arguments"."""
-    known = {name for action in parser._actions for name in action.option_strings}
-    for token in argv:
-        if token == "--":
-            return
-        name = token.split("=", 1)[0]
-        matches = sorted(flag for flag in known if flag.startswith(name)) if name.startswith("--") else []
-        if name not in known and matches:
-            parser.error(f"{name}: not a flag; flags are spelled out in full (did you mean {' or '.join(matches)}?)")
+def _closed_streams() -> set[str]:
+    """The standard streams this process was started without (`<&-`, `>&-`)."""
+    closed = set()
+    for fd, name in ((0, "stdin"), (1, "stdout")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(name)
+    return closed
+
+
+def _refuse_closed_streams(parser: argparse.ArgumentParser, args: argparse.Namespace, closed: set[str]) -> None:
+    """tag and translate read and write text: a closed stdout they would write to (a training run needs none) or
+    a closed stdin they would read is a usage error, not an empty answer with exit 0."""
+    if "stdout" in closed and args.output is None:
+        parser.error("stdout is closed: the answers would go nowhere; give --output FILE")
+    if "stdin" in closed and (not args.files or "-" in args.files):
+        parser.error("stdin is closed: there is nothing to read; give the input FILEs")
 
 
 def _positive_ints(parser: argparse.ArgumentParser, args: argparse.Namespace, names: tuple[str, ...]) -> None:
@@ -262,6 +277,7 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     global _argv, _prog
     from hogwild.parent.supervisor import outlive_closed_output
     argv = list(sys.argv[1:] if argv is None else argv)
+    closed = _closed_streams()  # before they are reopened on /dev/null
     # `run.py ... | head`, `>&-`, `>/dev/full`: a run needs no terminal to go on (tag and translate write their own
     # output: tasks/text_stream.py)
     outlive_closed_output(prog, stdout_is_data=bool(argv) and argv[0] in ("tag", "translate"))
@@ -269,15 +285,18 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     if argv and argv[0] in _COMMANDS:
         make_parser, command = _COMMANDS[argv[0]]
         parser = make_parser(prog)
-        _refuse_prefixes(parser, argv[1:])
+        refuse_prefixes(parser, argv[1:])
         args = parser.parse_args(argv[1:])
         _positive_ints(parser, args, ("beam", "batch_size"))
+        if argv[0] in ("tag", "translate"):
+            _refuse_closed_streams(parser, args, closed)
     else:
         parser, command = train_parser(prog), _train
-        _refuse_prefixes(parser, argv)
+        refuse_prefixes(parser, argv)
         args = run_options(parser, argv)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C that run.py held is raised here
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line(parser.prog)
             return command(args)

@@ -25,6 +25,7 @@ from functools import cache
 from typing import Any, Callable
 
 from hogwild.config import MODES, Config, ConfigError
+from hogwild.data.compressed import COMPRESSED_SUFFIXES
 from hogwild.data.nmt_dataset import MIN_SPLIT_PAIRS, NmtDataConfig
 from hogwild.data.pos_dataset import PosDataConfig
 from hogwild.data.readers import FORMATS, TAGS
@@ -36,6 +37,7 @@ from hogwild.tasks.defaults import RECIPES, TASKS, default_optimizer, resolve_re
 from hogwild.tasks.devices import CPU_WORKERS
 
 PRESETS = ("small", "paper")
+MOMENTUM_OPTIMIZERS = ("msgd", "nesterov")  # the optimizers whose momentum --momentum sets
 _ZERO_IS_NONE = ("time_limit", "dev_limit")  # 0 given (a script's default undone) is the option left unset
 DEV_TEXT = (f"pos: a seeded {PosDataConfig.dev_fraction:.0%} of the --train sentences; nmt: a seeded "
             f"{NmtDataConfig.dev_fraction:.0%} of the --train pairs, at most {NmtDataConfig.dev_size} (a corpus of "
@@ -332,14 +334,14 @@ class RunOptions:
             raise OptionError("subwords", "applies to --task nmt only")
         if self.subwords is not None and self.synthetic:
             raise OptionError("subwords", "needs --train text (the synthetic task has no text to cut into pieces)")
-        if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
+        if self.distributed == "eamsgd" and optimizer not in MOMENTUM_OPTIMIZERS:
             raise OptionError("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
                                            f"{optimizer!r}; use --distributed easgd for plain SGD")
         if self.resume and not self.out:
             raise OptionError("resume", "needs --out DIR (the run directory to continue)")
         corpora = [("train", path) for path in self.train or []]
         for name, path in corpora + [(name, getattr(self, name)) for name in ("dev", "test") if getattr(self, name)]:
-            _check_exists(name, path, self.task)
+            _check_exists(name, path, self.task, (self.src_lang, self.tgt_lang))
         if self.dev:
             _check_not_trained_on(self.dev, self.train or [], self)
 
@@ -352,7 +354,7 @@ class RunOptions:
         return dataclasses.replace(self, **defaults.fill_defaults(self))
 
     def optimizer_args(self) -> dict[str, Any]:
-        if self.optimizer in ("msgd", "nesterov") and self.momentum is not None:
+        if self.optimizer in MOMENTUM_OPTIMIZERS and self.momentum is not None:
             return {"momentum": self.momentum}
         return {}
 
@@ -486,8 +488,9 @@ def _special_file(path: str) -> str | None:
                  if test(mode)), "not a regular file")
 
 
-def _check_exists(name: str, path: str, task: str) -> None:
-    """POS corpora are files or folders; NMT corpora are prefixes (PREFIX.fr / PREFIX.fr.xz exist)."""
+def _check_exists(name: str, path: str, task: str, languages: tuple[str, str]) -> None:
+    """POS corpora are files or folders; NMT corpora are prefixes (PREFIX.fr / PREFIX.fr.xz exist, and a language's
+    files are not all FIFOs or devices, which its reader would call missing)."""
     if task == "pos" or os.path.exists(path):
         if not os.path.exists(path):
             raise OptionError(name, f"{path} does not exist")
@@ -500,3 +503,9 @@ def _check_exists(name: str, path: str, task: str) -> None:
     if not os.path.isdir(folder) or not any(entry.startswith(base + ".") for entry in os.listdir(folder)):
         raise OptionError(name, f"no file {path}.<lang>[.xz|.gz|.bz2] found (NMT corpora are given as prefixes, "
                                 f"e.g. europarl-fr-en/train for train.fr + train.en)")
+    for language in languages:
+        named = (f"{path}.{language}{suffix}" for suffix in ("", *COMPRESSED_SUFFIXES))
+        there = [file for file in named if os.path.exists(file)]
+        special = [(file, kind) for file in there if (kind := _special_file(file))]
+        if special and len(special) == len(there):
+            raise OptionError(name, f"{special[0][0]} is {special[0][1]}, not a corpus file")

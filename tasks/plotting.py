@@ -1,5 +1,6 @@
 """`run.py plot`: training loss and the held-out metric against wall time and against updates, one line per run
-(a 2 x 2 grid of matplotlib panels saved as PNG). The reproduction scripts draw their figures with it too.
+(a 2 x 2 grid of matplotlib panels saved as PNG, or in the format the file's suffix names: .pdf, .svg ...). The
+reproduction scripts draw their figures with it too.
 
 Usage: `plot_runs(["runs/a", "runs/b"], "curves.png", labels=["1 worker", "2 workers"])`
 """
@@ -54,16 +55,16 @@ def plot_curves(curves: Sequence[Curves], out: str | Path, title: str | None = N
     axes[0][0].legend(fontsize="small")
     if title:
         figure.suptitle(title)
-    png = io.BytesIO()
+    image = io.BytesIO()
     with np.errstate(over="ignore"):  # a symlog axis near the float limit: ticks computed past it are dropped anyway
         for axis in axes.flat:
             _symlog_past_linear_limit(axis)
         figure.tight_layout()
-        figure.savefig(png, format="png", dpi=110)
+        figure.savefig(image, format=out.suffix[1:].lower(), dpi=110)
     plt.close(figure)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        write_atomic(out, lambda file: file.write(png.getvalue()))  # a failed write leaves no partial PNG
+        write_atomic(out, lambda file: file.write(image.getvalue()))  # a failed write leaves no partial file
     except OSError as error:
         error.option = "out"  # run.py names the flag: `--out: PATH: cannot write: no space left on device ...`
         raise
@@ -86,20 +87,27 @@ def figure_path(out: str | Path) -> Path:
     """The file a figure goes to: `out`, `out/curves.png` for a folder, `out.png` without a suffix (as matplotlib
     would write it, so that the path printed is the file written). Something there that is neither a folder nor a
     regular file (a device such as /dev/full, a pipe) is refused: it would be replaced, or `out.png` written beside
-    it."""
+    it; so is a suffix that names no format matplotlib writes (a PNG named curves.txt)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     out = Path(out)
     if out.is_dir():
         return out / "curves.png"
     if out.exists() and not stat.S_ISREG(out.stat().st_mode):
         raise OptionError("out", f"{out} is not a regular file or a folder: give the PNG file (or a folder) to write")
-    return out if out.suffix else out.with_name(out.name + ".png")
+    out = out if out.suffix else out.with_name(out.name + ".png")
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    if out.suffix[1:].lower() not in formats:
+        raise OptionError("out", f"{out}: {out.suffix} names no format matplotlib writes ({', '.join(sorted(formats))})"
+                                 f"; give a .png file, or another of these")
+    return out
 
 
 def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, labels: Sequence[str] | None = None,
               title: str | None = None) -> Path:
     """Read each run directory's metrics.jsonl and draw them together."""
     if labels is not None and len(labels) != len(run_dirs):
-        raise ValueError(f"plot: {len(labels)} labels for {len(run_dirs)} runs")
+        raise OptionError("labels", f"{len(labels)} labels for {len(run_dirs)} run directories: give one per run")
     for run_dir in run_dirs:
         metrics = engine_dir(Path(run_dir)) / "metrics.jsonl"
         if metrics.is_dir():

@@ -33,12 +33,23 @@ class ResumeError(ValueError):
 
 
 def check_hosts(run_dir: Path, hosts: int, other_ranks: int) -> None:
-    """The training hosts of this job must be as many as the run's host<i>/ folders with a last.pt (other_ranks:
-    the job's server and tester ranks, to say which mpiexec -n resumes it)."""
-    trained = [path.parent.name for path in run_dir.glob("host*/last.pt") if re.fullmatch(r"host\d+", path.parent.name)]
-    if trained and len(trained) != hosts:
-        raise ResumeError(f"--resume: {run_dir} was trained on {len(trained)} hosts ({', '.join(sorted(trained))} "
-                          f"hold their last.pt), this job has {hosts} training rank(s): resume it under mpiexec -n "
+    """Every host<i>/ folder of the run must hold a last.pt, and the training hosts of this job must be as many
+    (other_ranks: the job's server and tester ranks, to say which mpiexec -n resumes it). An aborted job may end
+    before every host has written its last.pt (docs/multihost.md): such a run cannot continue on all its hosts."""
+    folders = sorted((path.name for path in run_dir.glob("host*") if re.fullmatch(r"host\d+", path.name)
+                      and path.is_dir()), key=lambda name: int(name[4:]))
+    trained = [name for name in folders if (run_dir / name / "last.pt").exists()]
+    if not trained:
+        return  # nothing to resume from: check_out decides (a fresh start, or a refusal)
+    missing = [name for name in folders if name not in trained]
+    if missing:
+        raise ResumeError(f"--resume: {run_dir} was trained on {len(folders)} hosts, and {', '.join(missing)} holds "
+                          f"no last.pt (the job ended before that host wrote one: an abort, or a rank killed), so "
+                          f"its hosts cannot all continue; the run is left as it was. Start it again in another "
+                          f"--out (--checkpoint-every makes every host write last.pt as it trains)")
+    if len(trained) != hosts:
+        raise ResumeError(f"--resume: {run_dir} was trained on {len(trained)} hosts ({', '.join(trained)} hold "
+                          f"their last.pt), this job has {hosts} training rank(s): resume it under mpiexec -n "
                           f"{len(trained) + other_ranks} as it ran (each host continues its own shard of the data)")
 
 

@@ -23,7 +23,7 @@ import torch
 
 from hogwild.files import RecordLog, update_sections
 from hogwild.share.checkpoint import CheckpointError, load_file
-from hogwild.tasks.runlock import LOCK_FILE
+from hogwild.tasks.runlock import LOCK_FILE, busy, live_holder
 from hogwild.tasks.task_job import MODEL_FILE
 
 
@@ -35,14 +35,18 @@ RUN_FILES = (MODEL_FILE, "config.json", "metrics.jsonl", "last.pt", "best.pt", "
 OWN_FILES = (LOCK_FILE, "train.log")  # a run's before it has any RUN_FILES (train.log: scripts/series.py's output)
 
 
-def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
-    """--out must be a directory (or not exist yet), a new run must not land on top of another one, and --resume needs
-    a last.pt in a folder that holds a run (a fresh start in a new or empty one): checked by the process that writes
-    the run directory (other MPI ranks may look after it has begun writing)."""
+def check_out(run_dir: Path, resume: bool, writer: bool = True, locked: bool = False) -> None:
+    """--out must be a directory (or not exist yet), a new run must not land on top of another one, nor on a run
+    still going there, and --resume needs a last.pt in a folder that holds a run (a fresh start in a new or empty one):
+    checked by the process that writes the run directory (other MPI ranks may look after it has begun writing).
+    locked: this process holds the run directory's lock already."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--out {run_dir}: is a file, not a directory")
     if run_dir.parent.exists() and not run_dir.parent.is_dir():
         raise RunDirError(f"--out {run_dir}: {run_dir.parent} is a file, not a directory")
+    holder = live_holder(run_dir) if writer and not locked and run_dir.is_dir() else None
+    if holder is not None:  # a run still writing there: not "already holds a run" nor "no last.pt" (not yet)
+        raise busy(run_dir, holder)
     held = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / "host0" / name).exists()]
     if held and not resume and writer:
         raise RunDirError(f"--out {run_dir}: already holds a run ({', '.join(held)}); add --resume to continue it, or "

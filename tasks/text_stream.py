@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import os
 import select
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -146,25 +147,31 @@ def _decoded(raw: bytes, source: _Lines, encoding: str, max_words: int | None) -
 
 class TextOutput:
     """Where the answers go, chunk by chunk: stdout, flushed after each chunk, or --output FILE, written beside it and
-    put in its place whole when the command succeeds (a failure leaves the previous file). conll: each chunk is a
-    list of CoNLL blocks (each ending in a newline), separated by a blank line. A write that fails names stdout or
-    the file; a closed stdout pipe raises ReaderGone."""
+    put in its place whole when the command succeeds (a failure leaves the previous file; a symbolic link's target
+    is the file). --output that is a stream (a FIFO, a device: /dev/stdout) is written as it goes, never replaced:
+    a file renamed over it replaced /dev/full itself. conll: each chunk is a list of CoNLL blocks (each ending in a
+    newline), separated by a blank line. A write that fails names stdout or the file; a closed stdout pipe raises
+    ReaderGone."""
 
     def __init__(self, path: str | None = None, conll: bool = False):
         self.path, self.conll = path, conll
-        self._file, self._temporary, self._blocks = None, None, 0
+        self._file, self._temporary, self._place, self._blocks = None, None, None, 0
         if path is not None and os.path.isdir(path):
             raise InputError(f"--output {path}: is a directory, not a file")
 
     def __enter__(self) -> "TextOutput":
-        if self.path is not None:
-            folder = os.path.dirname(os.path.abspath(self.path))
-            try:
-                handle, self._temporary = tempfile.mkstemp(prefix=os.path.basename(self.path) + ".", suffix=".tmp",
-                                                           dir=folder)
-            except OSError as error:
-                raise describe_write_error(self.path, error) from None
-            self._file = os.fdopen(handle, "wb")
+        if self.path is None:
+            return self
+        try:
+            if os.path.exists(self.path) and not stat.S_ISREG(os.stat(self.path).st_mode):
+                self._file = open(self.path, "wb")  # a stream: written in place
+                return self
+            place = os.path.realpath(self.path)
+            handle, self._temporary = tempfile.mkstemp(prefix=os.path.basename(place) + ".", suffix=".tmp",
+                                                       dir=os.path.dirname(place))
+        except OSError as error:
+            raise describe_write_error(self.path, error) from None
+        self._file, self._place = os.fdopen(handle, "wb"), place
         return self
 
     def write(self, lines: Sequence[str]) -> None:
@@ -186,15 +193,19 @@ class TextOutput:
         if self._file is None:
             return
         try:
-            if kind is None:
+            if kind is None and self._temporary is not None:
                 os.fsync(self._file.fileno())
                 self._file.close()
-                os.replace(self._temporary, self.path)
+                os.replace(self._temporary, self._place)
                 self._temporary = None
         except OSError as failed:
             raise describe_write_error(self.path, failed) from None
         finally:
-            self._file.close()
+            try:
+                self._file.close()  # what a failed write left in its buffer fails again here: that error was named
+            except OSError as failed:
+                if kind is None:
+                    raise describe_write_error(self.path, failed) from None
             if self._temporary is not None and os.path.exists(self._temporary):
                 os.unlink(self._temporary)
 

@@ -31,7 +31,7 @@ from hogwild.tasks.final_signals import FinalSignals
 from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.resume_checks import check_hosts, check_optimizer, check_same_files, nothing_to_train, stop_reached
-from hogwild.tasks.rundir import check_out, restarts_logged, segment_start, write_command, write_config
+from hogwild.tasks.rundir import RunDirError, check_out, restarts_logged, segment_start, write_command, write_config
 from hogwild.tasks.runlock import LOCK_FILE, RunDirLock
 from hogwild.tasks.summary import eager_note, make_summary, read_summary, write_summary
 from hogwild.tasks.task_job import TaskJob
@@ -112,9 +112,13 @@ class _RunDirOwner:
     def claim(self) -> None:
         """Create and lock a run directory that did not exist at the start (the writer only)."""
         if self.writer and self._lock is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:  # a read-only folder, /proc/...: named with the flag, not a bare [Errno N]
+                raise RunDirError(f"--out {self.run_dir}: cannot create it ({(error.strerror or str(error)).lower()}"
+                                  f"{f': {error.filename}' if error.filename else ''})") from None
             self._take()
-            check_out(self.run_dir, self.resume)  # another run may have filled it while we loaded the data
+            check_out(self.run_dir, self.resume, locked=True)  # another run may have filled it while we loaded data
 
     def __enter__(self) -> "_RunDirOwner":
         return self

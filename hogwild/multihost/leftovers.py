@@ -10,9 +10,10 @@ Each rank therefore starts a janitor in a session of its own, out of the launche
 resource tracker's place in the rank (the workers spawned afterwards inherit it), keeps the names registered through
 it, and passes every message on to the tracker that ran before, if any, which goes on as before. It also keeps two
 kinds of its own: the rank's temporary folder (tempfile's folder while the rank runs: the engine's scratch goes
-inside) and MPICH's /dev/shm files. Once every process holding its pipe is gone, it removes the folders and files
-still registered, and the semaphores and shared memory too unless the previous tracker is alive to do it. A rank that
-ends normally removes its folder itself and unregisters both kinds: the janitor then has nothing to do.
+inside) and MPICH's /dev/shm files. Once every process holding its pipe is gone, it removes the folders, files,
+semaphores and shared memory still registered, telling the previous tracker to forget the last two first (the
+launcher's kill may reach that tracker before it cleans). A rank that ends normally removes its folder itself and
+unregisters both kinds of its own: the janitor then has nothing to do.
 
 Usage (train_distributed, on every rank):
     with RankFiles(f"hogwild-rank{rank}-"):
@@ -30,7 +31,6 @@ import tempfile
 
 FOLDER, FILE = "hogwild_folder", "hogwild_file"  # the janitor's own kinds, beside the tracker's
 MPICH_SHM = "/dev/shm/mpich_shm_"  # MPICH's intra-node shared memory (ch4 shm), unlinked only by MPI_Finalize
-PROBE = b"PROBE:0:noop\n"  # the resource tracker's "are you there" message
 
 
 class Janitor:
@@ -155,8 +155,13 @@ def janitor_main(fd: int, previous: int | None) -> None:
                 registered.setdefault(kind, set()).add(name)
             elif command == "UNREGISTER":
                 registered.get(kind, set()).discard(name)
-    if previous is not None and _pass_on(previous, PROBE) is not None:  # the previous tracker cleans its kinds
-        registered = {kind: names for kind, names in registered.items() if kind in (FOLDER, FILE)}
+    # Every process of the rank is gone: what is still registered is leaked, and cleaned here, even where the
+    # previous tracker lives on, since the launcher's kill of the rank's process group may reach it before it has
+    # read the end of its pipe (a rank killed with -9 then left its semaphores). It is told to forget them first.
+    tracked = [(name, kind) for kind, names in registered.items() if kind not in (FOLDER, FILE) for name in names]
+    for name, kind in tracked:
+        if previous is not None:
+            previous = _pass_on(previous, f"UNREGISTER:{name}:{kind}\n".encode())
     cleanups = _cleanups()
     for kind, names in registered.items():
         for name in names:

@@ -202,3 +202,35 @@ def test_options_that_cannot_be_right_are_refused_naming_the_flag(tmp_path, caps
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"python -m hogwild.data.prepare {flags[0]}: error: {message.replace('{folder}', str(folder))}")
     assert not (tmp_path / "out").exists()
+
+
+def test_out_holding_another_prepared_corpus_is_refused_and_the_same_one_is_prepared_again(tmp_path, capsys):
+    """UD French GSD prepared into the folder of German GSD mixed the two treebanks' files there (a POS --train folder
+    is read whole) and left a manifest of the French files alone."""
+    for code in ("aa", "bb"):
+        (tmp_path / code).mkdir()
+        (tmp_path / code / f"{code}-ud-dev.conllu").write_bytes((FIXTURES / "tiny.conllu").read_bytes())
+    out = tmp_path / "out"
+    aa = ["ud", "--treebank", "UD_Aa-Tiny", "--code", "aa", "--source", str(tmp_path / "aa"), "--out", str(out)]
+    assert main(aa) == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert main(aa) == 0
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # the same corpus, again
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        main(["ud", "--treebank", "UD_Bb-Tiny", "--code", "bb", "--source", str(tmp_path / "bb"), "--out", str(out)])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"python -m hogwild.data.prepare ud: error: --out: {out} holds the prepared corpus UD_Aa-Tiny (its "
+        f"manifest.json): its files and UD_Bb-Tiny's would mix; give UD_Bb-Tiny a folder of its own")
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("argv", [["ud", "--tree", "UD_German-GSD", "--out", "{out}"],
+                                  ["europarl", "--held", "5", "--out", "{out}"]])
+def test_flags_are_spelled_out_in_full(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as exit:
+        main([arg.replace("{out}", str(tmp_path / "out")) for arg in argv])
+    assert exit.value.code == 2
+    assert argv[1] in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -295,6 +295,11 @@ def test_plot_prints_the_file_it_writes(tmp_path, capsys):
                           "this run is on one host"),
     (["--task", "nmt", "--subword-vocab-size", "100"], "--subword-vocab-size: applies with --subwords only; this run "
                                                        "trains on Moses words"),
+    (["--momentum", "0.9"], "--momentum: applies to --optimizer msgd or nesterov only; this run's optimizer is sgd"),
+    (["--task", "nmt", "--momentum", "0.5"], "--momentum: applies to --optimizer msgd or nesterov only; this run's "
+                                             "optimizer is adam"),
+    (["--optimizer", "adagrad", "--momentum", "0.5"], "--momentum: applies to --optimizer msgd or nesterov only; this "
+                                                      "run's optimizer is adagrad"),
 ])
 def test_a_flag_the_run_would_ignore_is_refused_naming_it(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -310,6 +315,9 @@ def test_flags_that_act_are_accepted():
     assert run_options(train_parser(), ["--distributed", "easgd", "--servers", "2", "--tester"]).servers == 2
     assert run_options(train_parser(), ["--task", "nmt", "--length-bucket", "50"]).length_bucket == 50
     assert run_options(train_parser(), ["--task", "nmt", "--max-len", "5", "--beam", "3"]).beam == 3
+    assert run_options(train_parser(), ["--optimizer", "nesterov", "--momentum", "0.5"]).optimizer_args() == {
+        "momentum": 0.5}
+    assert run_options(train_parser(), ["--distributed", "eamsgd", "--momentum", "0.5"]).momentum == 0.5  # msgd
     hang = run_options(train_parser(), ["--distributed", "allreduce", "--hang-timeout", "10"])
     assert (hang.dist_config().timeout_seconds, hang.resolved().engine_config(["cpu"]).hang_timeout) == (10, 10)
     assert run_options(train_parser(), ["--train", __file__, "--format", "slash", "--dev", os.path.dirname(__file__)]

@@ -143,3 +143,42 @@ def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
     best = json.loads((out / "summary.json").read_text())["best"]["update"]  # the stop's evaluation may be better
     done = run_py("tag", "--checkpoint", str(out), input="The dog barks .\n")
     assert done.returncode == 0 and done.stderr.splitlines() == [f"run.py tag: using {out / 'best.pt'} (update {best})"]
+
+
+@pytest.mark.parametrize("closed, args, message", [
+    (1, [], "stdout is closed: the answers would go nowhere; give --output FILE"),
+    (0, ["-"], "stdin is closed: there is nothing to read; give the input FILEs")])
+def test_a_closed_stream_that_tag_would_use_is_an_error(pos_run, tmp_path, closed, args, message):
+    """`run.py tag ... >&-` wrote its answers to /dev/null and exited 0 (a training run needs no stdout; tag's
+    answers are its product); `<&-` answered an empty input. Refused before the run is loaded, naming the stream."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(REPO / "run.py"), "tag", "--checkpoint", str(pos_run), *args],
+                          cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(closed))
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == f"run.py tag: error: {message}"
+
+
+@pytest.mark.slow
+def test_sigterm_while_tagging_into_output_leaves_no_partial_file(pos_run, tmp_path):
+    """--output is written beside its place and renamed at the end: SIGTERM (as SIGINT) stops the command, exit 130,
+    and removes that file (it was left as out.txt.XXXX.tmp)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), "tag", "--checkpoint", str(pos_run),
+                                "--output", str(tmp_path / "out.txt")], cwd=REPO, env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        process.stdin.write(b"ta lavial dulodium .\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("out.txt.*.tmp")):  # tagging into the file beside out.txt
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 130
+        assert process.stderr.read().decode().splitlines()[-1] == "run.py tag: interrupted"
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

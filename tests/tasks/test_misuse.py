@@ -83,6 +83,8 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"last\.pt, best\.pt, summary\.json\); add --resume to continue it, or choose another --out"),
     ("--out names a file", [*SMALL, "--out", "{root}/a-file"], 1,
      r"run\.py: error: --out {root}/a-file: is a file, not a directory"),
+    ("--out where no folder can be made", [*SMALL, "--steps", "5", "--out", "/proc/hogwild-run"], 1,
+     r"run\.py: error: --out /proc/hogwild-run: cannot create it \(no such file or directory: /proc/hogwild-run\)"),
     ("--out a folder of other files", [*SMALL, "--steps", "5", "--out", "{root}/others"], 1,
      r"run\.py: error: --out {root}/others: holds other files \(notes\.md\) and no run; choose a new or empty --out"),
     ("--resume --out a folder of other files", [*SMALL, "--steps", "5", "--resume", "--out", "{root}/others"], 1,

@@ -1,6 +1,7 @@
 """tasks.options: validation of every kind of bad value where it enters (RunOptions for run.py's own values,
 hogwild.Config for the engine's, reported by the flag), task defaults, and the mapping onto hogwild.Config."""
 import dataclasses
+import os
 import re
 
 import pytest
@@ -149,6 +150,21 @@ def test_every_engine_field_passes_through_one_declaration():
 def test_nmt_prefix_is_accepted_when_its_language_files_exist(tmp_path):
     (tmp_path / "train.fr").write_text("a\n")
     (tmp_path / "train.en").write_text("b\n")
+    assert RunOptions(task="nmt", train=[str(tmp_path / "train")]).train == [str(tmp_path / "train")]
+
+
+def test_an_nmt_language_file_that_is_a_fifo_or_a_device_is_named(tmp_path):
+    """train.fr a FIFO, or a link to /dev/zero: the reader said "train.fr: file not found"."""
+    os.mkfifo(tmp_path / "train.fr")
+    (tmp_path / "train.en").write_text("b\n")
+    with pytest.raises(OptionError, match=rf"^--train: {re.escape(str(tmp_path / 'train.fr'))} is a FIFO \(named "
+                                          rf"pipe\), not a corpus file$"):
+        RunOptions(task="nmt", train=[str(tmp_path / "train")])
+    (tmp_path / "dev.en").symlink_to("/dev/zero")
+    (tmp_path / "dev.fr").write_text("a\n")
+    with pytest.raises(OptionError, match=r"^--dev: .*/dev\.en is a character device, not a corpus file$"):
+        RunOptions(task="nmt", dev=str(tmp_path / "dev"))
+    (tmp_path / "train.fr.xz").write_bytes(b"")  # a regular file of the language beside it: the reader takes that one
     assert RunOptions(task="nmt", train=[str(tmp_path / "train")]).train == [str(tmp_path / "train")]
 
 

@@ -1,5 +1,5 @@
 """`run.py plot` (tasks/plotting.py) at its edges: values near the float limit, an --out that is a device or on a full
-disk, a metrics.jsonl that is a folder."""
+disk or whose suffix names the format, a metrics.jsonl that is a folder, --labels not one per run."""
 import os
 import warnings
 
@@ -78,3 +78,28 @@ def test_a_metrics_file_that_is_a_folder_is_named(tmp_path, capsys):
     assert capsys.readouterr().err == (f"run.py plot: error: {run / 'metrics.jsonl'}: a folder, not a metrics file "
                                        f"(a run writes its records to the file metrics.jsonl)\n")
     assert not (tmp_path / "p.png").exists()
+
+
+def test_the_suffix_of_out_names_the_format_written(tmp_path, capsys):
+    """--out curves.pdf (or .svg) was a PNG under that name; a suffix of no format is refused naming --out."""
+    run = _run(tmp_path, '{"kind": "train", "elapsed": 1.0, "updates": 10, "loss": 2.5}')
+    for name, magic in (("c.pdf", b"%PDF"), ("c.svg", b"<?xml"), ("c.PNG", PNG), ("c", PNG)):
+        assert main(["plot", str(run), "--out", str(tmp_path / name)]) == 0
+        written = tmp_path / (name if "." in name else name + ".png")
+        assert capsys.readouterr().out == f"{written}\n"
+        assert written.read_bytes().startswith(magic)
+    with pytest.raises(SystemExit) as exit:
+        main(["plot", str(run), "--out", str(tmp_path / "curves.v2")])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        f"run.py plot: error: --out: {tmp_path / 'curves.v2'}: .v2 names no format matplotlib writes (")
+    assert not (tmp_path / "curves.v2").exists()
+
+
+def test_labels_not_one_per_run_are_a_usage_error_naming_labels(tmp_path, capsys):
+    run = _run(tmp_path, '{"kind": "train", "elapsed": 1.0, "updates": 10, "loss": 2.5}')
+    with pytest.raises(SystemExit) as exit:
+        main(["plot", str(run), str(run), "--labels", "one", "--out", str(tmp_path / "p.png")])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == ("run.py plot: error: --labels: 1 labels for 2 run "
+                                                        "directories: give one per run")

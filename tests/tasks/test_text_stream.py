@@ -1,8 +1,9 @@
 """tasks/text_stream.py: input lines in bounded chunks (a chunk ends early when a pipe has nothing more ready), errors
 named by file:line after the lines before them, and output written chunk by chunk (--output replaced whole, only on
-success)."""
+success; a FIFO or a device written in place, a link's target replaced)."""
 import io
 import os
+import stat
 import threading
 
 import pytest
@@ -83,3 +84,41 @@ def test_output_to_a_file_replaces_it_whole_and_only_on_success(tmp_path):
     with pytest.raises(InputError, match=rf"^--output {tmp_path}: is a directory, not a file$"):
         TextOutput(str(tmp_path))
 
+
+
+def test_output_that_is_a_stream_is_written_in_place_and_a_links_target_is_replaced(tmp_path):
+    """--output a FIFO (or a device: /dev/stdout, /dev/full) is written as it goes: a file renamed over it replaced
+    the device itself (run.py tag --output /dev/full, run as root, left /dev/full a regular file). A symbolic link
+    keeps pointing at its target, which gets the answers."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()), daemon=True)
+    reader.start()
+    with TextOutput(str(fifo)) as output:
+        output.write(["one", "two"])
+    reader.join(30)
+    assert read == ["one\ntwo\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    target, link = tmp_path / "target.txt", tmp_path / "link.txt"
+    target.write_text("previous\n")
+    link.symlink_to(target)
+    with TextOutput(str(link)) as output:
+        output.write(["three"])
+    assert link.is_symlink() and target.read_text() == "three\n"
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "link.txt", "target.txt"]
+
+
+
+def test_a_full_device_as_output_is_named_and_stays_a_device(tmp_path):
+    """A node of /dev/full's device, made here (run.py tag --output /dev/full, as root, renamed a file over
+    /dev/full itself): written in place, its error named once with the path (closing the file fails again on
+    what the failed write left buffered: that bare second error replaced the first)."""
+    full = tmp_path / "full"
+    try:
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    except PermissionError as error:
+        pytest.skip(f"cannot make a device node here (needs root): {error}")
+    with pytest.raises(OSError, match=rf"^{full}: cannot write: no space left on device"):
+        with TextOutput(str(full)) as output:
+            output.write(["one"])
+    assert stat.S_ISCHR(os.lstat(full).st_mode) and os.listdir(tmp_path) == ["full"]
