@@ -75,8 +75,9 @@ class Config:
       step k+2 reads the parameters, neither waiting for the other (one or two more steps of staleness, counted;
       that pull may read part of the update, as Hogwild workers read each other's); None: on for 'cuda' workers
     - fused_step = None: torch's fused CPU optimizer kernel (sgd, msgd, nesterov, adagrad, adam:
-      shared_optim.FUSED_OPTIMIZERS): None: on for 'cuda' workers; True: every worker (refused for optimizers
-      without one)
+      shared_optim.FUSED_OPTIMIZERS): None: on for 'cuda' workers, and for every worker when several share adam's
+      state (shared_optim.FUSED_WHEN_SHARED: unfused, concurrent steps tear each other's moments); True: every
+      worker (refused for optimizers without one); False: none
     - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32 (the models run their
       multi-step GRU/LSTM layers in fp32 by design, never fp16: models/padded_rnn.py)
     - update_threads = None: torch threads of the background update thread (overlap_update) that runs the shared CPU

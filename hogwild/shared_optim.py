@@ -54,6 +54,14 @@ _CLASSES: dict[str, type[torch.optim.Optimizer]] = {
 # foreach's several. Plain SGD gains nothing (its direct path is one add per tensor) and keeps that path. They
 # arrived in torch 2.4 (pyproject.toml's floor); a torch without one steps unfused (fused_kernel_available).
 FUSED_OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adam")
+# Stepped fused whenever several workers share their state (worker.device_options). Unfused, torch.optim's Adam
+# writes exp_avg, then exp_avg_sq, each in a pass over the whole tensor, then reads them again for the update: a
+# worker stepping meanwhile can divide a first moment holding the other's gradient by a second moment without it.
+# Early on (exp_avg_sq near 0) an element its own gradient barely touches then moves by thousands of lr: the
+# workers' first steps start together, and a weight jumped by 100 now and then in test_frozen_tied.py's two-worker
+# run. The fused kernel reads and writes each element's moments and parameter in one pass, leaving no such point
+# between two writes (tests/hogwild/test_torn_moments.py forces the interleaving).
+FUSED_WHEN_SHARED = ("adam",)
 _FALLBACK_REPORTED: set[str] = set()  # optimizers whose missing fused kernel was reported in this process
 _NAME_DEFAULTS: dict[str, dict[str, Any]] = {
     "msgd": {"momentum": 0.9}, "nesterov": {"momentum": 0.9, "nesterov": True},

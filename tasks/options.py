@@ -162,7 +162,8 @@ class RunOptions:
                                    choices=tuple(CPU_WORKERS), default_text=defaults.CPU_WORKERS_TEXT,
                                    engine="devices")
     fused_step: bool = TASK(False, "CPU workers step with torch's fused optimizer kernel too (GPU workers do by "
-                                   "default; docs/benchmarks.md); the last bits of rounding may differ",
+                                   "default, and so does every worker of a several-worker adam run; "
+                                   "docs/benchmarks.md); the last bits of rounding may differ",
                             engine="fused_step")
     update_threads: int | None = TASK(None, "torch threads of each GPU worker's CPU update (the shared optimizer "
                                             "step, applied while the next step computes); results are identical "

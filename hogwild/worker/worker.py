@@ -24,7 +24,7 @@ import torch
 
 from ..config import Config
 from ..share.feed import PartitionReader, QueueReader
-from ..shared_optim import FUSED_OPTIMIZERS
+from ..shared_optim import FUSED_OPTIMIZERS, FUSED_WHEN_SHARED
 from .capture import CaptureFailed, describe
 from .gradients import NonFiniteStreak, batch_seed, compiled_loss, seed_batch
 from .in_place import InPlaceStep
@@ -38,10 +38,13 @@ Step = InPlaceStep | StepGraphs
 
 def device_options(config: Config, device: str, optimizer: str) -> dict[str, bool]:
     """How a worker on `device` runs: overlap (update in a background thread), fused (CPU optimizer kernel),
-    pin (register the shared storages page-locked). The automatic choices are on for GPUs only."""
+    pin (register the shared storages page-locked). The automatic choices are on for GPUs only, except fused, also
+    on for every worker when several step an optimizer of FUSED_WHEN_SHARED (unfused, their steps tear each other's
+    moments); one worker keeps torch.optim's own unfused step."""
     cuda = device.startswith("cuda")
     overlap = device != "cpu" and (cuda if config.overlap_update is None else config.overlap_update)
-    fused = (cuda and optimizer in FUSED_OPTIMIZERS) if config.fused_step is None else config.fused_step
+    automatic = (cuda and optimizer in FUSED_OPTIMIZERS) or (config.workers > 1 and optimizer in FUSED_WHEN_SHARED)
+    fused = automatic if config.fused_step is None else config.fused_step
     return {"overlap": overlap, "fused": fused, "pin": cuda and config.pin_shared}
 
 
