@@ -18,6 +18,7 @@ from hogwild.data.encoders import PosEncoder
 from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, load_pos_dataset, split_sentences,
                                       synthetic_pos_dataset)
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
+from hogwild.data.batch_set import BatchSet
 from hogwild.data.batching import check_edges
 from hogwild.tasks.defaults import METRICS, graph_bucket_edges
 from hogwild.tasks.heldout import EVAL_BATCH, full_and_periodic, pos_heldout
@@ -85,7 +86,7 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     if fixed_shapes:
         loss_fn, batcher = functools.partial(pos_loss, padded=True), copy.copy(batcher)
         batcher.bucket_edges = check_edges(graph_bucket_edges("pos", 0))
-    return TaskJob("pos", model, loss_fn, batcher.batches(), evaluate, METRICS["pos"], spec, dataset.save,
+    return TaskJob("pos", model, loss_fn, BatchSet(batcher), evaluate, METRICS["pos"], spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 
