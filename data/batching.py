@@ -142,6 +142,17 @@ class ParallelData(_Arrays):
         return {"src": self.src, "src_offsets": self.src_offsets, "tgt": self.tgt, "tgt_offsets": self.tgt_offsets}
 
 
+def ragged_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, fill: int,
+                column: int = 0) -> np.ndarray:
+    """(B, width, *values.shape[1:]) int64 rows: row r holds ``values[starts[r]:starts[r] + lengths[r]]`` from
+    ``column`` on and ``fill`` elsewhere; one gather from ``values`` (a memory map reads only those rows' pages)."""
+    out = np.full((len(starts), width, *values.shape[1:]), fill, dtype=np.int64)
+    positions = np.arange(width - column)
+    filled = positions < lengths[:, None]  # (B, width - column)
+    out[:, column:][filled] = values[(starts[:, None] + positions)[filled]]
+    return out
+
+
 def check_edges(edges: Sequence[int] | None) -> tuple[int, ...] | None:
     """The bucket edges as a tuple, or a clear error unless they are increasing lengths >= 1 (None: no buckets)."""
     if edges is None:
@@ -214,20 +225,16 @@ class PosBatcher(_Batcher):
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
-        starts, ends = d.offsets[indices], d.offsets[np.asarray(indices) + 1]
-        lengths = ends - starts
-        b, t, length = len(indices), bucket_length(int(lengths.max()), self.bucket_edges), d.prefixes.shape[1]
-        words = np.zeros((b, t), dtype=np.int64)                           # (B, T)
-        tags = np.full((b, t), IGNORE_INDEX, dtype=np.int64)              # (B, T)
-        prefixes = np.zeros((b, t, length), dtype=np.int64)              # (B, T, L)
-        suffixes = np.zeros((b, t, length), dtype=np.int64)              # (B, T, L)
-        for row, (start, end) in enumerate(zip(starts, ends)):
-            n = end - start
-            words[row, :n], tags[row, :n] = d.words[start:end], d.tags[start:end]
-            prefixes[row, :n], suffixes[row, :n] = d.prefixes[start:end], d.suffixes[start:end]
-        return {"words": torch.from_numpy(words), "prefixes": torch.from_numpy(prefixes),
-                "suffixes": torch.from_numpy(suffixes), "tags": torch.from_numpy(tags),
-                "lengths": torch.from_numpy(lengths.astype(np.int64)), "tokens": int((tags != IGNORE_INDEX).sum())}
+        indices = np.asarray(indices)
+        starts = d.offsets[indices]
+        lengths = d.offsets[indices + 1] - starts
+        t = bucket_length(int(lengths.max()), self.bucket_edges)
+        tags = ragged_rows(d.tags, starts, lengths, t, IGNORE_INDEX)  # (B, T)
+        return {"words": torch.from_numpy(ragged_rows(d.words, starts, lengths, t, PAD)),  # (B, T)
+                "prefixes": torch.from_numpy(ragged_rows(d.prefixes, starts, lengths, t, PAD)),  # (B, T, L)
+                "suffixes": torch.from_numpy(ragged_rows(d.suffixes, starts, lengths, t, PAD)),  # (B, T, L)
+                "tags": torch.from_numpy(tags), "lengths": torch.from_numpy(lengths.astype(np.int64)),
+                "tokens": int((tags != IGNORE_INDEX).sum())}
 
 
 class NmtBatcher(_Batcher):
@@ -248,37 +255,35 @@ class NmtBatcher(_Batcher):
         """With ``shuffle``: a seeded permutation cut into pools of ``pool_batches`` batches, each pool sorted by
         source then target length (stable: ties keep the permuted order), cut into consecutive runs of
         ``batch_size`` (a pool is whole batches, so the runs never straddle two pools), the runs listed in a second
-        seeded order. One sort over every pool at once: the same plan as sorting pool by pool."""
+        seeded order."""
         if not self.shuffle:
             return super().flat_plan()
         rng = self._rng()
         order = rng.permutation(self.size)
-        pool = np.arange(self.size) // (self.batch_size * self.pool_batches)
         src_len, tgt_len = self.data.src_lengths[order], self.data.tgt_lengths[order]
-        order = order[np.lexsort((tgt_len, src_len, pool))]  # by pool, then source, then target length
-        del pool, src_len, tgt_len
+        key = src_len * (int(tgt_len.max()) + 1) + tgt_len  # by source, then target length
+        key = key.astype(np.min_scalar_type(int(key.max())))  # 16 bits or fewer: numpy's stable sort is a radix sort
+        del src_len, tgt_len
+        pool = self.batch_size * self.pool_batches
+        for start in range(0, self.size, pool):
+            order[start:start + pool] = order[start:start + pool][np.argsort(key[start:start + pool], kind="stable")]
         starts = np.arange(0, self.size, self.batch_size)
         return order, starts[rng.permutation(len(starts))]
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
         indices = np.asarray(indices)
-        src_len = d.src_offsets[indices + 1] - d.src_offsets[indices]
-        tgt_len = d.tgt_offsets[indices + 1] - d.tgt_offsets[indices]
-        b = len(indices)
-        edges = self.bucket_edges
-        src = np.zeros((b, bucket_length(int(src_len.max()) + 1, edges)), dtype=np.int64)  # (B, S): ids + eos
-        tgt = np.zeros((b, bucket_length(int(tgt_len.max()) + 2, edges)), dtype=np.int64)  # (B, T): bos + ids + eos
-        for row, i in enumerate(indices):
-            n, m = src_len[row], tgt_len[row]
-            src[row, :n] = d.src[d.src_offsets[i]:d.src_offsets[i + 1]]
-            src[row, n] = EOS
-            tgt[row, 0] = BOS
-            tgt[row, 1:m + 1] = d.tgt[d.tgt_offsets[i]:d.tgt_offsets[i + 1]]
-            tgt[row, m + 1] = EOS
+        src_start, tgt_start = d.src_offsets[indices], d.tgt_offsets[indices]
+        src_len, tgt_len = d.src_offsets[indices + 1] - src_start, d.tgt_offsets[indices + 1] - tgt_start
+        rows, edges = np.arange(len(indices)), self.bucket_edges
+        src = ragged_rows(d.src, src_start, src_len, bucket_length(int(src_len.max()) + 1, edges), PAD)  # (B, S)
+        src[rows, src_len] = EOS  # ids + eos
+        tgt = ragged_rows(d.tgt, tgt_start, tgt_len, bucket_length(int(tgt_len.max()) + 2, edges), PAD, 1)  # (B, T)
+        tgt[:, 0] = BOS  # bos + ids + eos
+        tgt[rows, tgt_len + 1] = EOS
         src_t, tgt_t = torch.from_numpy(src), torch.from_numpy(tgt)
         return {"src": src_t, "src_mask": src_t != PAD, "tgt": tgt_t, "tgt_mask": tgt_t != PAD,
-                "tokens": int(tgt_len.sum()) + b}  # words + eos
+                "tokens": int(tgt_len.sum()) + len(indices)}  # words + eos
 
 
 def pad_lengths(batch: dict[str, torch.Tensor], multiple: int) -> dict[str, torch.Tensor]:

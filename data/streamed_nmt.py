@@ -221,17 +221,18 @@ def hold_out(train: Streamed, is_dev: np.ndarray, tables: dict[str, TypeTable]) 
 
 
 def raw_lines(prefix: str, config, numbers: np.ndarray) -> list[tuple[str, str]]:
-    """The raw (src, tgt) lines at the given sorted 1-based line numbers, read back from the corpus files."""
-    wanted, pairs = set(int(n) for n in numbers), {}
-    paths = parallel_files(prefix, config.src_lang, config.tgt_lang)
-    last = int(numbers[-1]) if len(numbers) else 0
-    for side, path in enumerate(paths):
-        for number, line in numbered_lines(path, config.encoding):
-            if number in wanted:
-                pairs.setdefault(number, ["", ""])[side] = line
-            if number >= last:
+    """The raw (src, tgt) lines at the given sorted 1-based line numbers, read back from the corpus files (only
+    those lines decoded; each file read up to the last of them)."""
+    wanted, last = {int(n) for n in numbers}, int(numbers[-1])
+    sides = []
+    for path in parallel_files(prefix, config.src_lang, config.tgt_lang):
+        lines = {}
+        for number, line in numbered_lines(path, config.encoding, only=wanted):
+            lines[number] = line
+            if number == last:
                 break
-    return [tuple(pairs[int(n)]) for n in numbers]
+        sides.append(lines)
+    return [(sides[0][int(n)], sides[1][int(n)]) for n in numbers]
 
 
 def write_arrays(folder: Path, name: str, blocks: Iterator[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]],
