@@ -260,13 +260,14 @@ class NmtBatcher(_Batcher):
             return super().flat_plan()
         rng = self._rng()
         order = rng.permutation(self.size)
-        src_len, tgt_len = self.data.src_lengths[order], self.data.tgt_lengths[order]
-        key = src_len * (int(tgt_len.max()) + 1) + tgt_len  # by source, then target length
-        key = key.astype(np.min_scalar_type(int(key.max())))  # 16 bits or fewer: numpy's stable sort is a radix sort
-        del src_len, tgt_len
-        pool = self.batch_size * self.pool_batches
-        for start in range(0, self.size, pool):
-            order[start:start + pool] = order[start:start + pool][np.argsort(key[start:start + pool], kind="stable")]
+        d, size = self.data, self.batch_size * self.pool_batches
+        for start in range(0, self.size, size):  # pool by pool: nothing else of the corpus' size is held
+            pool = order[start:start + size]
+            src_len = d.src_offsets[pool + 1] - d.src_offsets[pool]
+            tgt_len = d.tgt_offsets[pool + 1] - d.tgt_offsets[pool]
+            key = src_len * (int(tgt_len.max()) + 1) + tgt_len  # by source, then target length
+            key = key.astype(np.min_scalar_type(int(key.max())))  # 16 bits or fewer: a radix sort in numpy
+            order[start:start + size] = pool[np.argsort(key, kind="stable")]
         starts = np.arange(0, self.size, self.batch_size)
         return order, starts[rng.permutation(len(starts))]
 

@@ -47,8 +47,8 @@ def test_nmt_data_from_the_cache_and_over_a_pool_of_small_chunks_equal_the_recor
         assert dataset.train.data.src.dtype == np.uint16 and dataset.train.data.src_offsets.dtype == np.int64
     (entry,) = (tmp_path / "cache").iterdir()  # the arrays, meta.json, nothing provisional left
     assert sorted(path.name for path in entry.iterdir()) == sorted(
-        [f"{part}.{side}{kind}.npy" for part in ("train", "dev") for side in ("src", "tgt") for kind in ("", "_offsets")]
-        + ["meta.json"])
+        [f"{part}.{side}{kind}.npy" for part in ("train", "dev") for side in ("src", "tgt")
+         for kind in ("", "_offsets")] + ["meta.json"])
 
 
 def test_pos_data_equal_the_recorded_ones_fresh_and_cached(tmp_path):

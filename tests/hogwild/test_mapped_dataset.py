@@ -34,7 +34,8 @@ def test_workers_train_on_a_mapped_dataset_that_the_parent_never_indexes(tmp_pat
     ids = np.arange(16 * 33 * 30) % VOCAB  # 30 batches of 16 x 33 ids; the next id is always predictable
     np.save(tmp_path / "ids.npy", ids)
     dataset = CountedWindows(tmp_path / "ids.npy")
-    assert len(dataset) == 30 and torch.equal(dataset[2]["target"][0, :3], torch.tensor([23, 24, 25]))  # ids 1056.. = 22.. mod 47
+    assert len(dataset) == 30  # batch 2 starts at id 1056, which is 22 mod 47:
+    assert torch.equal(dataset[2]["target"][0, :3], torch.tensor([23, 24, 25]))
     CountedWindows.built = 0
     store = BatchStore(dataset, str(tmp_path))  # what the engine writes: the object, not its batches
     assert (tmp_path / "batches.pkl").stat().st_size < 500 and torch.load(store.path) == {}
