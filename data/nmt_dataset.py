@@ -7,7 +7,9 @@ Usage: ``dataset = load_nmt_dataset(NmtDataConfig(train=".../europarl-fr-en/trai
 Training pairs longer than ``max_len`` units (Moses tokens, or pieces with subwords) on either side are dropped (paper:
 50). Dev pairs are kept whatever their length (only empty ones are dropped), in file order, so that dev batch i holds
 references ``i*B .. i*B+B-1``. References are the raw dev target lines (lowercased when ``lowercase``): BLEU is
-scored on detokenized output against them. The second load of the same corpus and settings comes from the cache.
+scored on detokenized output against them. A corpus is prepared streamed, in bounded memory, into a cache entry
+(data/streamed_nmt.py), and every load maps that entry's arrays: the second load of the same corpus and settings
+reads nothing but its meta.json.
 """
 from __future__ import annotations
 
