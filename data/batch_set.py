@@ -27,7 +27,8 @@ class BatchSet(Dataset):
     def __init__(self, batcher: Any, transform: Callable[[dict], dict] | None = None):
         order, starts = batcher.flat_plan()
         self.batcher, self.transform = batcher, transform
-        self.order = torch.from_numpy(np.ascontiguousarray(order, dtype=np.int64))    # (N,) examples in plan order
+        index = np.int32 if len(order) < 2**31 else np.int64  # 4 bytes a pair: held by the parent, mapped by workers
+        self.order = torch.from_numpy(np.ascontiguousarray(order, dtype=index))       # (N,) examples in plan order
         self.starts = torch.from_numpy(np.ascontiguousarray(starts, dtype=np.int64))  # (B,) batch i's first in order
         self._last: tuple[int, Any] = (-1, None)
 
