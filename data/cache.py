@@ -11,7 +11,8 @@ to a temporary folder and renamed into place, so concurrent writers and interrup
 Its arrays load as read-only memory maps (data/mapped.py): a load reads nothing but meta.json, and every process that
 maps an entry shares its pages. An entry damaged anyway (a disk error, a hand edit, a 0-byte or truncated array, a
 plain file where its folder belongs, another format's meta.json) is named in a warning, removed and rebuilt. Entries
-of an older CACHE_VERSION have other keys: they are never read (delete them to reclaim their space). The cache is an
+of an older CACHE_VERSION have other keys: they are never read, and a build names them in one warning (delete them
+to reclaim their space). The cache is an
 optimisation: a cache that cannot be written (a full disk, a read-only ``$HOGWILD_CACHE``) is named in one warning and
 the run goes on from the corpus (a streamed build writes its arrays to a temporary folder instead).
 """
@@ -132,6 +133,7 @@ class ArrayCache:
         instead, removed when this process exits (stored False); so does one that cannot be written, after one
         warning naming the entry, with ``write`` run again there. An OSError there (no room anywhere) is raised."""
         if self.enabled:
+            self._note_older_entries()
             try:
                 return self._write(self.path(key), write), True
             except OSError as error:
@@ -140,6 +142,25 @@ class ArrayCache:
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         _fill(folder, write)
         return folder, False
+
+    def _note_older_entries(self) -> None:
+        """One warning naming the entries an older hogwild wrote (no __version__ closes their meta.json): they are
+        never read, so their space is wasted until they are deleted."""
+        older = []
+        for meta in self.root.glob("*/meta.json"):
+            try:
+                with open(meta, "rb") as file:
+                    file.seek(max(0, meta.stat().st_size - 64))
+                    if b'"__version__":' not in file.read():
+                        older.append(meta.parent)
+            except OSError:
+                continue
+        if older:
+            size = sum(path.stat().st_size for folder in older for path in folder.iterdir() if path.is_file())
+            names = ", ".join(folder.name for folder in sorted(older)[:3]) + (", ..." if len(older) > 3 else "")
+            warnings.warn(f"{len(older)} cache entries under {self.root} are of an older format ({size / 2**20:,.0f} "
+                          f"MiB), which this version never reads: delete them to free the space ({names})",
+                          CacheWarning)
 
     def _unwritable(self, folder: Path, error: OSError) -> None:
         reason = error.strerror or str(error)

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hogwild.data.cache import CACHE_VERSION, ArrayCache, CacheWarning, cache_root
+from hogwild.data.cache import CACHE_VERSION, ArrayCache, CacheWarning, cache_root, read_entry
 from tests.tasks.helpers import REPO
 
 
@@ -183,3 +183,24 @@ def test_a_read_only_or_full_cache_trains_from_the_corpus(tmp_path, kind):
                         r"training from the corpus without caching it \(set HOGWILD_CACHE to a writable folder to "
                         r"cache it\)", result["warnings"][0]), result
     assert result["cached"] is False and result["decoded"] == "The cat number 7 sleeps."
+
+
+def test_an_entry_of_the_older_format_is_never_read_and_named_when_the_data_are_prepared_again(tmp_path):
+    """Format 1 (int64 arrays, no __version__ in meta.json) had other keys, so a load misses it; a meta.json naming
+    no format at a current key is a damaged entry; a build that follows says once what the old entries take."""
+    cache = ArrayCache(tmp_path)
+    old = tmp_path / "nmt-0123456789abcdef01234567"
+    old.mkdir()
+    np.save(old / "train.src.npy", np.arange(2**18))  # 2 MiB of int64
+    (old / "meta.json").write_text(json.dumps({"info": {}, "__arrays__": ["train.src"]}), encoding="utf-8")
+    with pytest.warns(CacheWarning) as caught:
+        folder, stored = cache.build("nmt-new", lambda tmp: np.save(tmp / "a.npy", np.arange(3)) or {"x": 1})
+    assert stored and [str(w.message) for w in caught] == [
+        f"1 cache entries under {tmp_path} are of an older format (2 MiB), which this version never reads: delete "
+        f"them to free the space ({old.name})"]
+    assert read_entry(folder)[1] == {"x": 1, "__arrays__": ["a"], "__version__": CACHE_VERSION}
+    assert cache.load("nmt-new")[1]["x"] == 1 and (old / "meta.json").exists()  # left for the user to delete
+    with pytest.warns(CacheWarning) as caught:
+        assert cache.load(old.name) is None  # an old entry at a current key (a copy by hand): not misread
+    assert [str(w.message) for w in caught] == [
+        f"damaged cache entry {old / 'meta.json'} (ValueError: cache format 1, not 2): rebuilding it"]
