@@ -15,11 +15,13 @@ cache the cold run wrote. Each run stops when every worker is ready (just before
 - all PSS: the peak, over samples every 0.2 s, of the summed proportional set size of the parent and its
   descendants (shared pages counted once);
 - cache / store: bytes of the cache entry and of the batch store the engine wrote under $TMPDIR.
-With several sizes, the slope of each figure per million pairs (a least-squares line over the sizes), the growth
-from the smallest size to the largest, and the line's value at --extrapolate million pairs. Last, the CPU time a
-worker spends building one training batch from the largest size's cache (the workers build their own batches from
-the memory-mapped arrays). `--repo DIR` runs another checkout's run.py on the same corpora, for a side-by-side
-comparison with an older commit (its cache format may differ: no batch timing then).
+`--rounds K` measures every size and start K times, the sizes interleaved round by round, and reports the medians
+(other jobs on the machine change wall times from one run to the next). With several sizes, the slope of each
+figure per million pairs (a least-squares line over the sizes), the growth from the smallest size to the largest,
+and the line's value at --extrapolate million pairs. Last, the CPU time a worker spends building one training batch
+from the largest size's cache (the workers build their own batches from the memory-mapped arrays). `--repo DIR`
+runs another checkout's run.py on the same corpora, for a side-by-side comparison with an older commit (its cache
+format may differ: no batch timing then). `--keep` leaves the caches in --workdir, for `--runs warm` later.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import itertools
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -184,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "folder, removed at the end); about 13 MB of corpus and 350 MB of cache per copy")
     parser.add_argument("--repo", default=None, help="run another checkout's run.py (e.g. an older commit)")
     parser.add_argument("--extrapolate", type=float, default=40.0, help="million pairs to extrapolate the lines to")
+    parser.add_argument("--runs", nargs="+", choices=("cold", "warm"), default=["cold", "warm"],
+                        help="which starts to measure (warm alone: from caches an earlier --keep run left)")
+    parser.add_argument("--rounds", type=int, default=1, help="measure each size and start this many times, the "
+                        "sizes interleaved, and report the medians")
+    parser.add_argument("--keep", action="store_true", help="keep each size's cache in --workdir")
     parser.add_argument("--quick", action="store_true", help="a 2,000-pair synthetic corpus, one copy, a cold start "
                         "of one worker: checks the benchmark runs, measures nothing")
     return parser
@@ -194,27 +202,40 @@ def main(argv: list[str] | None = None) -> int:
     options, args = parse_run_options(parser, argv)
     print("command:", command_line())
     copies = [1] if args.quick else sorted(set(args.copies))
-    runs = ("cold",) if args.quick else ("cold", "warm")
+    runs = ("cold",) if args.quick else tuple(run for run in ("cold", "warm") if run in args.runs)
     workers = 1 if args.quick else options.workers
+    if args.rounds < 1:
+        parser.error(f"--rounds: at least 1, got {args.rounds}")
     if not args.quick and not (corpora_dir() / "europarl-fr-en").exists():
         print(f"skipped: {corpora_dir() / 'europarl-fr-en'} not found (set HOGWILD_CORPORA)")
         return 0
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-data-") as temporary:
         workdir = Path(args.workdir or temporary)
-        results, sizes = {}, []
-        for count in copies:
+        samples: dict[tuple[int, str], list[dict]] = {}
+        batch_ms = None
+        for round_, count in itertools.product(range(args.rounds), copies):  # the sizes interleaved, round by round
             train, pairs = write_copies(workdir / f"corpus-x{count}{'-quick' if args.quick else ''}", count,
                                         args.quick)
             cache = workdir / f"cache-x{count}"
-            shutil.rmtree(cache, ignore_errors=True)
+            if "cold" in runs:
+                shutil.rmtree(cache, ignore_errors=True)
+            elif not cache.is_dir():
+                parser.error(f"--runs warm: no cache {cache}; measure a cold start with --keep first")
             for run in runs:
-                results[(pairs, run)] = probe(train, cache, workdir / "scratch", workers, args.repo)
-                print(f"{pairs:,} pairs, {run}: " + ", ".join(
-                    f"{name} {results[(pairs, run)][key] / unit:.2f}" for key, name, unit in FIGURES), flush=True)
-            sizes.append(pairs)
-            batch_ms = None if args.repo or count != copies[-1] else batch_cpu_ms(train, cache)
-            shutil.rmtree(cache, ignore_errors=True)
-        print(f"run.py of {results[(sizes[0], 'cold')]['hogwild'].rsplit('/hogwild/', 1)[0]}, {workers} worker(s)")
+                record = probe(train, cache, workdir / "scratch", workers, args.repo)
+                samples.setdefault((pairs, run), []).append(record)
+                print(f"{pairs:,} pairs, {run}{f' (round {round_ + 1})' if args.rounds > 1 else ''}: " + ", ".join(
+                    f"{name} {record[key] / unit:.2f}" for key, name, unit in FIGURES), flush=True)
+            if not args.repo and round_ == args.rounds - 1 and count == copies[-1]:
+                batch_ms = batch_cpu_ms(train, cache)
+            if not args.keep:
+                shutil.rmtree(cache, ignore_errors=True)
+        results = {key: {figure: statistics.median(record[figure] for record in records) for figure, _, _ in FIGURES}
+                   for key, records in samples.items()}
+        sizes = sorted({pairs for pairs, _ in results})
+        first = samples[(sizes[0], runs[0])][0]
+        print(f"run.py of {first['hogwild'].rsplit('/hogwild/', 1)[0]}, {workers} worker(s)"
+              + (f", medians of {args.rounds} rounds" if args.rounds > 1 else ""))
         report(results, sizes, runs, args.extrapolate)
         if batch_ms is not None:
             print(f"a worker builds a training batch (B=64) from the {sizes[-1]:,}-pair cache in {batch_ms:.3f} ms "
