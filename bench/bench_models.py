@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
 
 import torch
@@ -107,6 +108,29 @@ def rounds_parser(doc: str, paper_rounds: int) -> argparse.ArgumentParser:
     return p
 
 
+def rounds_device(args: argparse.Namespace, name: str) -> torch.device:
+    """The device of a rounds benchmark (rounds_parser's flags), with its --threads; exits naming the benchmark when
+    CUDA is asked for and torch sees no GPU."""
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"{name}: --device cuda asked for, but torch sees no GPU")
+    return device
+
+
+def preset_models(args: argparse.Namespace, device: torch.device) -> Iterator[tuple[str, int, POSTagger,
+                                                                                   AttentionNMT]]:
+    """(preset, rounds, tagger, NMT model) of each preset a rounds benchmark times: small (--rounds), then paper
+    (--paper-rounds), each skipped at 0 rounds; both models seeded alike, on `device`."""
+    for preset in ("small", "paper"):
+        rounds = args.rounds if preset == "small" else args.paper_rounds
+        if rounds == 0:
+            continue
+        torch.manual_seed(0)
+        yield (preset, rounds, POSTagger(pos_preset(preset, **POS_VOCAB)).to(device),
+               AttentionNMT(nmt_preset(preset, src_words=args.vocab_size, tgt_words=args.vocab_size)).to(device))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = rounds_parser(__doc__, paper_rounds=2)
     p.add_argument("--quick", action="store_true", help="--rounds 1 --paper-rounds 0 --vocab-size 2000: seconds (CI)")
@@ -118,21 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     _, args = parse_run_options(p, argv)  # the run options' values are checked, then read from args
     if args.quick:
         args.rounds, args.paper_rounds, args.vocab_size = 1, 0, 2000
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("bench_models: --device cuda asked for, but torch sees no GPU")
+    device = rounds_device(args, "bench_models")
     g = torch.Generator().manual_seed(0)
     pos_one, pos_16 = to_device(pos_batch(1, 25, g), device), to_device(pos_batch(16, 25, g), device)
     nmt_64 = to_device(nmt_batch(64, args.vocab_size, g), device)
-    cases = []  # (name, model, loss_fn, batch, rounds, tokens per update)
-    for preset in ("small", "paper"):
-        rounds = args.rounds if preset == "small" else args.paper_rounds
-        if rounds == 0:
-            continue
-        torch.manual_seed(0)
-        tagger = POSTagger(pos_preset(preset, **POS_VOCAB)).to(device)
-        nmt = AttentionNMT(nmt_preset(preset, src_words=args.vocab_size, tgt_words=args.vocab_size)).to(device)
+    cases = []  # (name, model, loss_fn, batch, rounds)
+    for preset, rounds, tagger, nmt in preset_models(args, device):
         cases += [(f"pos/{preset} B=1x25", tagger, pos_loss, pos_one, rounds),
                   (f"pos/{preset} B=16x25", tagger, pos_loss, pos_16, rounds),
                   (f"nmt/{preset} B=64 full", nmt, nmt_loss, nmt_64, rounds),

@@ -23,12 +23,12 @@ import time
 import torch
 
 from hogwild.data.batching import bucket_length
-from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
+from hogwild.models import nmt_loss, pos_loss
 from hogwild.models.host_fields import to_device
 from hogwild.tasks.run_flags import parse_run_options
 
 from bench import command_line
-from bench.bench_models import AFFIX, POS_VOCAB, rounds_parser, time_cases
+from bench.bench_models import AFFIX, POS_VOCAB, preset_models, rounds_device, rounds_parser, time_cases
 
 EDGES = (8, 16, 24, 32, 48, 64)
 
@@ -103,22 +103,13 @@ def main(argv: list[str] | None = None) -> None:
     _, args = parse_run_options(build_parser(), argv)  # the run options' values are checked, then read from args
     if args.quick:
         args.rounds, args.paper_rounds, args.vocab_size, args.pairs = 1, 0, 2000, 16
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("bench_padded: --device cuda asked for, but torch sees no GPU")
+    device = rounds_device(args, "bench_padded")
     g = torch.Generator().manual_seed(0)
     pos_one, pos_16, nmt_64 = pos_batch(1, g), pos_batch(16, g), nmt_batch(args.pairs, args.vocab_size, g)
     batches = {name: (to_device(batch, device), to_device(bucket(batch, EDGES), device)) for name, batch, bucket in
                (("pos1", pos_one, bucketed_pos), ("pos16", pos_16, bucketed_pos), ("nmt", nmt_64, bucketed_nmt))}
     cases = []  # (name, model, loss_fn, batch, rounds)
-    for preset in ("small", "paper"):
-        rounds = args.rounds if preset == "small" else args.paper_rounds
-        if rounds == 0:
-            continue
-        torch.manual_seed(0)
-        tagger = POSTagger(pos_preset(preset, **POS_VOCAB)).to(device)
-        nmt = AttentionNMT(nmt_preset(preset, src_words=args.vocab_size, tgt_words=args.vocab_size)).to(device)
+    for preset, rounds, tagger, nmt in preset_models(args, device):
         cases += three_ways(f"pos/{preset} B=1", tagger, pos_loss, *batches["pos1"], rounds)
         cases += three_ways(f"pos/{preset} B=16", tagger, pos_loss, *batches["pos16"], rounds)
         cases += three_ways(f"nmt/{preset} B={args.pairs}", nmt, nmt_loss, *batches["nmt"], rounds)

@@ -1,7 +1,11 @@
 """bench_gpu.py's results: one Measurement per run, the JSON file of every run (rewritten after each, so a run cut
 short keeps what it measured), and the report of a task, which has these parts:
   - the table: updates/s (median, min-max), target tokens/s, the ratios to the eager plain loop and to the graphed
-    plain loop of the same precision, non-finite steps, GPU %, graphs and eager steps, and the engine's phases;
+    plain loop of the same precision, the updates timed, non-finite steps, GPU %, graphs, eager steps and their
+    share (of the graphed loop's steps, or the graphed workers', TrainResult.eager_share), and the engine's phases.
+    An engine run whose workers did not run the graphed step they were asked for (some or all fell back to the
+    eager step, or no shape was graphed) is its own row, named so ('engine (fell back to eager)'), never counted
+    as the variant;
   - the ratios the issue's targets name;
   - the projection to 1..4 GPUs with one worker each, beside the paper's Table 1.
 
@@ -32,17 +36,30 @@ class Measurement:
     nonfinite: int | None  # plain: steps whose loss/gradient norm was not finite; engine: skipped updates
     gpu: float | None  # utilisation in percent (see gpu_source)
     gpu_source: str  # 'nvml' | 'span'
-    phase_ms: dict[str, float] | None = None  # engine: mean ms per update per worker
-    graphs: int | None = None  # graphed plain loop: shapes captured (CPU: prepared)
-    eager_steps: int | None = None  # graphed plain loop: steps whose shape had no graph
+    phase_ms: dict[str, float] | None = None  # engine: mean ms per update per worker, over the steady window
+    graphs: int | None = None  # graphed loop or engine: shapes captured, all workers together (CPU: prepared)
+    eager_steps: int | None = None  # ... steps whose shape had no graph, run eagerly
     prepare_s: float | None = None  # graphed plain loop: seconds to capture, before the timed steps
-    timing: str = "stamps"  # 'stamps': each step's start; 'run clock': updates / the engine's training seconds
+    updates: int = 0  # updates the run made
+    window: int = 0  # updates timed: the steady window's
+    timing: str = "stamps"  # 'stamps': each plain step's start; 'counters': the engine workers' update counters, per
+    #                         tick; 'run clock': updates / the engine's training seconds (no window to time)
+    step: str | None = None  # engine: 'graphed', 'eager', 'no shape graphed', 'fell back to eager', 'F of K fell back'
+    #                          (gpu_engine.engine_step)
+    eager_share: float | None = None  # steps run eagerly per step, of the graphed loop / the graphed workers
+
+    @property
+    def label(self) -> str:
+        """The row's name: the variant, or what its workers ran instead."""
+        return self.variant if self.step in (None, "graphed", "eager") else f"{self.variant} ({self.step})"
+
 
 
 def save(path: str | None, command: str, device: str, measured: list[Measurement], missing: list[dict]) -> None:
+    """Every run's fields, with its row's label and eager share, and the runs not measured with their reasons."""
     if path:
-        Path(path).write_text(json.dumps({"command": command, "device": device,
-                                          "runs": [dataclasses.asdict(m) for m in measured],
+        runs = [{**dataclasses.asdict(m), "label": m.label} for m in measured]
+        Path(path).write_text(json.dumps({"command": command, "device": device, "runs": runs,
                                           "not_measured": missing}, indent=1) + "\n")
 
 
@@ -59,11 +76,12 @@ def projection(engine: dict[int, dict[str, float]], overlap: bool) -> list[tuple
 
 
 def summarise(runs: list[Measurement]) -> dict[tuple[str, int], dict]:
-    """(variant, workers) -> the median/min/max of updates/s, median tokens/s, runs, non-finite steps in all, mean
-    GPU %, mean phase ms, the precision and the graphed loop's last graph/eager counts."""
+    """(label, workers) -> the median/min/max of updates/s, median tokens/s, runs, the smallest window, non-finite
+    steps in all, mean GPU %, mean phase ms, the precision, the last run's graph and eager counts and the largest
+    eager share."""
     out = {}
-    for key in dict.fromkeys((m.variant, m.workers) for m in runs):
-        same = [m for m in runs if (m.variant, m.workers) == key]
+    for key in dict.fromkeys((m.label, m.workers) for m in runs):
+        same = [m for m in runs if (m.label, m.workers) == key]
         rates = [m.rate for m in same]
         gpus = [m.gpu for m in same if m.gpu is not None]
         phases = [m.phase_ms for m in same if m.phase_ms]
@@ -71,7 +89,8 @@ def summarise(runs: list[Measurement]) -> dict[tuple[str, int], dict]:
                     "tokens": statistics.median(m.tokens_rate for m in same), "precision": same[0].precision,
                     "nonfinite": sum(m.nonfinite or 0 for m in same), "gpu": statistics.fmean(gpus) if gpus else None,
                     "source": same[0].gpu_source, "graphs": same[-1].graphs, "eager": same[-1].eager_steps,
-                    "timing": same[-1].timing,
+                    "share": max((m.eager_share for m in same if m.eager_share is not None), default=None),
+                    "window": min(m.window for m in same), "timing": same[-1].timing,
                     "phase_ms": {k: statistics.fmean(p[k] for p in phases) for k in phases[0]} if phases else None}
     return out
 
@@ -82,27 +101,32 @@ def _reference(rows: dict, precision: str) -> float | None:
     return row["median"] if row else None
 
 
+STEADY = 600  # updates a steady window should hold
+
+
 def report(runs: list[Measurement], overlap: bool, repeats: int) -> None:
     """The task's table, its ratios and the projection to 1..4 GPUs beside the paper's Table 1."""
     rows = summarise(runs)
     eager = rows[(EAGER, 1)]["median"] if (EAGER, 1) in rows else None
-    print(f"  {'variant':19} K  {'updates/s':>9} {'(min - max, runs)':27} {'tokens/s':>10}{'x plain':>10}"
-          f"{'x graphed':>10}  {'non-finite':>10}  {'GPU %':10}  {'graphs/eager':>12}  {'pull':>6} {'compute':>7} "
-          f"{'push':>6} {'update':>6} (ms/update, per worker)")
-    for (variant, workers), row in rows.items():
+    print(f"  {'variant':34} K  {'updates/s':>9} {'(min - max, runs)':27} {'tokens/s':>10}{'x plain':>10}"
+          f"{'x graphed':>10} {'timed':>6}  {'non-finite':>10}  {'GPU %':10}  {'graphs/eager':>12} {'eager %':>7}  "
+          f"{'pull':>6} {'compute':>7} {'push':>6} {'update':>6} (ms/update, per worker)")
+    for (label, workers), row in rows.items():
         graphed = _reference(rows, row["precision"])
         ratios = "".join(f"{row['median'] / base:10.3f}" if base else f"{'-':>10}" for base in (eager, graphed))
         gpu = f"{row['gpu']:5.1f} {row['source']:4}" if row["gpu"] is not None else f"{'-':>5} {'-':4}"
         shapes = f"{row['graphs']}/{row['eager']}" if row["graphs"] is not None else "-"
+        share = f"{100 * row['share']:7.1f}" if row["share"] is not None else f"{'-':>7}"
         ms = row["phase_ms"]
         phases = f"{ms['pull']:6.2f} {ms['compute']:7.2f} {ms['push']:6.2f} {ms['update']:6.2f}" if ms else ""
-        clock = " (run clock)" if row["timing"] != "stamps" else ""
+        clock = " (run clock)" if row["timing"] == "run clock" else ""
         spread = f"({row['min']:.2f} - {row['max']:.2f}, {row['runs']})"
-        print(f"  {variant:19} {workers}  {row['median']:9.2f} {spread:27} {row['tokens']:10.0f} {ratios}  "
-              f"{row['nonfinite']:10d}  {gpu}  {shapes:>12}  {phases}{clock}")
+        print(f"  {label:34} {workers}  {row['median']:9.2f} {spread:27} {row['tokens']:10.0f} {ratios} "
+              f"{row['window']:6d}  {row['nonfinite']:10d}  {gpu}  {shapes:>12} {share}  {phases}{clock}")
     print(f"  (x plain: against the eager plain loop; x graphed: against the graphed plain loop of the row's precision;"
-          f" medians of up to {repeats} runs)")
-    engine = {k[1]: v for k, v in rows.items() if k[0] == "engine"}
+          f" medians of up to {repeats} runs; timed: the updates of the steady window, the fewest of the runs, "
+          f"{STEADY} or more for a steady rate; eager %: steps run eagerly per update)")
+    engine = {k[1]: v for k, v in rows.items() if k[0] == "engine"}  # a fallen-back row is not the engine's
     for precision in ("fp32", "bf16"):
         graphed = _reference(rows, precision)
         ones = {k[0]: v for k, v in rows.items() if k[0].startswith("engine") and k[1] == 1

@@ -1,29 +1,36 @@
-"""The graphed worker step (Config.graphs, hogwild/worker/step_graph.py) on one GPU, with the real models: does a
-captured step give the eager step's gradients, and what does a step cost with graphs off and on, packed and padded,
-in fp32 and under bf16 autocast? A prepared check for a GPU session; bench/bench_gpu.py owns the engine's headline
-rates.
+"""The graphed worker step (Config.graphs, hogwild/worker/step_graph.py) on one GPU, with the real models, answering
+first what a first GPU run must know, then what a step costs:
+  1. equality: per task, one captured step (replayed on another batch of its bucket) against the eager padded loss
+     and backward on that batch, clipped as the eager worker clips; every gradient within --rtol of the largest;
+  2. dropout: per task with dropout 0.2, the same graph replayed under two batch seeds (seed_batch, as the worker
+     seeds each step) against eager steps under the same seeds: each pair equal, and the two replays different (a
+     replay draws fresh masks, from the seed);
+  3. fallback: in a child process, hogwild.train with one worker on the device, Config.graphs 'auto' and a loss
+     that reads the device on the host only while a graph is being captured (a sync CUDA refuses during capture:
+     the capture fails as a real one does, after the warm-up succeeded). The worker must warn, run the eager step
+     and train every batch; with graphs 'on' the same run must fail with a message naming graphs='off'.
+Then `verdict: OK` or `verdict: FAIL (...)` at once, and (unless --timed-steps 0; --timing-only: this alone) the
+median of --timed-steps steps per configuration, interleaved: an eager step is zero_grad + forward + backward (packed at the batch's own length,
+padded at its bucket edge); a graphed step is copy-in + replay + the gradient copy-out to the host, waited for (what
+a worker's update thread waits for); fp32 and under bf16 autocast. Batches: seeded ids with mixed lengths
+(bench/bench_padded.py's), NMT 64 pairs, POS one sentence. The exit status is 1 when the verdict is FAIL.
 
-Equality: one step of each model (paper presets, run.py's recipe: NMT clipped to 1.0, POS with sparse embedding
-tables) through StepGraphs (captured, replayed on another batch of the same bucket) against the eager padded loss
-and backward on that batch, clipped as the eager worker clips; every gradient within --rtol of the largest. Timing:
-the median of --timed-steps steps per configuration, interleaved; an eager step is zero_grad + forward + backward (packed
-at the batch's own length, padded at its bucket edge); a graphed step is copy-in + replay + the gradient copy-out to
-the host, waited for (what a worker's update thread waits for). Batches: seeded ids with mixed lengths
-(bench/bench_padded.py's), NMT 64 pairs, POS one sentence.
-
-On the CPU (`--device cpu --quick`) nothing is captured (it says so): the graphed rows run the same step without a
-graph, small presets, one step: it checks the script, and measures nothing.
+On the CPU (`--device cpu --quick`) nothing is captured (it says so): the graphed step runs the same step without a
+graph, small presets; the fallback child trains on 'cpu-replica', where nothing can fail to capture (it says so). It
+checks the script, and measures nothing.
 
 Usage:
-    python -m bench.gpu_step_check --device cuda:0            (about a minute on an H100)
+    python -m bench.gpu_step_check --device cuda:0            (under a minute on an H100)
     python -m bench.gpu_step_check --device cpu --quick
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -35,7 +42,7 @@ from hogwild.models.host_fields import to_device
 from hogwild.share.run_state import PhaseClock
 from hogwild.tasks.defaults import POS_BUCKET_EDGES, graph_bucket_edges
 from hogwild.tasks.run_flags import parse_run_options
-from hogwild.worker.gradients import gradient_norm
+from hogwild.worker.gradients import gradient_norm, seed_batch
 from hogwild.worker.step_graph import StepGraphs
 
 from bench import command_line
@@ -43,12 +50,17 @@ from bench.bench_models import POS_VOCAB, step_parser, time_update
 from bench.bench_padded import bucketed_nmt, bucketed_pos, nmt_batch, pos_batch
 
 CLIP = {"nmt": 1.0, "pos": None}  # run.py's recipes (tasks/defaults.py)
+LOSS = {"nmt": nmt_loss, "pos": pos_loss}
+DROPOUT = 0.2
+SEEDS = (11, 12)  # the dropout pair's two batch seeds
+FALLBACK_BATCHES = 6  # the fallback child's run: POS sentences of one bucket
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def models(preset: str, vocab: int) -> dict[str, torch.nn.Module]:
+def models(preset: str, vocab: int, dropout: float = 0.0) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
-    return {"nmt": AttentionNMT(nmt_preset(preset, src_words=vocab, tgt_words=vocab)),
-            "pos": POSTagger(pos_preset(preset, **POS_VOCAB, sparse_embeddings=True))}
+    return {"nmt": AttentionNMT(nmt_preset(preset, src_words=vocab, tgt_words=vocab, dropout=dropout)),
+            "pos": POSTagger(pos_preset(preset, **POS_VOCAB, sparse_embeddings=True, dropout=dropout))}
 
 
 def task_batches(pairs: int, vocab: int) -> dict[str, tuple[dict, dict, dict]]:
@@ -68,81 +80,162 @@ def task_batches(pairs: int, vocab: int) -> dict[str, tuple[dict, dict, dict]]:
     return found
 
 
+def padded(task: str):
+    return functools.partial(LOSS[task], padded=True)
+
+
 def graphed(model, task: str, device: torch.device, amp: str | None, batches: list[dict]) -> StepGraphs:
+    """The worker's graphed step for `model`, captured for every shape of the batches, its parameters pulled."""
     config = hogwild.Config(devices=["cuda:0" if device.type == "cuda" else "cpu-replica"], clip_norm=CLIP[task],
-                            amp=amp, graphs="on", progress=False, tensorboard=False)
-    loss_fn = functools.partial(nmt_loss if task == "nmt" else pos_loss, padded=True)
-    step = StepGraphs(model, loss_fn, device, config)
-    step.prepare(batches)
+                            amp=amp, graphs="on", graph_limit=len(batches), progress=False, tensorboard=False)
+    step = StepGraphs(model, padded(task), device, config)
+    step.prepare(batches)  # graph_limit: a graph for each shape, however often it is used
     step.pull.prefetch(0)
     step.pull.make_current()
     return step
 
 
-def graphed_step(step: StepGraphs, batch: dict, device: torch.device) -> tuple[bool, float, list]:
+def graphed_grads(step: StepGraphs, batch: dict, device: torch.device, seed: int = 0) -> tuple[bool, list]:
+    """One step of `step` on `batch` under batch seed `seed`, waited for: (finite, host gradients, copied out of the
+    outbox's slot, which the next step overwrites)."""
+    seed_batch(device, seed)
     clock = PhaseClock(device)
     clock.mark()
     clock.mark()
-    finite, loss, grads, _ = step.run(batch, 0, clock).resolve()
-    return finite, loss, grads
+    result = step.run(batch, 0, clock)
+    if result.eager:
+        raise RuntimeError("the graphed step ran eagerly: no graph for this batch's shape")
+    finite, _, grads, _ = result.resolve()
+    return finite, [g.to_dense().clone() for g in grads]
+
+
+def eager_grads(task: str, model, batch: dict, device: torch.device, seed: int = 0) -> list:
+    """The eager worker's gradients of the padded loss on `batch` under batch seed `seed`, clipped, on the host."""
+    replica = copy.deepcopy(model).to(device)
+    seed_batch(device, seed)
+    loss, _ = padded(task)(replica, to_device(batch, device))
+    loss.backward()
+    params = [p for p in replica.parameters() if p.requires_grad]
+    gradient_norm(params, CLIP[task])
+    return [p.grad.to_dense().cpu() for p in params]
+
+
+def largest_gap(a: list, b: list) -> tuple[float, float]:
+    """(max |a - b| over every gradient, the largest |b|)."""
+    return (max(float((x - y).abs().max()) for x, y in zip(a, b)), max(float(y.abs().max()) for y in b))
 
 
 def equality(task: str, model, batches: tuple[dict, dict, dict], device: torch.device, rtol: float) -> bool:
     """One captured step (replayed on the second batch of the bucket) against the eager padded step."""
     _, first, second = batches
-    step = graphed(model, task, device, None, [first])
-    finite, _, grads = graphed_step(step, second, device)
-    replica = copy.deepcopy(model).to(device)
-    loss, _ = functools.partial(nmt_loss if task == "nmt" else pos_loss, padded=True)(replica, to_device(second,
-                                                                                                       device))
-    loss.backward()
-    params = [p for p in replica.parameters() if p.requires_grad]
-    gradient_norm(params, CLIP[task])
-    expected = [p.grad.to_dense().cpu() for p in params]
-    worst = max(float((g.to_dense() - e).abs().max()) for g, e in zip(grads, expected))
-    scale = max(float(e.abs().max()) for e in expected)
+    finite, grads = graphed_grads(graphed(model, task, device, None, [first]), second, device)
+    worst, scale = largest_gap(grads, eager_grads(task, model, second, device))
     ok = finite and worst <= rtol * scale
     print(f"equal {task}: max |graphed - eager| {worst:.3e}, largest gradient {scale:.3e}: {'OK' if ok else 'FAIL'}")
     return ok
 
 
-def build_parser() -> argparse.ArgumentParser:
+def dropout_pair(task: str, model, batches: tuple[dict, dict, dict], device: torch.device, rtol: float) -> bool:
+    """With dropout: one graph replayed under two seeds, each against the eager step under the same seed; the two
+    replays must differ (fresh masks per replay)."""
+    _, first, second = batches
+    step = graphed(model, task, device, None, [first])
+    replays = [graphed_grads(step, second, device, seed) for seed in SEEDS]
+    gaps = [largest_gap(grads, eager_grads(task, model, second, device, seed)) for seed, (_, grads) in
+            zip(SEEDS, replays)]
+    apart, scale = largest_gap(replays[0][1], replays[1][1])
+    equal = all(finite for finite, _ in replays) and all(worst <= rtol * s for worst, s in gaps)
+    fresh = apart > 100 * rtol * scale
+    ok = equal and fresh
+    print(f"dropout {task}: max |graphed - eager| under seeds {SEEDS[0]}, {SEEDS[1]}: "
+          f"{gaps[0][0]:.3e}, {gaps[1][0]:.3e}; the two replays apart by {apart:.3e} (largest gradient {scale:.3e}): "
+          f"{'OK' if ok else 'FAIL'}{'' if fresh else ' (the same masks twice)'}")
+    return ok
+
+
+class CaptureFailingLoss:
+    """A padded loss that reads the device on the host while a CUDA graph is being captured, and only then: CUDA
+    refuses the sync and invalidates the capture, as a real capture failure does, after the probe and the warm-up
+    (not captured) succeeded. Module level: the worker unpickles it."""
+
+    def __init__(self, task: str):
+        self.loss_fn = padded(task)
+
+    def __call__(self, model, batch: dict):
+        loss, count = self.loss_fn(model, batch)
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            float(loss)  # the host read that fails the capture
+        return loss, count
+
+
+def fallback_run(device: str, graphs: str, preset: str) -> dict:
+    """hogwild.train of FALLBACK_BATCHES POS sentences of one bucket, one worker on `device`, a loss whose capture
+    fails: what the run did (in the child process that `fallback` starts)."""
+    model = models(preset, 500)["pos"]
+    g = torch.Generator().manual_seed(1)
+    batches = [bucketed_pos(pos_batch(1, g), (64,)) for _ in range(FALLBACK_BATCHES)]
+    config = hogwild.Config(devices=[device], graphs=graphs, epochs=1, progress=False, tensorboard=False,
+                            lr=0.03, hang_timeout=60)
+    try:
+        result = hogwild.train(model, CaptureFailingLoss("pos"), batches, config)
+    except hogwild.WorkerFailed as error:
+        return {"graphs": graphs, "failed": str(error).strip()[-1500:]}  # the end names the worker's own error
+    return {"graphs": graphs, "updates": result.updates, "captured": result.graphs, "eager_steps": result.eager_steps}
+
+
+def fallback(device: torch.device, preset: str) -> bool:
+    """The fallback child, for graphs 'auto' then 'on': auto must warn and train every batch eagerly; on must fail
+    naming graphs='off'. On the CPU nothing is captured, so nothing can fail: the child runs 'auto' only, to show the
+    run trains."""
+    cuda = device.type == "cuda"
+    where, modes = ("cuda:0", ("auto", "on")) if cuda else ("cpu-replica", ("auto",))
+    code = (f"import json; from bench.gpu_step_check import fallback_run; "
+            f"[print('fallback:', json.dumps(fallback_run({where!r}, g, {preset!r})), flush=True) for g in {modes!r}]")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    runs = {r["graphs"]: r for r in (json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines()
+                                     if line.startswith("fallback: "))}
+    auto, on = runs.get("auto", {}), runs.get("on", {})
+    if not cuda:
+        ok = done.returncode == 0 and auto.get("updates") == FALLBACK_BATCHES
+        print(f"fallback: not exercised on the CPU (nothing is captured); the child trained {auto.get('updates')} of "
+              f"{FALLBACK_BATCHES} batches: {'OK' if ok else 'FAIL'}")
+    else:
+        warned = "eager step" in done.stderr
+        eager = auto.get("updates") == FALLBACK_BATCHES and auto.get("captured") == 0 and warned
+        named = "graphs='off'" in on.get("failed", "") or "--graphs off" in on.get("failed", "")
+        ok = done.returncode == 0 and eager and named
+        print(f"fallback: graphs auto {json.dumps(auto)}, warned of the eager step: {warned}; graphs on "
+              f"{json.dumps(on)}: {'OK' if ok else 'FAIL'}")
+    if not ok:
+        print(f"fallback child exit {done.returncode}; its stderr (end):\n{done.stderr[-3000:]}")
+    return ok
+
+
+def build_parser():
     p = step_parser(__doc__)
     p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu (no capture)")
-    p.add_argument("--timed-steps", type=int, default=20, help="timed steps per configuration")
+    p.add_argument("--timed-steps", type=int, default=20, help="timed steps per configuration (0: no timing)")
     p.add_argument("--rtol", type=float, default=1e-4, help="equality: tolerance relative to the largest gradient")
-    p.add_argument("--quick", action="store_true", help="small presets, 1 step, 4 NMT pairs of 500 words (CI)")
+    p.add_argument("--timing-only", action="store_true", help="the timing alone, without the checks and the verdict")
+    p.add_argument("--quick", action="store_true", help="small presets, 1 timed step, 4 NMT pairs of 500 words (CI)")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    _, args = parse_run_options(build_parser(), argv)  # the run options' values are checked, then read from args
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("gpu_step_check: --device cuda asked for, but torch sees no GPU")
-    preset, vocab, pairs = ("small", 500, 4) if args.quick else ("paper", args.vocab_size, 64)
-    steps = 1 if args.quick else args.timed_steps
-    print(f"# gpu_step_check: {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, device {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
-    print("# command: " + command_line())
-    if device.type != "cuda":
-        print("# capture skipped: no GPU; the graphed rows run the same step without a graph (this measures nothing)")
-    batches, nets = task_batches(pairs, vocab), models(preset, vocab)
-    ok = all([equality(task, nets[task], batches[task], device, args.rtol) for task in ("nmt", "pos")])
-    cases = {}  # name -> zero-argument step
+def timing(nets: dict, batches: dict, device: torch.device, steps: int) -> None:
+    """The median step time of each configuration, interleaved, with its ratio to the eager packed step."""
+    cases = {}  # name -> zero-argument step returning its seconds
     for task in ("nmt", "pos"):
         own, bucket, other = (to_device(b, device) for b in batches[task])
-        loss_fn = nmt_loss if task == "nmt" else pos_loss
         replica = copy.deepcopy(nets[task]).to(device)
         for amp in (None, "bf16"):
             precision = amp or "fp32"
-            cases[f"{task} {precision} eager packed"] = functools.partial(time_update, replica, loss_fn, own, device,
-                                                                          amp)
-            cases[f"{task} {precision} eager padded"] = functools.partial(
-                time_update, replica, functools.partial(loss_fn, padded=True), bucket, device, amp)
+            cases[f"{task} {precision} eager packed"] = functools.partial(time_update, replica, LOSS[task], own,
+                                                                          device, amp)
+            cases[f"{task} {precision} eager padded"] = functools.partial(time_update, replica, padded(task), bucket,
+                                                                          device, amp)
             step = graphed(nets[task], task, device, amp, [batches[task][1]])
             cases[f"{task} {precision} graphed padded"] = functools.partial(
-                lambda s, b: _timed(lambda: graphed_step(s, b, device), device), step, batches[task][2])
+                lambda s, b: _timed(lambda: graphed_grads(s, b, device), device), step, batches[task][2])
     for run in cases.values():  # warm-up
         run()
     times = {name: [] for name in cases}
@@ -154,7 +247,44 @@ def main(argv: list[str] | None = None) -> int:
         unit = statistics.median(times[name.rsplit(" ", 2)[0] + " eager packed"])
         median = statistics.median(times[name])
         print(f"{name:28s} {median * 1e3:9.2f} {median / unit:15.2f}")
-    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    _, args = parse_run_options(build_parser(), argv)  # the run options' values are checked, then read from args
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("gpu_step_check: --device cuda asked for, but torch sees no GPU")
+    preset, vocab, pairs = ("small", 500, 4) if args.quick else ("paper", args.vocab_size, 64)
+    print(f"# gpu_step_check: {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, device {device}"
+          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""))
+    print("# command: " + command_line(), flush=True)
+    if device.type != "cuda":
+        torch.set_num_threads(1)  # it measures nothing here; 2+ spinning threads on a busy machine take 30x longer
+        print("# capture skipped: no GPU; the graphed step runs the same step without a graph (this measures nothing)")
+    if args.timing_only and args.timed_steps < 1:
+        raise SystemExit("gpu_step_check: --timing-only needs --timed-steps 1 or more")
+    batches, nets, noisy = task_batches(pairs, vocab), models(preset, vocab), models(preset, vocab, DROPOUT)
+    if args.timing_only:
+        timing(nets, batches, device, 1 if args.quick else args.timed_steps)
+        return 0
+    checks = {f"equal {t}": functools.partial(equality, t, nets[t], batches[t], device, args.rtol) for t in LOSS}
+    checks.update({f"dropout {t}": functools.partial(dropout_pair, t, noisy[t], batches[t], device, args.rtol)
+                   for t in LOSS})
+    checks["fallback"] = functools.partial(fallback, device, preset)
+    failed = []
+    for name, check in checks.items():  # each runs whatever the others gave; an error is that check's failure
+        try:
+            ok = check()
+        except Exception as error:  # noqa: BLE001 - said in the verdict, the next checks still run
+            print(f"{name}: {type(error).__name__}: {str(error).strip()[:2000]}: FAIL")
+            ok = False
+        sys.stdout.flush()
+        if not ok:
+            failed.append(name)
+    print(f"verdict: {'FAIL (' + ', '.join(failed) + ')' if failed else 'OK'}", flush=True)
+    if args.timed_steps > 0:
+        timing(nets, batches, device, 1 if args.quick else args.timed_steps)
+    return 1 if failed else 0
 
 
 def _timed(run, device: torch.device) -> float:

@@ -1,10 +1,15 @@
-"""How bench_gpu.py times a run: the engine's loss function stamps each batch's start (StampedLoss), the plain loop's
-steps are marked where the device runs them (StepSpans: CUDA events, which a loop that never waits for the device
-needs), then the steady window of the stamps (updates/s and tokens/s), the GPU's utilisation (NVML samples) or the
-steps' spans, and TF32 matrix products on demand.
+"""How bench_gpu.py times a run over its steady window, the middle 80% of its updates (start-up, capture and the
+join excluded alike):
+  - the plain loop's steps are marked where the device runs them (StepSpans: CUDA events, which a loop that never
+    waits for the device needs): `steady_window` of their starts, `steady_tokens`;
+  - an engine run is timed by its workers' own update counters, which each worker bumps as an update lands, read by
+    the parent every tick (0.1 s) into the run's metrics records (TrainResult.records with Config.log_every=1): the
+    same for an eager and a graphed worker step, which never calls a Python hook per update (`steady_records`,
+    with the workers' per-update phase times over the same window);
+  - the GPU's utilisation over the same window (NVML samples), or the steps' spans.
 
-Usage: `stamps = torch.zeros(n, dtype=torch.float64).share_memory_(); loss_fn = StampedLoss(nmt_loss, stamps)`;
-after training `rate, start, end = steady_window(stamps)`; `steady_tokens(stamps, tokens)` (tokens per batch)
+Usage: `rate, start, end = steady_window(spans.starts())`; `steady_tokens(starts, tokens)` (tokens per batch);
+`window = steady_records(result.records[:-1], result.updates)`
 """
 from __future__ import annotations
 
@@ -12,47 +17,66 @@ import statistics
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
 
-class StampedLoss:
-    """loss_fn(model, batch) stamping time.perf_counter() (system-wide) into a shared slot per batch; with tf32,
-    first turns on TF32 matrix products in the process that calls it (an engine worker)."""
-
-    def __init__(self, loss_fn, stamps: torch.Tensor, tf32: bool = False):
-        self.loss_fn, self.stamps, self.tf32 = loss_fn, stamps, tf32  # stamps: (N,) float64, shared
-
-    def __call__(self, model, batch: dict):
-        if self.tf32:
-            torch.backends.cuda.matmul.allow_tf32 = True
-        self._stamp(batch["index"])
-        return self.loss_fn(model, {k: v for k, v in batch.items() if k != "index"})
-
-    @torch.compiler.disable
-    def _stamp(self, index: int) -> None:
-        """Runs eagerly under a compiled step (Config.compile): one graph break, no recompilation per index."""
-        self.stamps[index] = time.perf_counter()
+def _middle(count: int) -> tuple[int, int]:
+    """(first, last) step of the steady window of `count` steps: steps first..last-1 are timed, start to start."""
+    return int(0.1 * count), max(min(int(0.9 * count), count - 1), 1)
 
 
 def steady_window(stamps: torch.Tensor) -> tuple[float, float, float]:
-    """(updates/s, start, end) over the middle 80% of the stamped updates (unstamped slots are 0)."""
+    """(updates/s, start, end) over the middle 80% of the stamped steps' starts (unstamped slots are 0): from the
+    start of step 10% to the start of step 90%, so 750 steps time 600."""
     times = stamps[stamps > 0].sort().values
     if len(times) < 2:
         raise ValueError(f"{len(times)} of {len(stamps)} batches were stamped: no steady window to time")
-    first, last = int(0.1 * len(times)), max(int(0.9 * len(times)) - 1, 1)
+    first, last = _middle(len(times))
     start, end = float(times[first]), float(times[last])
     return (last - first) / max(end - start, 1e-9), start, end
 
 
 def steady_tokens(stamps: torch.Tensor, tokens: list[int]) -> float:
-    """Tokens per second over steady_window's window: the tokens of the batches stamped inside it (tokens[i]: batch
-    i's), over its length."""
+    """Tokens per second over steady_window's window: the tokens of the steps timed in it (tokens[i]: batch i's),
+    over its length."""
     stamped = (stamps > 0).nonzero().squeeze(1)
     order = stamped[stamps[stamped].argsort()]  # batch indices in the order they ran
     _, start, end = steady_window(stamps)
-    first, last = int(0.1 * len(order)), max(int(0.9 * len(order)) - 1, 1)
+    first, last = _middle(len(order))
     return sum(tokens[i] for i in order[first:last].tolist()) / max(end - start, 1e-9)
+
+
+@dataclass
+class Window:
+    """An engine run's steady window, from its metrics records."""
+
+    rate: float  # updates/s
+    tokens_rate: float  # examples (tokens, as the loss counts them) per second
+    start: float  # time.time() of its first record
+    end: float  # ... and of its last
+    updates: int  # updates that landed inside it
+    phase_ms: dict[str, float]  # the workers' mean ms per update landed inside it: pull, compute, push, update
+
+
+def steady_records(records: list[dict], total: int) -> Window | None:
+    """The steady window of an engine run of `total` updates from its tick records (each: time, the updates landed
+    so far, the interval's examples/s and phase ms per update): from the last record at or below 10% of the updates
+    to the first at or above 90%, so that 750 updates time at least 600. None when no two records span it (a run
+    of a few ticks)."""
+    ups = [r["updates"] for r in records]
+    lo = max((i for i, u in enumerate(ups) if u <= 0.1 * total), default=0)
+    hi = min((i for i, u in enumerate(ups) if u >= 0.9 * total), default=len(records) - 1)
+    if hi <= lo or ups[hi] == ups[lo]:
+        return None
+    inside = range(lo + 1, hi + 1)
+    times = [r["time"] for r in records]
+    seconds, updates = times[hi] - times[lo], ups[hi] - ups[lo]
+    tokens = sum(records[i]["examples_per_s"] * (times[i] - times[i - 1]) for i in inside)
+    phases = {name: sum(records[i]["phase_ms"][name] * (ups[i] - ups[i - 1]) for i in inside) / updates
+              for name in records[hi]["phase_ms"]}
+    return Window(updates / seconds, tokens / seconds, times[lo], times[hi], updates, phases)
 
 
 class UtilisationSampler:
@@ -131,16 +155,6 @@ class StepSpans:
         torch.cuda.synchronize()
         return torch.tensor([self.origin + self.origin_event.elapsed_time(mark) / 1000 for mark in self.marks[::2]],
                             dtype=torch.float64)
-
-
-@contextmanager
-def tf32_matmuls(on: bool):
-    before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = on or before
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def sampler_for(device: torch.device, nvml: bool):

@@ -43,6 +43,7 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor, nn
 
+from hogwild.worker.capture import capture_graph
 from hogwild.worker.replica import move_batch, sparse_tables
 
 WARMUP_STEPS = 3  # eager steps on a side stream before a capture
@@ -157,9 +158,8 @@ class BucketGraphs:
             self._restore(initial)
             if self.capture:
                 self.run.zero_grad()  # backward inside the capture allocates the gradients from the graph's pool
-                self.graphs[shape] = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(self.graphs[shape], pool=self.pool):
-                    self.run(static)
+                # a failed capture raises CaptureFailed with the process left healthy (hogwild/worker/capture.py)
+                self.graphs[shape], _ = capture_graph(lambda: self.run(static), self.pool)
             self.static[shape] = static
         return len(firsts)
 

@@ -9,13 +9,18 @@ Without ``--source`` the official location is used (statmt.org Europarl v7; the 
 unpacked, empty pairs dropped, and the last ``2 * --held-out`` pairs become dev and test. Every output is checked with
 the project's readers; ``manifest.json`` records each file's sha256 and line/sentence count. Bad input prints one
 ``error: file:line: ...`` line and exits with status 1, without a traceback, and leaves ``--out`` as it was (what the
-failed command wrote there is removed; a folder it created, too).
+failed command wrote there is removed; a folder it created, too). A value that cannot be right (``--sha256`` that is
+not 64 hex digits, ``--held-out -5``, the same language twice, an unknown treebank without ``--code``, an option the
+source would ignore, an ``--out`` that holds another prepared corpus) is refused naming its flag, with status 2; flags
+are spelled out in full. A local UD folder must hold the treebank's own files
+(``<code>-ud-<split>.conllu``): another treebank's files are refused, naming the file and the treebank they belong to.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import re
 import shutil
 import sys
 import tarfile
@@ -37,9 +42,23 @@ EUROPARL_URL = "https://www.statmt.org/europarl/v7/{pair}.tgz"
 UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/{treebank}/master/{code}-ud-{split}.conllu"
 UD_CODES = {"UD_German-GSD": "de_gsd", "UD_German-HDT": "de_hdt", "UD_German-LIT": "de_lit", "UD_German-PUD": "de_pud",
             "UD_French-GSD": "fr_gsd", "UD_English-EWT": "en_ewt", "UD_English-PUD": "en_pud", "UD_French-PUD": "fr_pud"}
+UD_CODE = r"[a-z]{2,3}(?:_[a-z0-9]+)?"  # a UD file prefix: language code, treebank name (de_gsd)
+UD_FILE = re.compile(rf"(?P<code>{UD_CODE})-ud-(?P<split>train|dev|test)\.conllu")  # UD's file names
+UD_TREEBANK = re.compile(r"UD_[A-Z][A-Za-z_]*-[A-Za-z0-9]+")  # UD's repository names: UD_<Language>-<Name>
+# Europarl v7 pairs English with each of these (statmt's archives are named <xx>-en.tgz)
+EUROPARL_LANGUAGES = ("bg", "cs", "da", "de", "el", "es", "et", "fi", "fr", "hu", "it", "lt", "lv", "nl", "pl", "pt",
+                      "ro", "sk", "sl", "sv")
 # sha256 of official files, checked when downloaded. Could not be filled in from this offline machine: pass --sha256,
 # or read the value printed and stored in manifest.json by a first trusted download and add it here.
 KNOWN_SHA256: dict[str, str] = {}
+
+
+class BadOption(ValueError):
+    """A value that cannot be right whatever the files hold; the command line shows it as a usage error (status 2)."""
+
+    def __init__(self, flag: str, message: str):
+        super().__init__(f"{flag}: {message}")
+        self.flag = flag
 
 
 class DownloadError(CorpusError):
@@ -106,6 +125,18 @@ def _output_folder(out: Path) -> Iterator[Path]:
         raise
 
 
+def _check_not_another_corpus(out: Path, corpus: str) -> None:
+    """A folder that holds another prepared corpus (its manifest.json names it) is not written into: the two corpora's
+    files would mix (a POS --train folder is read whole), and the manifest would list the second one's alone."""
+    try:
+        held = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["corpus"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return  # no manifest there (a new or a plain folder), or none written by prepare
+    if held != corpus:
+        raise BadOption("--out", f"{out} holds the prepared corpus {held} (its manifest.json): its files and "
+                                 f"{corpus}'s would mix; give {corpus} a folder of its own")
+
+
 def _is_url(source: str) -> bool:
     return urllib.parse.urlparse(source).scheme in ("http", "https", "file", "ftp")
 
@@ -118,13 +149,18 @@ def _write_manifest(out: Path, corpus: str, source: str, counts: dict[str, int],
 
 
 def prepare_europarl(src: str, tgt: str, out: str | Path, source: str | None = None, sha256: str | None = None,
-                     held_out: int = 3000) -> dict:
-    """Make ``out/{train,dev,test}.{src,tgt}`` (local folder: copied as they are, compressed or not)."""
+                     held_out: int | None = None) -> dict:
+    """Make ``out/{train,dev,test}.{src,tgt}`` (local folder: copied as they are, compressed or not; an archive: the
+    last ``2 * held_out`` pairs, 3000 each by default, become dev and test)."""
+    folder = source is not None and not _is_url(source) and Path(source).is_dir()
+    _check_europarl(src, tgt, source, sha256, held_out, folder)
     out = Path(out)
+    _check_not_another_corpus(out, f"europarl-{src}-{tgt}")
     out.mkdir(parents=True, exist_ok=True)
     pair = "-".join(sorted((src, tgt), key=lambda lang: lang == "en"))  # statmt names pairs "<xx>-en"
     source = source or EUROPARL_URL.format(pair=pair)
-    if not _is_url(source) and Path(source).is_dir():
+    held_out = 3000 if held_out is None else held_out
+    if folder:
         counts = {}
         for split in ("train", "dev", "test"):
             try:
@@ -157,6 +193,36 @@ def prepare_europarl(src: str, tgt: str, out: str | Path, source: str | None = N
                            {"archive_sha256": sha256_of(archive), "dropped_empty": len(lines[src]) - len(pairs)})
 
 
+def _check_europarl(src: str, tgt: str, source: str | None, sha256: str | None, held_out: int | None,
+                    folder: bool) -> None:
+    for flag, lang in (("--src", src), ("--tgt", tgt)):
+        if not re.fullmatch(r"[a-z]{2,3}", lang):
+            raise BadOption(flag, f"expected a language code such as fr, got {lang!r}")
+    if src == tgt:
+        raise BadOption("--tgt", f"is the source language too ({src}): give two languages")
+    _check_sha256(sha256, source, folder)
+    if folder:
+        if held_out is not None:
+            raise BadOption("--held-out", f"cuts dev and test from an archive; --source {source} is a folder, whose "
+                                          "dev and test files are copied as they are")
+        return
+    if held_out is not None and held_out < 1:
+        raise BadOption("--held-out", f"must be at least 1 (pairs each for dev and test), got {held_out}")
+    other = tgt if src == "en" else src
+    if "en" not in (src, tgt) or other not in EUROPARL_LANGUAGES:
+        raise BadOption("--src/--tgt", f"Europarl v7 pairs English with one of {', '.join(EUROPARL_LANGUAGES)}; "
+                                       f"got {src}-{tgt} (a local folder of parallel files takes any pair)")
+
+
+def _check_sha256(sha256: str | None, source: str | None, folder: bool) -> None:
+    if sha256 is None:
+        return
+    if not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        raise BadOption("--sha256", f"expected 64 hexadecimal digits, got {sha256!r}")
+    if folder:
+        raise BadOption("--sha256", f"checks a download or an archive; --source {source} is a folder, copied as it is")
+
+
 def _europarl_from_archive(archive: Path, pair: str, langs: tuple[str, str]) -> dict[str, list[str]]:
     try:
         with tarfile.open(archive) as tar:
@@ -186,17 +252,17 @@ def _europarl_from_archive(archive: Path, pair: str, langs: tuple[str, str]) -> 
 def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: str | None = None,
                sha256: str | None = None) -> dict:
     """Make ``out/<code>-ud-{train,dev,test}.conllu`` from a local folder or the treebank's GitHub repository
-    (splits the repository lacks, e.g. PUD's train, are skipped; at least one must exist)."""
+    (splits the repository lacks, e.g. PUD's train, are skipped; at least one must exist). ``code`` (the files'
+    prefix, e.g. de_gsd) is needed for a treebank not in UD_CODES; a local folder must hold that treebank's files."""
+    local = bool(source) and not _is_url(source)
+    code = _ud_code(treebank, code)
+    _check_sha256(sha256, source, local and Path(source).is_dir())
     out = Path(out)
+    _check_not_another_corpus(out, treebank)
+    files = _ud_files(Path(source), treebank, code) if local else None
     out.mkdir(parents=True, exist_ok=True)
-    code = code or UD_CODES.get(treebank)
     counts = {}
-    if source and not _is_url(source):
-        if not Path(source).is_dir():
-            raise CorpusError("no such folder (give --source a folder of .conllu files, or a URL)", path=source)
-        files = sorted(p for p in Path(source).glob("*.conllu*") if strip_compression(p.name).endswith(".conllu"))
-        if not files:
-            raise CorpusError("no .conllu files in folder", path=source)
+    if files is not None:
         if not any("-train." in p.name for p in files):
             print(f"note: {source} has no training split (*-train.conllu): only "
                   f"{', '.join(p.name for p in files)} copied", file=sys.stderr)
@@ -204,8 +270,6 @@ def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: 
             counts[path.name] = len(read_tagged(path, format="conllu"))  # an error names the source file
             shutil.copyfile(path, out / path.name)
     else:
-        if code is None:
-            raise ValueError(f"unknown treebank {treebank!r}: pass --code (e.g. de_gsd), known: {sorted(UD_CODES)}")
         for split in ("train", "dev", "test"):
             url = (source.rstrip("/") + f"/{code}-ud-{split}.conllu") if source else \
                 UD_URL.format(treebank=treebank, code=code, split=split)
@@ -222,24 +286,61 @@ def prepare_ud(treebank: str, out: str | Path, source: str | None = None, code: 
     return _write_manifest(out, treebank, source or UD_URL.format(treebank=treebank, code=code, split="*"), counts)
 
 
+def _ud_code(treebank: str, code: str | None) -> str:
+    """The file prefix of `treebank`: UD_CODES' or the `code` given (which must agree with UD_CODES' if both)."""
+    if not UD_TREEBANK.fullmatch(treebank):
+        raise BadOption("--treebank", f"expected a UD repository name such as UD_German-GSD, got {treebank!r}")
+    if code is not None and not re.fullmatch(UD_CODE, code):
+        raise BadOption("--code", f"expected a UD file prefix such as de_gsd, got {code!r}")
+    known = UD_CODES.get(treebank)
+    if code is None and known is None:
+        raise BadOption("--treebank", f"unknown treebank {treebank!r} (known: {', '.join(UD_CODES)}): to prepare "
+                                      "another one, pass --code with its files' prefix (de_gsd for "
+                                      "de_gsd-ud-train.conllu)")
+    if code is not None and known is not None and code != known:
+        raise BadOption("--code", f"{treebank}'s files are {known}-ud-<split>.conllu, not {code}-ud-<split>.conllu")
+    return code or known
+
+
+def _ud_files(source: Path, treebank: str, code: str) -> list[Path]:
+    """The .conllu files of a local folder, each one of the treebank's: <code>-ud-<split>.conllu (compressed or not);
+    another treebank's file is named with the treebank it belongs to, when known."""
+    if not source.is_dir():
+        raise CorpusError("no such folder (give --source a folder of .conllu files, or a URL)", path=source)
+    files = sorted(p for p in source.glob("*.conllu*") if strip_compression(p.name).endswith(".conllu"))
+    if not files:
+        raise CorpusError("no .conllu files in folder", path=source)
+    for path in files:
+        name = UD_FILE.fullmatch(strip_compression(path.name))
+        if not name or name["code"] != code:
+            owner = next((bank for bank, known in UD_CODES.items() if name and known == name["code"]), None)
+            whose = f": {owner}'s; give --treebank {owner}" if owner else ""
+            raise CorpusError(f"not a file of {treebank}, whose files are {code}-ud-{{train,dev,test}}.conllu{whose}",
+                              path=path)
+    return files
+
+
 def main(argv: list[str] | None = None) -> int:
+    # flags spelled out in full (allow_abbrev off), as run.py's: a prefix such as --tree is an error
     parser = argparse.ArgumentParser(prog="python -m hogwild.data.prepare", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="corpus", required=True)
-    europarl = commands.add_parser("europarl", help="Europarl v7 parallel text",
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    europarl.add_argument("--src", default="fr", help="source language code")
-    europarl.add_argument("--tgt", default="en", help="target language code")
-    europarl.add_argument("--held-out", type=int, default=3000, help="dev and test pairs cut from a downloaded archive")
-    ud = commands.add_parser("ud", help="a Universal Dependencies treebank (CoNLL-U)",
-                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ud.add_argument("--treebank", required=True, help=f"repository name, e.g. UD_German-GSD ({', '.join(UD_CODES)})")
-    ud.add_argument("--code", default=None, help="file prefix such as de_gsd (default: from the treebank name)")
+    europarl = commands.add_parser("europarl", help="Europarl v7 parallel text", allow_abbrev=False)
+    europarl.add_argument("--src", default="fr", help="source language code (default: %(default)s)")
+    europarl.add_argument("--tgt", default="en", help="target language code (default: %(default)s)")
+    europarl.add_argument("--held-out", type=int, default=None,
+                          help="dev and test pairs each, cut from the end of an archive (default: 3000)")
+    ud = commands.add_parser("ud", help="a Universal Dependencies treebank (CoNLL-U)", allow_abbrev=False)
+    ud.add_argument("--treebank", required=True,
+                    help=f"repository name, e.g. UD_German-GSD (known: {', '.join(UD_CODES)}; another needs --code)")
+    ud.add_argument("--code", default=None, help="the files' prefix, such as de_gsd (default: the known treebank's)")
     for sub in (europarl, ud):
         sub.add_argument("--out", required=True, help="output folder")
         sub.add_argument("--source", default=None,
                          help="local folder/archive or URL (default: the official URL)")
-        sub.add_argument("--sha256", default=None, help="expected sha256 of the downloaded archive (UD: test file)")
+        sub.add_argument("--sha256", default=None,
+                         help="expected sha256 (64 hex digits) of the downloaded or local archive (UD: of the "
+                              "downloaded test file)")
     args = parser.parse_args(argv)
     try:
         with _output_folder(Path(args.out)) as out:
@@ -247,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                 manifest = prepare_europarl(args.src, args.tgt, out, args.source, args.sha256, args.held_out)
             else:
                 manifest = prepare_ud(args.treebank, out, args.source, args.code, args.sha256)
+    except BadOption as error:
+        (europarl if args.corpus == "europarl" else ud).error(str(error))  # exits with status 2
     except (CorpusError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -71,22 +71,28 @@ class Config:
     - threads_per_worker = 1: torch intra-op threads in every worker process (the CPU update uses them too)
 
     Device workers ('cuda:N', 'cpu-replica'; 'cpu' workers train in place and ignore these):
-    - overlap_update = None: apply update k on the CPU in a background thread while update k+1 computes (one more step
-      of staleness, counted); None: on for 'cuda' workers
-    - fused_step = None: torch's fused CPU optimizer kernel (adam, adagrad, msgd, nesterov): None: on for 'cuda'
-      workers; True: every worker (refused for optimizers without one)
-    - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32
+    - overlap_update = None: apply update k on the CPU in a background thread while step k+1 computes and the pull of
+      step k+2 reads the parameters, neither waiting for the other (one or two more steps of staleness, counted;
+      that pull may read part of the update, as Hogwild workers read each other's); None: on for 'cuda' workers
+    - fused_step = None: torch's fused CPU optimizer kernel (sgd, msgd, nesterov, adagrad, adam:
+      shared_optim.FUSED_OPTIMIZERS): None: on for 'cuda' workers; True: every worker (refused for optimizers
+      without one)
+    - amp = None: 'bf16': forward under torch.autocast(bfloat16); parameters and state stay fp32 (the models run their
+      multi-step GRU/LSTM layers in fp32 by design, never fp16: models/padded_rnn.py)
     - update_threads = None: torch threads of the background update thread (overlap_update) that runs the shared CPU
       optimizer step; None: for 'cuda' workers each one's share of the cores, (cores - 1) // workers - 1 (the parent
       and the worker's own main thread keep one each), for others threads_per_worker. Bit-identical results either way
     - pin_shared = True: 'cuda' workers register the shared parameters page-locked (true async pulls)
-    - sparse_pull = False: pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in the batch's
-      integer tensors (exact when the model embeds only ids from its batch)
+    - sparse_pull = False: device workers pull only the rows of nn.Embedding(sparse=True) tables whose ids appear in
+      the next batch's integer tensors (exact: a device worker's step reads no other row of such a table)
     - compile = "off": one of COMPILE_MODES: torch.compile of the worker's loss function (see the step options below)
     - tf32 = False: TF32 matrix products in every worker process (GPUs only; see the step options below)
     - pull_every = 1: device workers pull the dense parameters every this many updates (see the step options below)
     - graphs = "auto": one of GRAPH_MODES: the graphed step of device workers (see the step options below); 'auto':
       on for 'cuda' workers in mode 'hogwild' or 'single' unless compile is set, off otherwise
+    - graph_limit = None: graphs per graphed worker, one for each of the most frequent batch shapes; None: one for
+      every shape the run uses at least 4 times over its epochs (a graph costs its warm-up and capture, about 4
+      eager steps; all of a worker's graphs share one memory pool)
 
     Optimizer and learning rate:
     - optimizer = "sgd": one of OPTIMIZERS (shared optimizer state, updated lock-free)
@@ -147,7 +153,8 @@ class Config:
     - shuffle = True: seeded shuffle of the batch order every epoch
     - queue_depth = 16: queue items between the feed and the workers in all (each worker has a queue of its own, at
       least 2 items deep)
-    - data_assignment = "queue": 'queue': workers share one queue; 'partition': each worker has a fixed shard
+    - data_assignment = "queue": 'queue': the parent deals each epoch's batches, in a seeded order, to the workers'
+      own queues (each batch to one worker: share/feed.py); 'partition': each worker has a fixed shard
 
     Failure handling:
     - check_shm = True: before spawning, check /dev/shm can hold parameters and optimizer state
@@ -176,15 +183,16 @@ class Config:
       once; the price is staleness: the skipped pulls' missed updates, its own included, count in the staleness of
       every update computed on the old copy. K=1 is the paper's recipe exactly.
     - graphs: the step of a device worker runs as one CUDA graph per batch shape, captured at start-up (before the
-      worker is ready: outside the training clock and the hang watch) for the 16 most frequent shapes; other shapes
-      run the same step eagerly, counted (TrainResult.eager_steps). The step never waits for the device: the
-      gradients are gathered on the device into one buffer, clipped and checked for finiteness there and copied to
-      the host in one copy; the update thread reads the result one step late (a skipped step is counted then). The
-      next step's parameters are copied from the shared ones while the step computes (staleness counted as for the
-      eager pull; sparse tables are pulled whole with them, so sparse_pull applies to the eager step only). A graph
-      replays without calling the loss, so the loss must read no host value of the batch (the models' padded losses,
-      run.py picks them) and its count must be the batch's host-side `tokens` (else its leading size). On a
-      'cpu-replica' worker, 'on' runs the same step without capture (what the tests exercise).
+      worker is ready: outside the training clock and the hang watch) for the shapes graph_limit picks; other shapes
+      run the same step eagerly, counted (TrainResult.eager_steps and eager_share, metrics.jsonl's eager_share).
+      With graphs or without, a device worker's step never waits for the device: the gradients are gathered on the
+      device into one buffer, clipped and checked for finiteness there and copied to the host in one copy; whoever
+      applies the update reads the result (a skipped step is counted then); the next step's parameters are copied
+      from the shared ones while the step computes. So the step needs every trained parameter in one floating
+      dtype, and a sparse table read only at ids of its batch's integer tensors. A graph replays without calling the
+      loss, so the loss must read no host value of the batch (the models' padded losses, run.py picks them) and its
+      count must be the batch's host-side `tokens` (else its leading size). On a 'cpu-replica' worker, 'on' runs the
+      same step on static inputs without capture (what the tests exercise).
     """
 
     # each field is described, with its default, in the docstring above (help(hogwild.Config))
@@ -205,6 +213,7 @@ class Config:
     tf32: bool = False
     pull_every: int = 1
     graphs: str = "auto"
+    graph_limit: int | None = None
 
     # --- optimizer and learning rate ---
     optimizer: str = "sgd"
@@ -395,6 +404,8 @@ class Config:
         if self.graphs == "on" and (self.mode == "sync" or "cpu" in self.devices):
             _fail("graphs", "needs device workers ('cuda:N' or 'cpu-replica') in mode 'hogwild' or 'single'; 'cpu' "
                             "workers train in place and sync mode averages its gradients first")
+        _integer("graph_limit", self.graph_limit)
+        _positive("graph_limit", self.graph_limit)
         if self.graphs == "on" and self.compile != "off":
             _fail("graphs", f"captures the eager step; with compile={self.compile!r} use graphs='off' (or 'auto')")
         if self.amp not in AMP_DTYPES:

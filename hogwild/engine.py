@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +28,14 @@ from ._lifeline import WORKER_NAMES
 from .config import Config
 from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
-from .parent.metrics import MetricsLog
+from .parent.metrics import MetricsLog, eager_share
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
 from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start_resource_tracker
 from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
 from .share.feed import BatchFeed, as_sequence
 from .share.run_state import RunControl, StepBudget
+from .share.scratch import make_scratch, remove_scratch
 from .share.shared_run import SharedRun, share
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
@@ -66,7 +65,8 @@ class TrainResult:
     best_checkpoint: str | None = None  # best.pt
     records: list[dict[str, Any]] = field(default_factory=list)  # the 'train' metrics records of this call
     graphs: int = 0  # CUDA graphs the workers captured (Config.graphs; on 'cpu-replica': static-input shapes)
-    eager_steps: int = 0  # steps of graphed workers whose batch shape had no graph (run eagerly)
+    eager_steps: int = 0  # steps of graphed workers run eagerly: no graph for the batch shape, or the capture failed
+    eager_share: float | None = None  # eager_steps over the graphed workers' steps (None: no graphed worker)
     restarts: int = 0  # workers replaced after dying or hanging (Config.max_restarts)
 
 
@@ -89,7 +89,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
     run_dir = prepare_run_dir(config)
     shared = share(model, config, saved, run_dir, batches)
-    scratch = tempfile.mkdtemp(prefix="hogwild-")
+    scratch = make_scratch()  # and removes the scratch folders of runs killed with kill -9
     metrics = feed = None
     try:
         start_resource_tracker()  # before the feed's first queue starts it: a closed terminal must not end it
@@ -100,8 +100,9 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
                              config.queue_depth, shared.counters, shared.start.seq, config.max_steps)
             shared.checkpoints.queue_position = feed.resume_seq
         supervisor = _spawn(ctx, shared, model, loss_fn, store, feed, scratch)
+        graphed = [worker for worker, device in enumerate(config.devices) if config.graphed(device)]
         metrics = MetricsLog(run_dir, config.workers, total_updates(config, len(batches)), config.progress,
-                             config.tensorboard, shared.counters.snapshot())
+                             config.tensorboard, shared.counters.snapshot(), graphed)
         # from the first worker to last.pt: SIGINT/SIGTERM/SIGHUP request a graceful stop, and a repeated one
         # (a second Ctrl-C) does not abort the stop: the checkpoint is written all the same
         with graceful_signals(functools.partial(_stop_on_signal, shared.control)):
@@ -112,7 +113,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
             feed.close()  # again (it is idempotent) for a start-up that failed before supervising
         if metrics is not None:
             metrics.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
 
 
 def _stop_on_signal(control: RunControl, name: str) -> None:
@@ -215,6 +216,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
                 periodic = PeriodicEvaluation(evaluator, config, shared.counters.global_updates())
                 periodic.maybe_start(shared.counters.global_updates())  # eval_at_start: before any update
             control.mark_started(started)
+            metrics.training_started(started)
             if not config.max_restarts:  # a replacement maps the batches again: keep them until the end then
                 store.remove()  # every worker is ready, the batches mapped: nothing to leak on disk
             try:
@@ -286,4 +288,5 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
         phase_ms=snapshot.phase_milliseconds(),
         checkpoint=last, best_checkpoint=checkpoints.best_path(), records=run.records,
         graphs=snapshot.graphs(), eager_steps=snapshot.eager_steps(),
+        eager_share=eager_share(snapshot, metrics.graphed),
         restarts=supervisor.restarts)

@@ -36,7 +36,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .attention import AdditiveAttention
 from .host_fields import host_tokens
-from .padded_rnn import padded_bidirectional
+from .padded_rnn import full_precision, padded_bidirectional
 from .special_ids import PAD
 
 
@@ -115,7 +115,7 @@ class AttentionNMT(nn.Module):
             raise ValueError("NMT batch has an empty source sentence (src_mask all False in a row)")
         embedded = self.dropout(self.src_embedding(src))  # (B, S, E)
         packed = pack_padded_sequence(embedded, host_lengths, batch_first=True, enforce_sorted=False)
-        annotations, _ = self.encoder(packed)
+        annotations, _ = full_precision(self.encoder, packed)  # fp32 under autocast too (padded_rnn.py)
         annotations, _ = pad_packed_sequence(annotations, batch_first=True, total_length=src.shape[1])  # (B, S, 2H)
         mean = annotations.sum(1) / lengths[:, None].to(annotations.dtype)  # padding rows are zero
         return EncoderOutput(annotations, self.attention.project_keys(annotations), src_mask,

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .host_fields import host_tokens
-from .padded_rnn import padded_bidirectional, real_positions
+from .padded_rnn import full_precision, padded_bidirectional, real_positions
 from .special_ids import IGNORE_INDEX, PAD
 
 
@@ -94,9 +94,10 @@ class POSTagger(nn.Module):
 
     def word_representations(self, words: Tensor, prefixes: Tensor, suffixes: Tensor) -> Tensor:
         """words (N,), prefixes (N, L), suffixes (N, L) -> (N, word_emb + 2 * char_hidden)."""
-        _, (suffix_state, _) = self.suffix_lstm(self.char_embedding(suffixes))  # h_n: (1, N, Hc)
+        # The LSTMs run in fp32 under autocast too (padded_rnn.py's docstring says why).
+        _, (suffix_state, _) = full_precision(self.suffix_lstm, self.char_embedding(suffixes))  # h_n: (1, N, Hc)
         # Right-padded prefix read right-to-left: pads first, ends on the first character.
-        _, (prefix_state, _) = self.prefix_lstm(self.char_embedding(prefixes.flip(1)))  # (1, N, Hc)
+        _, (prefix_state, _) = full_precision(self.prefix_lstm, self.char_embedding(prefixes.flip(1)))  # (1, N, Hc)
         return torch.cat([self.word_embedding(words), suffix_state[0], prefix_state[0]], dim=-1)
 
     def forward(self, words: Tensor, prefixes: Tensor, suffixes: Tensor, lengths: Tensor,
@@ -117,7 +118,7 @@ class POSTagger(nn.Module):
         inputs = reps.new_zeros(batch * steps, reps.shape[-1]).index_copy(0, flat, reps)  # (B * T, D)
         inputs = inputs.view(batch, steps, -1)  # (B, T, D)
         packed = pack_padded_sequence(self.dropout(inputs), host_lengths, batch_first=True, enforce_sorted=False)
-        states, _ = self.word_lstm(packed)
+        states, _ = full_precision(self.word_lstm, packed)
         states, _ = pad_packed_sequence(states, batch_first=True, total_length=steps)  # (B, T, 2 Hw)
         return self.output(self.dropout(states))  # (B, T, n_tags)
 

@@ -8,6 +8,8 @@ Writes <results-dir>/compare_optimizers.md, .csv and .png (held-out metric vs ti
         --optimizers sgd msgd nesterov adagrad adadelta rmsprop adam adamax
 
 Usage: python -m scripts.compare_optimizers [--optimizers sgd adam] [--workers 2] [--time-limit 90]
+The results go beside the runs (--results-dir defaults to --runs-dir, runs/compare_optimizers); docs/results/README.md
+has the commands that wrote the committed ones there.
 Every run takes run.py's options (`--help` lists them, with this script's own defaults beside run.py's).
 """
 from __future__ import annotations
@@ -20,12 +22,14 @@ from hogwild.shared_optim import OPTIMIZERS
 from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
-from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options
 
 if __package__:  # python -m scripts.compare_optimizers (the documented form)
-    from .series import run_series, script_argv, script_entry, series_note, write_runs_json, write_table
+    from .series import (add_series_flags, parse_series_args, run_series, script_argv, script_entry, series_note,
+                         write_runs_json, write_table)
 else:  # python scripts/compare_optimizers.py with the project installed: this folder is sys.path[0]
-    from series import run_series, script_argv, script_entry, series_note, write_runs_json, write_table
+    from series import (add_series_flags, parse_series_args, run_series, script_argv, script_entry, series_note,
+                        write_runs_json, write_table)
 
 
 # this script's defaults of run.py's options (--help shows run.py's beside them): POS on CoNLL-2000, 90 s per run
@@ -47,17 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="learning rates by optimizer, e.g. sgd=0.05 (default: run.py's rule, tasks.defaults)")
     own.add_argument("--no-sync", action="store_true", help="skip synchronous SGD")
     own.add_argument("--target", type=float, default=0.80, help="held-out metric whose first reach is timed")
-    own.add_argument("--results-dir", default="docs/results", help="where the table and figure go")
-    own.add_argument("--runs-dir", default="runs/compare_optimizers", help="where the run directories go")
-    own.add_argument("--reuse", action="store_true", help="read finished runs (summary.json) instead of training")
+    add_series_flags(own, "compare_optimizers", reuse="read finished runs (summary.json) instead of training")
     return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The script's own values, and in `args.options` the run options every run starts from."""
     p = build_parser()
-    options, args = parse_run_options(p, argv)
-    args.options = options
+    args = parse_series_args(p, argv)
+    options = args.options
     try:
         args.lrs = {name: float(value) for name, value in (item.split("=", 1) for item in args.lrs)}
     except ValueError:

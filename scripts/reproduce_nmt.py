@@ -17,7 +17,9 @@ issue #28's (3,000 updates; the sync baseline on seed 0 only): --updates 3000 --
 and the paper's on a GPU box: --gpus 4 --preset paper --recipe paper --updates 90000 (on a one-GPU machine,
 --gpus 1 --workers-per-gpu 2 compares 1 and 2 workers sharing the GPU).
 
-Usage: python -m scripts.reproduce_nmt [--workers 2] [--updates 1500] [--seeds 0] [--results-dir docs/results]
+Usage: python -m scripts.reproduce_nmt [--workers 2] [--updates 1500] [--seeds 0] [--runs-dir runs/reproduce_nmt]
+The results go beside the runs (--results-dir defaults to --runs-dir); docs/results/README.md has the commands that
+wrote the committed ones there.
 Every run takes run.py's options (`--help` lists them, with this script's own defaults beside run.py's).
 """
 from __future__ import annotations
@@ -30,16 +32,16 @@ from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
 from hogwild.tasks.rundir import read_curves
-from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options
 
 if __package__:  # python -m scripts.reproduce_nmt (the documented form)
     from .nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from .series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
-                         value_at, write_runs_json, write_table)
+    from .series import (add_series_flags, finished, parse_series_args, run_series, script_argv, script_entry,
+                         seed_summary, series_note, value_at, write_runs_json, write_table)
 else:  # python scripts/reproduce_nmt.py with the project installed: this folder is sys.path[0]
     from nmt_tests import TestSet, hypothesis_path, paired_bootstrap, score_path, score_test_set
-    from series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
-                        value_at, write_runs_json, write_table)
+    from series import (add_series_flags, finished, parse_series_args, run_series, script_argv, script_entry,
+                        seed_summary, series_note, value_at, write_runs_json, write_table)
 
 PAPER = {1: (26.89, 68.44, 14.42), 2: (16.56, 64.53, 14.46), 3: (9.24, 64.11, 14.32), 4: (6.96, 64.26, 14.40)}
 
@@ -86,22 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--test-sets", default="", help="comma-separated: europarl, newstest2014 or PREFIX paths; "
                                                      "each run's best checkpoint translates them at the end")
     own.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples (0: no test)")
-    own.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed); every configuration "
-                                                   "runs once per seed")
-    own.add_argument("--results-dir", default="docs/results", help="where the tables and figure go")
-    own.add_argument("--runs-dir", default="runs/reproduce_nmt", help="where the run directories go")
-    own.add_argument("--reuse", action="store_true",
-                     help="read finished runs back and resume stopped ones from their last.pt")
-    own.add_argument("--only-report", action="store_true",
-                     help="train and decode nothing: tables from the runs finished so far")
+    add_series_flags(own, "reproduce_nmt",
+                     seeds="comma-separated seeds (default: --seed); every configuration runs once per seed",
+                     reuse="read finished runs back and resume stopped ones from their last.pt",
+                     only_report="train and decode nothing: tables from the runs finished so far")
     return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The script's own values, and in `args.options` the run options every run of the series starts from."""
     p = build_parser()
-    options, args = parse_run_options(p, argv)
-    args.options, args.seed_list = options, seed_list(p, args.seeds, options.seed)
+    args = parse_series_args(p, argv)
+    options = args.options
     if args.updates < 1:
         p.error("--updates must be >= 1")
     if options.workers_per_gpu > 1 and options.gpus != 1:

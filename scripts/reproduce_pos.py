@@ -2,8 +2,8 @@
 SGD and the linear learning-rate decay (lr 0.03, -0.0135 per epoch), plus 1 worker with Adam; on the Brown corpus by
 default (the paper used TIGER, which cannot be redistributed; give --train/--dev for TIGER or UD CoNLL files).
 
-Writes <results-dir>/pos_figure1.png (loss and accuracy vs time and vs updates), pos_figure1.md and pos_figure1.csv (one
-row per run), and with several --seeds the mean +- std per configuration; every table ends with whether and when
+Writes <results-dir>/pos_figure1.png (loss and accuracy vs time and vs updates), pos_figure1.md and pos_figure1.csv
+(one row per run), and with several --seeds the mean +- std per configuration; every table ends with whether and when
 each Hogwild SGD configuration overtakes Adam (the first evaluation from which its accuracy, averaged over seeds,
 stays at or above Adam's), against wall time and against updates. Finished runs are kept: `--reuse` trains only
 what is missing, `--only-report` nothing. Defaults fit a 2-core CPU machine (3 runs of 5 minutes each, 16 minutes in
@@ -11,7 +11,9 @@ all on 2026-11-22); issue #13's setting (2 epochs of Brown, the default recipe, 
     python -m scripts.reproduce_pos --recipe default --epochs 2 --time-limit 0 --seeds 0,1 --reuse
 and for a GPU box: --gpus 4 --preset paper --epochs 2 --time-limit 0 --dev-limit 0
 
-Usage: python -m scripts.reproduce_pos [--workers 2] [--time-limit 300] [--results-dir docs/results]
+Usage: python -m scripts.reproduce_pos [--workers 2] [--time-limit 300] [--runs-dir runs/reproduce_pos]
+The results go beside the runs (--results-dir defaults to --runs-dir); docs/results/README.md has the commands that
+wrote the committed ones there.
 Every run takes run.py's options (`--help` lists them, with this script's own defaults beside run.py's).
 """
 from __future__ import annotations
@@ -24,14 +26,14 @@ from pathlib import Path
 from hogwild.data.corpora import corpora_dir
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.plotting import plot_curves
-from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options
 
 if __package__:  # python -m scripts.reproduce_pos (the documented form)
-    from .series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
-                         write_runs_json, write_table)
+    from .series import (add_series_flags, finished, parse_series_args, run_series, script_argv, script_entry,
+                         seed_summary, series_note, write_runs_json, write_table)
 else:  # python scripts/reproduce_pos.py with the project installed: this folder is sys.path[0]
-    from series import (finished, run_series, script_argv, script_entry, seed_list, seed_summary, series_note,
-                        write_runs_json, write_table)
+    from series import (add_series_flags, finished, parse_series_args, run_series, script_argv, script_entry,
+                        seed_summary, series_note, write_runs_json, write_table)
 
 
 # Figure 1 at CPU scale: this script's defaults of run.py's options (--help shows run.py's beside them)
@@ -50,22 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     own = p.add_argument_group("the series (this script's own)")
     own.add_argument("--adam-lr", type=float, default=0.001, help="Adam's learning rate (torch default)")
     own.add_argument("--no-adam", action="store_true", help="skip the 1-worker Adam run")
-    own.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed); each run once per seed")
-    own.add_argument("--results-dir", default="docs/results", help="where the figure and tables go")
-    own.add_argument("--runs-dir", default="runs/reproduce_pos", help="where the run directories go")
-    own.add_argument("--reuse", action="store_true",
-                     help="read finished runs back and resume stopped ones from their last.pt")
-    own.add_argument("--only-report", action="store_true",
-                     help="train nothing: the tables from the runs finished so far")
+    add_series_flags(own, "reproduce_pos", seeds="comma-separated seeds (default: --seed); each run once per seed",
+                     reuse="read finished runs back and resume stopped ones from their last.pt",
+                     only_report="train nothing: the tables from the runs finished so far")
     return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The script's own values, and in `args.options` the run options every run of the series starts from."""
-    p = build_parser()
-    options, args = parse_run_options(p, argv)
-    args.options, args.seed_list = options, seed_list(p, args.seeds, options.seed)
-    return args
+    return parse_series_args(build_parser(), argv)
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, str, str, RunOptions]]:

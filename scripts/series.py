@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from hogwild.tasks.options import RunOptions, declared, flag
+from hogwild.tasks.run_flags import parse_run_options
 from hogwild.tasks.rundir import Curves, read_curves
 from hogwild.tasks.summary import read_summary
 
@@ -56,6 +57,33 @@ def series_note(set_per_run: Sequence[str], more: str = "") -> str:
     return textwrap.fill("Every run takes run.py's options below (--config FILE reads them from a run directory or "
                          "an options file, as run.py does); the series sets " + ", ".join(flags) + " itself, for "
                          "each run. " + more, width=116)
+
+
+def add_series_flags(group: argparse._ArgumentGroup, script: str, reuse: str, seeds: str | None = None,
+                     only_report: str | None = None) -> None:
+    """The flags of a series script's own group: --seeds (given its help), where the runs and the tables go, --reuse
+    and --only-report (given its help). The tables and figure go beside the runs (runs/SCRIPT) unless --results-dir
+    names a folder: the committed ones in docs/results/ are replaced only when it names them."""
+    if seeds is not None:
+        group.add_argument("--seeds", default=None, help=seeds)
+    group.add_argument("--runs-dir", default=f"runs/{script}", help="where the run directories go")
+    group.add_argument("--results-dir", default=argparse.SUPPRESS,
+                       help="where the tables and figure go (default: --runs-dir; the committed ones are in "
+                            "docs/results/, see its README)")
+    group.add_argument("--reuse", action="store_true", help=reuse)
+    if only_report is not None:
+        group.add_argument("--only-report", action="store_true", help=only_report)
+
+
+def parse_series_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The script's own values, `args.options` the run options every run of the series starts from, `args.seed_list`
+    (with --seeds) and `args.results_dir` (--runs-dir unless given)."""
+    options, args = parse_run_options(parser, argv)
+    args.options = options
+    if hasattr(args, "seeds"):
+        args.seed_list = seed_list(parser, args.seeds, options.seed)
+    args.results_dir = getattr(args, "results_dir", args.runs_dir)
+    return args
 
 
 def seed_list(parser: argparse.ArgumentParser, seeds: str | None, seed: int) -> list[int]:

@@ -1,57 +1,21 @@
 """`run.py tag` and `run.py translate`: use a trained run directory on new text, from stdin or from files.
 
 Input: one sentence per line (tag: whitespace-separated tokens; translate: raw text, Moses-tokenized like the
-training data). Output, in input order: tag -> `word/TAG word/TAG ...` per line (or `--format conll`: one
-`word<TAB>TAG` per line, blank line between sentences, empty input lines skipped); translate -> one detokenized
-translation per line. Otherwise empty lines stay empty lines, so the output lines up with the input.
+training data), streamed in bounded chunks (tasks/text_stream.py). Output, in input order: tag -> `word/TAG
+word/TAG ...` per line (or `--format conll`: one `word<TAB>TAG` per line, blank line between sentences, empty input
+lines skipped); translate -> one detokenized translation per line. Otherwise empty lines stay empty lines, so the
+output lines up with the input.
 
 Usage: `tag_lines(load_tagger(run_dir), ["The dog barks ."])` -> `["The/at dog/nn barks/vbz ./."]`;
 `load_translator(run_dir).translate(["Bonjour ."], beam=5)`
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
-from hogwild.data.compressed import BOM
-from hogwild.files import write_text_atomic
 from hogwild.tasks.rundir import RunDirError, load_trained, run_dir_of
 from hogwild.tasks.runlock import describe_holder, live_holder
-
-
-class InputError(ValueError):
-    """An input file that cannot be read, named with its line when the problem is on one."""
-
-
-def read_input(paths: Sequence[str], encoding: str = "utf-8", stdin: TextIO | None = None,
-               max_words: int | None = None) -> list[str]:
-    """All lines of the files (in order), or of stdin when there is none or a path is '-'; a byte-order mark at the
-    start of one is dropped (as the training corpora's). A line of more than `max_words` words is refused, naming
-    it (`tag` keeps every word of a line, so it bounds the line instead of cutting it)."""
-    lines: list[str] = []
-    for path in paths or ["-"]:
-        if path == "-":
-            stream = stdin or sys.stdin
-            data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode(encoding)
-            name = "<stdin>"
-        else:
-            try:
-                data = Path(path).read_bytes()
-            except OSError as error:
-                raise InputError(f"{path}: cannot read ({error.strerror or error})") from None
-            name = path
-        for number, raw in enumerate(data.splitlines(), 1):
-            try:
-                lines.append(raw.decode(encoding).removeprefix(BOM) if number == 1 else raw.decode(encoding))
-            except UnicodeDecodeError as error:
-                raise InputError(f"{name}:{number}: not valid {encoding} text ({error.reason} at byte "
-                                 f"{error.start}); give --encoding") from None
-            if max_words is not None and len(raw) > max_words and len(lines[-1].split()) > max_words:
-                raise InputError(f"{name}:{number}: {len(lines[-1].split()):,} words, more than the {max_words} a "
-                                 f"line may have; split long lines into sentences")
-    return lines
 
 
 def _load_trained_as(run_dir: str | Path, task: str, command: str, loader):
@@ -111,16 +75,3 @@ def tag_lines(tagger, lines: Sequence[str], output_format: str = "slash", batch_
         else:
             out.append(" ".join(f"{w}{separator}{t}" for w, t in zip(sentence, tags)))
     return out
-
-
-def write_output(lines: Sequence[str], output: str | None, conll: bool = False) -> None:
-    """One line per input line; CoNLL blocks (each ending in a newline) are separated by a blank line. --output is
-    replaced whole (a full disk names the file and leaves the previous file)."""
-    text = "\n".join(lines) if conll else "".join(line + "\n" for line in lines)
-    if output:
-        if Path(output).is_dir():
-            raise InputError(f"--output {output}: is a directory, not a file")
-        write_text_atomic(output, text)
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()

@@ -11,7 +11,6 @@ Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -21,14 +20,14 @@ from typing import Any
 import torch
 
 from hogwild.data.batch_set import BatchSet
-from hogwild.data.batching import check_edges, pad_lengths
+from hogwild.data.batching import pad_lengths
 from hogwild.data.encoders import NmtEncoder
 from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
-from hogwild.tasks.defaults import METRICS, graph_bucket_edges
+from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, EVAL_MAX_LEN, cap_source, full_and_periodic, nmt_heldout
-from hogwild.tasks.task_job import TaskJob, trained_model
+from hogwild.tasks.task_job import TaskJob, fixed_shape_training, trained_model
 
 
 def load_data(options) -> NmtDataset:
@@ -87,8 +86,7 @@ def nmt_job(options, dataset: NmtDataset | None = None, fixed_shapes: bool = Fal
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
     loss_fn, batcher = nmt_loss, dataset.train
     if fixed_shapes:
-        loss_fn, batcher = functools.partial(nmt_loss, padded=True), copy.copy(batcher)
-        batcher.bucket_edges = check_edges(graph_bucket_edges("nmt", options.max_len))
+        loss_fn, batcher = fixed_shape_training(nmt_loss, batcher, "nmt", options.max_len)
     # built by each worker from the (memory-mapped) arrays: nothing corpus-sized is built or pickled here
     batches = BatchSet(batcher, functools.partial(pad_lengths, multiple=options.length_bucket)
                        if options.length_bucket > 1 else None)

@@ -18,12 +18,14 @@ import dataclasses
 import math
 import os
 import re
+import stat
 import typing
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Callable
 
 from hogwild.config import MODES, Config, ConfigError
+from hogwild.data.compressed import COMPRESSED_SUFFIXES
 from hogwild.data.nmt_dataset import MIN_SPLIT_PAIRS, NmtDataConfig
 from hogwild.data.pos_dataset import PosDataConfig
 from hogwild.data.readers import FORMATS, TAGS
@@ -35,6 +37,7 @@ from hogwild.tasks.defaults import RECIPES, TASKS, default_optimizer, resolve_re
 from hogwild.tasks.devices import CPU_WORKERS
 
 PRESETS = ("small", "paper")
+MOMENTUM_OPTIMIZERS = ("msgd", "nesterov")  # the optimizers whose momentum --momentum sets
 _ZERO_IS_NONE = ("time_limit", "dev_limit")  # 0 given (a script's default undone) is the option left unset
 DEV_TEXT = (f"pos: a seeded {PosDataConfig.dev_fraction:.0%} of the --train sentences; nmt: a seeded "
             f"{NmtDataConfig.dev_fraction:.0%} of the --train pairs, at most {NmtDataConfig.dev_size} (a corpus of "
@@ -50,8 +53,10 @@ class OptionError(ValueError):
 
 
 def flag(name: str) -> str:
-    """The command-line flag of an option: `time_limit` -> `--time-limit`."""
-    return "--" + name.replace("_", "-")
+    """The command-line flag of an option: `time_limit` -> `--time-limit`; `shard_data` -> `--no-shard-data` (an
+    option that is on by default has only its negative flag)."""
+    option = declared().get(name) if name in RunOptions.__dataclass_fields__ else None
+    return option.negative_flag if option is not None and option.negative_flag else "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class Option:
     dist: str | None = None  # the multi-host DistConfig field this option sets
     negative_flag: str | None = None  # a True default is turned off by this flag (e.g. --no-progress)
     parse: Callable[[str], Any] | None = None  # the flag's own parser, when the type's is not enough
+    task: str | None = None  # the one task that reads this option (run.py refuses its flag for the other)
+    source: str | None = None  # "corpus": read from --train's files only; "synthetic": by the synthetic task only
 
 
 def _group(title: str) -> Callable[..., Any]:
@@ -85,6 +92,10 @@ MULTI_HOST = _group("multi-host (run under mpiexec; see docs/multihost.md)")
 
 def _at_least(minimum: int) -> Callable[[Any], str | None]:
     return lambda value: None if value >= minimum else f"must be >= {minimum}, got {value}"
+
+
+def _seed(value: int) -> str | None:  # the engine derives per-epoch and per-batch seeds from it, within 63 bits
+    return None if 0 <= value < 2**32 else f"must be in [0, {2**32 - 1}], got {value}"
 
 
 def _below_one(value: float) -> str | None:
@@ -131,7 +142,8 @@ class RunOptions:
     preset: str = TASK("small", "model sizes (paper: the papers' sizes)", choices=PRESETS)
     recipe: str | None = TASK(None, "optimizer, lr rule, POS vocabulary (tasks/defaults.py)", choices=RECIPES,
                               default_text=defaults.RECIPE_TEXT)
-    threads_per_worker: int = TASK(1, "torch threads per worker", metavar="N", engine="threads_per_worker")
+    threads_per_worker: int = TASK(1, "torch threads per worker", metavar="N", check=_at_least(1),
+                                   engine="threads_per_worker")
     amp: str | None = TASK(None, "bf16: forward under autocast (GPU workers); parameters and optimizer state stay "
                                  "fp32", choices=("bf16",), default_text="off", engine="amp")
     compile: str = TASK("off", "torch.compile each worker's step (reduce-overhead: also CUDA graphs on GPUs); it "
@@ -156,45 +168,50 @@ class RunOptions:
                                             "step, applied while the next step computes); results are identical "
                                             "for any count", metavar="N", check=_at_least(1),
                                       default_text="(cores - 1) // workers - 1", engine="update_threads")
-    data_assignment: str = TASK("queue", "queue: workers share one batch queue; partition: a fixed shard per worker",
+    data_assignment: str = TASK("queue", "queue: each epoch's batches are dealt, in a seeded order, to the workers' "
+                                         "own queues (each batch to one worker); partition: a fixed shard per worker",
                                 choices=("queue", "partition"), engine="data_assignment")
     # --- data ---
     train: list[str] | None = DATA(None, "pos: tagged files or folders; nmt: a file prefix (PREFIX.SRC_LANG, "
                                          "PREFIX.TGT_LANG)", metavar="PATH", default_text="the synthetic task")
-    dev: str | None = DATA(None, "held-out set (not the --train file)", metavar="PATH", default_text=DEV_TEXT)
+    dev: str | None = DATA(None, "held-out set (not the --train file)", metavar="PATH", default_text=DEV_TEXT,
+                           source="corpus")
     test: str | None = DATA(None, "scored with the best checkpoint at the end", metavar="PATH", default_text="none")
-    format: str = DATA("auto", "pos: corpus format", choices=FORMATS)
+    format: str = DATA("auto", "pos: corpus format", choices=FORMATS, task="pos", source="corpus")
     word_column: int | None = DATA(None, "pos conll: 1-based word column", metavar="N", check=_at_least(1),
-                                   default_text="the format's")
+                                   default_text="the format's", task="pos", source="corpus")
     tag_column: int | None = DATA(None, "pos conll: 1-based tag column", metavar="N", check=_at_least(1),
-                                  default_text="the format's")
-    tag: str | None = DATA(None, "pos: which tag", choices=TAGS, default_text="the format's main tag")
+                                  default_text="the format's", task="pos", source="corpus")
+    tag: str | None = DATA(None, "pos: which tag", choices=TAGS, default_text="the format's main tag", task="pos",
+                           source="corpus")
     separator: str = DATA("/", "pos slash format: word and tag split at the last SEP (e.g. _ for word_TAG corpora)",
-                          metavar="SEP", check=_separator)
-    src_lang: str = DATA("fr", "nmt: source language suffix")
-    tgt_lang: str = DATA("en", "nmt: target language suffix")
+                          metavar="SEP", check=_separator, task="pos", source="corpus")
+    src_lang: str = DATA("fr", "nmt: source language suffix", task="nmt", source="corpus")
+    tgt_lang: str = DATA("en", "nmt: target language suffix", task="nmt", source="corpus")
     encoding: str = DATA("utf-8", "text encoding of the corpora")
     train_limit: int | None = DATA(None, "nmt: first N training pairs only", metavar="N", check=_at_least(1),
-                                   default_text="all")
+                                   default_text="all", task="nmt", source="corpus")
     dev_limit: int | None = DATA(None, "evaluate on the first N held-out sentences only (0: all)", metavar="N",
                                  check=_at_least(0), default_text="all")
     eval_sentences: int | None = DATA(None, "periodic evaluations score a seeded sample of N held-out sentences, the "
                                             "end of the run all of them", metavar="N", check=_at_least(1),
                                       default_text=defaults.EVAL_SENTENCES_TEXT)
-    max_len: int = DATA(50, "nmt: drop longer training pairs", metavar="N", check=_at_least(1))
-    vocab_size: int = DATA(15000, "nmt: words kept per side", metavar="N", check=_at_least(1))
+    max_len: int = DATA(50, "nmt: drop longer training pairs", metavar="N", check=_at_least(1), task="nmt")
+    vocab_size: int = DATA(15000, "nmt: words kept per side", metavar="N", check=_at_least(1), task="nmt",
+                           source="corpus")
     length_bucket: int | None = DATA(None, "nmt: pad source and target lengths up to multiples of N, so that batch "
                                            "shapes repeat (a compiled step compiles once per shape); 1: no padding",
-                                     metavar="N", check=_at_least(1), default_text=defaults.LENGTH_BUCKET_TEXT)
+                                     metavar="N", check=_at_least(1), default_text=defaults.LENGTH_BUCKET_TEXT,
+                                     task="nmt")
     subwords: str | None = DATA(None, "nmt: sentencepiece subwords trained on the training side (saved in the run "
                                       "directory) instead of Moses words; BLEU is scored on the decoded text",
-                                choices=SUBWORDS, default_text="Moses words")
+                                choices=SUBWORDS, default_text="Moses words", task="nmt")
     subword_vocab_size: int = DATA(8000, "nmt with --subwords: pieces per side (a soft limit: small corpora get "
-                                         "fewer)", metavar="N", check=_at_least(8))
+                                         "fewer)", metavar="N", check=_at_least(8), task="nmt")
     word_min_freq: int | None = DATA(None, "pos: words seen fewer times are unk", metavar="N", check=_at_least(1),
-                                     default_text=defaults.WORD_MIN_FREQ_TEXT)
+                                     default_text=defaults.WORD_MIN_FREQ_TEXT, task="pos")
     synthetic_size: int | None = DATA(None, "sentences (pos) or pairs (nmt) of the synthetic task", metavar="N",
-                                      check=_at_least(1), default_text=defaults.SYNTHETIC_SIZE_TEXT)
+                                      check=_at_least(1), default_text=defaults.SYNTHETIC_SIZE_TEXT, source="synthetic")
     # --- optimisation ---
     optimizer: str | None = OPTIMISATION(None, "shared, lock-free optimizer", choices=OPTIMIZERS,
                                          default_text=defaults.OPTIMIZER_TEXT, engine="optimizer")
@@ -235,7 +252,7 @@ class RunOptions:
     patience: int | None = STOPPING(None, "stop after this many evaluations without a new best", default_text="off",
                                     engine="patience")
     beam: int = STOPPING(5, "nmt: beam size of the final held-out translations (evaluations during training are "
-                            "greedy)", check=_at_least(1))
+                            "greedy)", check=_at_least(1), task="nmt")
     checkpoint_every: int | None = STOPPING(None, "write last.pt this often", metavar="UPDATES",
                                             default_text="at the end", engine="checkpoint_every")
     checkpoint_minutes: float | None = STOPPING(Config.checkpoint_minutes, "also write last.pt every this many "
@@ -248,17 +265,22 @@ class RunOptions:
     out: str | None = STOPPING(None, "run directory", metavar="DIR", default_text="runs/TASK-DATE-TIME",
                                engine="checkpoint_dir")
     resume: bool = STOPPING(False, "continue the run in --out from its last.pt, with that run's options (flags "
-                                           "given override them); an --out with no run yet starts it",
+                                           "given override them); a new or empty --out starts the run, one that "
+                                           "holds a run's files but no last.pt is refused",
                             engine="resume")
-    seed: int = STOPPING(0, "data split, batch order and initialisation", check=_at_least(0), engine="seed")
+    seed: int = STOPPING(0, "data split, batch order and initialisation (0 to 2^32 - 1)", check=_seed,
+                         engine="seed")
     progress: bool = STOPPING(True, "no progress bar", negative_flag="--no-progress", engine="progress")
     hang_timeout: float = STOPPING(Config.hang_timeout, "a worker without progress this long (or 20 of its median "
                                                         "steps, if longer) is hung: named, killed, last.pt written, "
-                                                        "exit 1", metavar="SECONDS", engine="hang_timeout")
+                                                        "exit 1; multi-host: a rank silent this long, or an exchange "
+                                                        "not done in it, aborts the job", metavar="SECONDS",
+                                   engine="hang_timeout", dist="timeout_seconds")
     max_restarts: int = STOPPING(Config.max_restarts, "replace a worker that dies or hangs by a fresh process on its "
                                                       "device, its unfinished batches handed on, at most K times in "
-                                                      "the run (0: the first failure stops it, last.pt written, "
-                                                      "exit 1)", metavar="K", check=_at_least(0),
+                                                      "the run, counted afresh by each --resume (0: the first failure "
+                                                      "stops it, last.pt written, exit 1); summary.json counts every "
+                                                      "segment's", metavar="K", check=_at_least(0),
                                  engine="max_restarts")
     check_shm: bool = STOPPING(True, "do not check that /dev/shm can hold the shared parameters and optimizer state "
                                      "before spawning", negative_flag="--no-check-shm", engine="check_shm")
@@ -312,14 +334,14 @@ class RunOptions:
             raise OptionError("subwords", "applies to --task nmt only")
         if self.subwords is not None and self.synthetic:
             raise OptionError("subwords", "needs --train text (the synthetic task has no text to cut into pieces)")
-        if self.distributed == "eamsgd" and optimizer not in ("msgd", "nesterov"):
+        if self.distributed == "eamsgd" and optimizer not in MOMENTUM_OPTIMIZERS:
             raise OptionError("optimizer", f"--distributed eamsgd needs a momentum optimizer (msgd or nesterov), got "
                                            f"{optimizer!r}; use --distributed easgd for plain SGD")
         if self.resume and not self.out:
             raise OptionError("resume", "needs --out DIR (the run directory to continue)")
         corpora = [("train", path) for path in self.train or []]
         for name, path in corpora + [(name, getattr(self, name)) for name in ("dev", "test") if getattr(self, name)]:
-            _check_exists(name, path, self.task)
+            _check_exists(name, path, self.task, (self.src_lang, self.tgt_lang))
         if self.dev:
             _check_not_trained_on(self.dev, self.train or [], self)
 
@@ -332,7 +354,7 @@ class RunOptions:
         return dataclasses.replace(self, **defaults.fill_defaults(self))
 
     def optimizer_args(self) -> dict[str, Any]:
-        if self.optimizer in ("msgd", "nesterov") and self.momentum is not None:
+        if self.optimizer in MOMENTUM_OPTIMIZERS and self.momentum is not None:
             return {"momentum": self.momentum}
         return {}
 
@@ -456,14 +478,34 @@ def _check_not_trained_on(dev: str, train: list[str], options: RunOptions) -> No
                                      f"trained on; give another --dev, or none for a seeded split of --train")
 
 
-def _check_exists(name: str, path: str, task: str) -> None:
-    """POS corpora are files or folders; NMT corpora are prefixes (PREFIX.fr / PREFIX.fr.xz exist)."""
+def _special_file(path: str) -> str | None:
+    """What a path that is neither a regular file nor a folder is (a FIFO, a device...), else None."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((kind for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+                 if test(mode)), "not a regular file")
+
+
+def _check_exists(name: str, path: str, task: str, languages: tuple[str, str]) -> None:
+    """POS corpora are files or folders; NMT corpora are prefixes (PREFIX.fr / PREFIX.fr.xz exist, and a language's
+    files are not all FIFOs or devices, which its reader would call missing)."""
     if task == "pos" or os.path.exists(path):
         if not os.path.exists(path):
             raise OptionError(name, f"{path} does not exist")
+        kind = _special_file(path)
+        if kind:
+            raise OptionError(name, f"{path} is {kind}, not a corpus file or folder")
         return
     folder = os.path.dirname(path) or "."
     base = os.path.basename(path)
     if not os.path.isdir(folder) or not any(entry.startswith(base + ".") for entry in os.listdir(folder)):
         raise OptionError(name, f"no file {path}.<lang>[.xz|.gz|.bz2] found (NMT corpora are given as prefixes, "
                                 f"e.g. europarl-fr-en/train for train.fr + train.en)")
+    for language in languages:
+        named = (f"{path}.{language}{suffix}" for suffix in ("", *COMPRESSED_SUFFIXES))
+        there = [file for file in named if os.path.exists(file)]
+        special = [(file, kind) for file in there if (kind := _special_file(file))]
+        if special and len(special) == len(there):
+            raise OptionError(name, f"{special[0][0]} is {special[0][1]}, not a corpus file")

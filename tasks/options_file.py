@@ -36,9 +36,21 @@ def read_options_file(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "config.json"
     loaded = _load(path)
-    replay = "run" in loaded and isinstance(loaded["run"], dict)  # a run directory's config.json
+    replay = "run" in loaded  # a run directory's config.json
+    if replay:
+        _check_run_section(path, loaded)
     values = {key: value for key, value in loaded["run"].items() if key not in _NOT_REPLAYED} if replay else loaded
     return _checked(path, values)
+
+
+def _check_run_section(path: Path, loaded: dict[str, Any]) -> None:
+    if "run" not in loaded:
+        raise OptionsFileError(f"{path}: has no 'run' section (the options run.py recorded, which --resume "
+                               f"continues); restore it, or give the run's options with --config FILE")
+    if not isinstance(loaded["run"], dict):
+        raise OptionsFileError(f"{path}: its 'run' section is a {type(loaded['run']).__name__}, not a mapping of "
+                               f"option names to values (the options run.py recorded); restore it, or give the run's "
+                               f"options with --config FILE")
 
 
 def run_directory_options(run_dir: str | Path) -> dict[str, Any] | None:
@@ -49,9 +61,7 @@ def run_directory_options(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / "config.json"
     if not path.exists():
         return None
-    if not isinstance(_load(path).get("run"), dict):
-        raise OptionsFileError(f"{path}: has no 'run' section (the options run.py recorded, which --resume "
-                               f"continues); restore it, or give the run's options with --config FILE")
+    _check_run_section(path, _load(path))
     return read_options_file(path)
 
 

@@ -5,24 +5,21 @@ Usage: `job = pos_job(RunOptions(task="pos").resolved())`; `tagger = PosTagging.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hogwild.data.batch_set import BatchSet
 from hogwild.data.encoders import PosEncoder
 from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, load_pos_dataset, split_sentences,
                                       synthetic_pos_dataset)
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
-from hogwild.data.batch_set import BatchSet
-from hogwild.data.batching import check_edges
-from hogwild.tasks.defaults import METRICS, graph_bucket_edges
+from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import EVAL_BATCH, full_and_periodic, pos_heldout
-from hogwild.tasks.task_job import TaskJob, trained_model
+from hogwild.tasks.task_job import TaskJob, fixed_shape_training, trained_model
 
 
 def load_data(options) -> PosDataset:
@@ -84,8 +81,7 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
     loss_fn, batcher = pos_loss, dataset.train
     if fixed_shapes:
-        loss_fn, batcher = functools.partial(pos_loss, padded=True), copy.copy(batcher)
-        batcher.bucket_edges = check_edges(graph_bucket_edges("pos", 0))
+        loss_fn, batcher = fixed_shape_training(pos_loss, batcher, "pos")
     return TaskJob("pos", model, loss_fn, BatchSet(batcher), evaluate, METRICS["pos"], spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 

@@ -5,12 +5,15 @@ condition the checkpoint has not reached yet. Each refusal names the flag to cha
 The job files a resumed run rebuilds from its data and flags (vocabularies, sentencepiece models) must be the run's
 own, byte for byte; one the run holds that cannot be read is named as damaged, not blamed on the flags.
 
+A multi-host run resumes on as many training hosts as it had (each host's last.pt holds its own shard's position).
+
 Usage: `check_optimizer(state, path, options)`; `reached = stop_reached(state, options, n_batches)` -> e.g.
-("--steps", 2000, 2300) or None; `check_same_files(staged_dir, run_dir)`
+("--steps", 2000, 2300) or None; `check_same_files(staged_dir, run_dir)`; `check_hosts(run_dir, hosts, others)`
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,27 @@ _NOT_COMPARED = ("data.json", MODEL_FILE)
 
 class ResumeError(ValueError):
     """A --resume that cannot continue the run as asked; the run directory is left as it was."""
+
+
+def check_hosts(run_dir: Path, hosts: int, other_ranks: int) -> None:
+    """Every host<i>/ folder of the run must hold a last.pt, and the training hosts of this job must be as many
+    (other_ranks: the job's server and tester ranks, to say which mpiexec -n resumes it). An aborted job may end
+    before every host has written its last.pt (docs/multihost.md): such a run cannot continue on all its hosts."""
+    folders = sorted((path.name for path in run_dir.glob("host*") if re.fullmatch(r"host\d+", path.name)
+                      and path.is_dir()), key=lambda name: int(name[4:]))
+    trained = [name for name in folders if (run_dir / name / "last.pt").exists()]
+    if not trained:
+        return  # nothing to resume from: check_out decides (a fresh start, or a refusal)
+    missing = [name for name in folders if name not in trained]
+    if missing:
+        raise ResumeError(f"--resume: {run_dir} was trained on {len(folders)} hosts, and {', '.join(missing)} holds "
+                          f"no last.pt (the job ended before that host wrote one: an abort, or a rank killed), so "
+                          f"its hosts cannot all continue; the run is left as it was. Start it again in another "
+                          f"--out (--checkpoint-every makes every host write last.pt as it trains)")
+    if len(trained) != hosts:
+        raise ResumeError(f"--resume: {run_dir} was trained on {len(trained)} hosts ({', '.join(trained)} hold "
+                          f"their last.pt), this job has {hosts} training rank(s): resume it under mpiexec -n "
+                          f"{len(trained) + other_ranks} as it ran (each host continues its own shard of the data)")
 
 
 def check_optimizer(state: dict[str, Any], path: Path, options) -> None:

@@ -2,7 +2,8 @@
 `RunOptions`' declarations (each with its type, allowed values and help ending in the default that applies), and
 `parse_run_options` resolves a command line into `RunOptions` exactly as run.py does: --config FILE's options (a run
 directory replays its config.json; `--resume --out RUN` continues RUN's own), overridden by the flags given, every
-value checked by RunOptions, a bad one ending with `PROG: error: --FLAG: ...` and exit status 2.
+value checked by RunOptions, a bad one ending with `PROG: error: --FLAG: ...` and exit status 2. Flags are spelled
+out in full, on every parser it reads: a prefix (`--step`) is refused naming the flags it begins.
 
 run.py adds every flag. A script or benchmark adds them too (its own flags beside them), less the options it sets
 itself per run (`leave_out`, e.g. `mode` in a sweep over modes) or, for a benchmark that honours a few, `only` those;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -70,6 +72,8 @@ def parse_run_options(parser: argparse.ArgumentParser,
     """(RunOptions, the parsed namespace) of a command line, for a parser given `add_run_options`: --config FILE's
     options under the flags given, as run.py resolves them; bad values end with `parser.error` (exit status 2)."""
     _refuse_copies(parser)
+    parser.allow_abbrev = False  # a prefix (--step) is an error, as in run.py: a recorded command keeps its meaning
+    refuse_prefixes(parser, sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     resume, out = getattr(args, "resume", False), getattr(args, "out", None)
     replayed, flag_read, source = {}, "--config" if args.config is not None else "--resume", None
@@ -101,6 +105,20 @@ def parse_run_options(parser: argparse.ArgumentParser,
         if error.name in replayed and error.name not in given:  # the file's value, not the user's flag
             parser.error(f"{flag_read} {source}: {error}")
         parser.error(str(error))
+
+
+def refuse_prefixes(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A flag prefix (the parser's allow_abbrev off) is named with the flags it begins, instead of argparse's
+    "unrecognized arguments"."""
+    known = {name for action in parser._actions for name in action.option_strings}
+    for token in argv:
+        if token == "--":
+            return
+        name = token.split("=", 1)[0]
+        prefix = name.startswith("--") and name not in known
+        matches = sorted(known_flag for known_flag in known if known_flag.startswith(name)) if prefix else []
+        if matches:
+            parser.error(f"{name}: not a flag; flags are spelled out in full (did you mean {' or '.join(matches)}?)")
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:

@@ -23,7 +23,7 @@ import torch
 
 from hogwild.files import RecordLog, update_sections
 from hogwild.share.checkpoint import CheckpointError, load_file
-from hogwild.tasks.runlock import LOCK_FILE
+from hogwild.tasks.runlock import LOCK_FILE, busy, live_holder
 from hogwild.tasks.task_job import MODEL_FILE
 
 
@@ -35,17 +35,26 @@ RUN_FILES = (MODEL_FILE, "config.json", "metrics.jsonl", "last.pt", "best.pt", "
 OWN_FILES = (LOCK_FILE, "train.log")  # a run's before it has any RUN_FILES (train.log: scripts/series.py's output)
 
 
-def check_out(run_dir: Path, resume: bool, writer: bool = True) -> None:
-    """--out must be a directory (or not exist yet), and a new run must not land on top of another one (checked by
-    the process that writes the run directory: other MPI ranks may look after it has begun writing)."""
+def check_out(run_dir: Path, resume: bool, writer: bool = True, locked: bool = False) -> None:
+    """--out must be a directory (or not exist yet), a new run must not land on top of another one, nor on a run
+    still going there, and --resume needs a last.pt in a folder that holds a run (a fresh start in a new or empty one):
+    checked by the process that writes the run directory (other MPI ranks may look after it has begun writing).
+    locked: this process holds the run directory's lock already."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--out {run_dir}: is a file, not a directory")
     if run_dir.parent.exists() and not run_dir.parent.is_dir():
         raise RunDirError(f"--out {run_dir}: {run_dir.parent} is a file, not a directory")
+    holder = live_holder(run_dir) if writer and not locked and run_dir.is_dir() else None
+    if holder is not None:  # a run still writing there: not "already holds a run" nor "no last.pt" (not yet)
+        raise busy(run_dir, holder)
     held = [name for name in RUN_FILES if (run_dir / name).exists() or (run_dir / "host0" / name).exists()]
     if held and not resume and writer:
         raise RunDirError(f"--out {run_dir}: already holds a run ({', '.join(held)}); add --resume to continue it, or "
                           f"choose another --out")
+    if held and resume and writer and "last.pt" not in held:  # a fresh start would replace best.pt, the summary ...
+        raise RunDirError(f"--resume {run_dir}: holds a run ({', '.join(held)}) but no last.pt to continue it from "
+                          f"(killed before its first checkpoint, or last.pt was removed), and starting it afresh "
+                          f"would replace those files; choose another --out, or move them away to start over here")
     others = sorted(name for name in os.listdir(run_dir) if name not in OWN_FILES) if run_dir.is_dir() else []
     if others and not held and writer:  # e.g. --out docs: the run's files would land among someone else's
         shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
@@ -189,6 +198,11 @@ def segment_start(run_dir: str | Path) -> float:
     """Seconds of training before the latest segment of the run in run_dir began (0: a run that never resumed)."""
     path = engine_dir(Path(run_dir)) / "metrics.jsonl"
     return max(timeline(read_metrics(path))[1], 0.0) if path.exists() else 0.0
+
+
+def restarts_logged(metrics: Path) -> int:
+    """Workers replaced in every segment of a run: the restart records of its metrics.jsonl (a killed segment's too)."""
+    return sum(record.get("kind") == "restart" for record in read_metrics(metrics)) if metrics.exists() else 0
 
 
 def read_curves(run_dir: str | Path, metric: str | None = None, name: str | None = None) -> Curves:

@@ -49,8 +49,7 @@ class RunDirLock:
             except BlockingIOError:
                 holder = _read_holder(fd)
                 os.close(fd)
-                raise RunDirBusy(f"--out {self.path.parent}: run directory is in use by {describe_holder(holder)}; "
-                                 f"wait for it to finish, stop it, or choose another --out") from None
+                raise busy(self.path.parent, holder) from None
             except BaseException:
                 os.close(fd)
                 raise
@@ -89,6 +88,12 @@ class RunDirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def busy(run_dir: str | os.PathLike, holder: dict) -> RunDirBusy:
+    """The error of a run directory a live run holds (`holder`: its record)."""
+    return RunDirBusy(f"--out {run_dir}: run directory is in use by {describe_holder(holder)}; wait for it to finish, "
+                      f"stop it, or choose another --out")
 
 
 def live_holder(run_dir: str | os.PathLike) -> dict | None:

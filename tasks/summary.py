@@ -1,12 +1,15 @@
 """`summary.json`: the headline figures of a run, from the engine's TrainResult plus the final held-out evaluation.
 
 Keys (issue 5): task, workers, devices, mode, updates, wall_seconds, updates_per_second, best {metric, value,
-update}, final_train_loss, staleness_mean, skipped_updates, graphs and eager_steps (Config.graphs: graphs
-captured, steps without one), restarts (workers replaced in this segment: --max-restarts); plus final_metrics,
+update}, final_train_loss, staleness_mean, skipped_updates, graphs, eager_steps and eager_share (Config.graphs:
+graphs captured, steps of graphed workers run eagerly and their share, None without graphed workers), restarts
+(workers replaced in the whole run, every segment's restart records in metrics.jsonl, a killed one's too;
+--max-restarts bounds each segment); plus final_metrics,
 heldout (the best checkpoint's final evaluation), stop_reason, data and the segment figures of a resumed run.
 `wall_seconds` and `updates` add up over resumed segments (`prior_seconds`: the training time before this segment,
 from the metrics log, which also counts a segment that was killed without writing a summary); `updates_per_second`
-is that of the latest segment. When a signal skipped the final held-out evaluation, run.py sets stop_reason to say so
+is that of the latest segment: its updates per second of training (from every worker ready to the stop: start-up and
+the final evaluation excluded), the run's headline rate (run.py's last line; metrics.jsonl's are per interval). When a signal skipped the final held-out evaluation, run.py sets stop_reason to say so
 and adds training_stop_reason (why training itself stopped), which a --resume that only runs that evaluation puts
 back (tasks/training.py).
 
@@ -21,6 +24,7 @@ from typing import Any
 from hogwild.files import write_text_atomic
 
 SUMMARY_FILE = "summary.json"
+EAGER_NOTE = 0.01  # the end-of-run line names the eager share above this
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -30,8 +34,9 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
 
 def make_summary(options, devices: list[str], result, metric: str, start_updates: int,
                  previous: dict[str, Any] | None, heldout: dict[str, Any] | None, info: dict[str, Any],
-                 prior_seconds: float = 0.0) -> dict:
-    """result: hogwild.TrainResult of this call; start_updates: the global step it resumed from (0: fresh)."""
+                 prior_seconds: float = 0.0, run_restarts: int | None = None) -> dict:
+    """result: hogwild.TrainResult of this call; start_updates: the global step it resumed from (0: fresh);
+    run_restarts: the restarts of every segment (None: this call's)."""
     segment_updates = result.updates - start_updates
     wall = result.wall_seconds + (prior_seconds if start_updates else 0.0)
     best = {"metric": metric, "value": None, "update": None}
@@ -54,7 +59,8 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "skipped_updates": result.skipped_updates,
         "graphs": result.graphs,
         "eager_steps": result.eager_steps,
-        "restarts": result.restarts,
+        "eager_share": result.eager_share,
+        "restarts": result.restarts if run_restarts is None else run_restarts,
         "final_metrics": result.final_metrics,
         "heldout": heldout,
         "stop_reason": result.stop_reason,
@@ -71,6 +77,15 @@ def make_summary(options, devices: list[str], result, metric: str, start_updates
         "distributed": options.distributed,
         "data": info,
     }
+
+
+def eager_note(summary: dict[str, Any]) -> str | None:
+    """The end-of-run line when more than EAGER_NOTE of the graphed workers' steps ran eagerly, else None."""
+    share = summary.get("eager_share")
+    if share is None or share <= EAGER_NOTE:
+        return None
+    return (f"{share:.0%} of the graphed workers' steps ran eagerly ({summary['eager_steps']} steps: batch shapes "
+            f"without a graph, or a capture that failed; summary.json's eager_share)")
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ Usage: `job = pos_job(options); result = hogwild.train(job.model, job.loss_fn, j
 """
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from torch import nn
+
+from hogwild.data.batching import check_edges
+from hogwild.tasks.defaults import graph_bucket_edges
 
 MODEL_FILE = "model.json"  # which model class and sizes: enough to rebuild it for inference
 
@@ -37,6 +42,15 @@ class TaskJob:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.save_vocabularies(run_dir)
         (run_dir / MODEL_FILE).write_text(json.dumps(self.model_spec, indent=2) + "\n", encoding="utf-8")
+
+
+def fixed_shape_training(loss_fn: Callable, batcher: Any, task: str, max_len: int = 0) -> tuple[Callable, Any]:
+    """What workers that capture or compile their step train on (hogwild.Config.graphs, --compile): the task's padded
+    loss (no host read) and a copy of its batcher padding lengths to tasks.defaults' bucket edges, so that the
+    batches fall into a few shapes."""
+    batcher = copy.copy(batcher)
+    batcher.bucket_edges = check_edges(graph_bucket_edges(task, max_len))
+    return functools.partial(loss_fn, padded=True), batcher
 
 
 def trained_model(model_class: type[nn.Module], config_class: type, spec: dict[str, Any],

@@ -30,10 +30,10 @@ from hogwild.tasks.devices import worker_devices
 from hogwild.tasks.final_signals import FinalSignals
 from hogwild.tasks.job_builders import build_job
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.resume_checks import check_optimizer, check_same_files, nothing_to_train, stop_reached
-from hogwild.tasks.rundir import check_out, segment_start, write_command, write_config
+from hogwild.tasks.resume_checks import check_hosts, check_optimizer, check_same_files, nothing_to_train, stop_reached
+from hogwild.tasks.rundir import RunDirError, check_out, restarts_logged, segment_start, write_command, write_config
 from hogwild.tasks.runlock import LOCK_FILE, RunDirLock
-from hogwild.tasks.summary import make_summary, read_summary, write_summary
+from hogwild.tasks.summary import eager_note, make_summary, read_summary, write_summary
 from hogwild.tasks.task_job import TaskJob
 
 
@@ -80,7 +80,10 @@ def run_training(options: RunOptions, argv: list[str] | None = None,
         from hogwild.multihost.dist_config import ranks_with
         dist = options.dist_config()
         world = import_mpi().COMM_WORLD
-        rank_is_first = world.Get_rank() == ranks_with(dist.roles(world.Get_size()), "worker")[0]
+        hosts = ranks_with(dist.roles(world.Get_size()), "worker")
+        rank_is_first = world.Get_rank() == hosts[0]
+        if options.resume:
+            check_hosts(Path(options.out), len(hosts), world.Get_size() - len(hosts))
     if not rank_is_first:
         say = lambda message: None  # noqa: E731 - one rank speaks for the job
     with _RunDirOwner(Path(options.out), options.resume, rank_is_first, say) as owner:
@@ -109,9 +112,13 @@ class _RunDirOwner:
     def claim(self) -> None:
         """Create and lock a run directory that did not exist at the start (the writer only)."""
         if self.writer and self._lock is None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:  # a read-only folder, /proc/...: named with the flag, not a bare [Errno N]
+                raise RunDirError(f"--out {self.run_dir}: cannot create it ({(error.strerror or str(error)).lower()}"
+                                  f"{f': {error.filename}' if error.filename else ''})") from None
             self._take()
-            check_out(self.run_dir, self.resume)  # another run may have filled it while we loaded the data
+            check_out(self.run_dir, self.resume, locked=True)  # another run may have filled it while we loaded data
 
     def __enter__(self) -> "_RunDirOwner":
         return self
@@ -173,7 +180,8 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
             # the final (beam) decoding runs where the periodic evaluations ran: a GPU when the workers were on GPUs
             heldout = signals.run(lambda: job.finish(_best_model(job, result.best_checkpoint, config), run_dir))
         summary = make_summary(options, devices, result, job.metric, start_updates, previous, heldout, job.info,
-                               prior_seconds=segment_start(engine_dir) if start_updates else 0.0)
+                               prior_seconds=segment_start(engine_dir) if start_updates else 0.0,
+                               run_restarts=restarts_logged(engine_dir / "metrics.jsonl"))
         summary["hosts"] = hosts
         if signals.skipped:
             summary.update(stop_reason=f"{signals.skipped} during the final held-out evaluation, which was skipped "
@@ -181,9 +189,11 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
                            training_stop_reason=result.stop_reason)
         write_summary(run_dir, summary)
     best = summary["best"]
-    say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f}s "
-        f"({summary['updates_per_second']:.2f} updates/s), final train loss {_number(result.final_loss)}, "
-        f"best held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
+    say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f} s of training"
+        f"{_rate(summary, result.updates - start_updates)}, final train loss {_number(result.final_loss)}, best "
+        f"held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
+    if eager_note(summary):  # the graphed step ran eagerly for a share of the run
+        say(eager_note(summary))
     if heldout:
         say("final held-out: " + "; ".join(f"{part} {_format(values, job.metric)}"
                                            for part, values in heldout.items()))
@@ -256,7 +266,7 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
         del resume_state  # the engine reads it again (its tensors are not needed here)
         if options.resume and not finish_only:
             say(f"resuming {resume_path} at update {start_updates}" if start_updates else
-                f"--resume: no checkpoint in {engine_dir} yet, starting from scratch")
+                f"--resume: {owner.run_dir} holds no run yet, starting one")
         if owner.writer:  # known valid: from here on the run directory is written
             owner.claim()
             if not start_updates:
@@ -289,6 +299,15 @@ def _install_files(staged: Path, run_dir: Path) -> None:
         if path.is_file():
             data = path.read_bytes()
             write_atomic(run_dir / path.name, lambda file, data=data: file.write(data))
+
+
+def _rate(summary: dict[str, Any], updates: int) -> str:
+    """The headline rate as the summary defines it: updates per second of training, start-up excluded, this
+    segment's (a resumed run's time and updates above are the whole run's)."""
+    rate = f"{summary['updates_per_second']:.2f} updates/s, start-up excluded"
+    if summary["segments"] == 1:
+        return f" ({rate})"
+    return f" over {summary['segments']} segments (this one: {updates} updates, {rate})"
 
 
 def _number(value: float | None) -> str:

@@ -8,7 +8,8 @@ Usage (under `mpiexec -n H python script.py`):
 
 Modules: dist_config (DistConfig, roles), math (flat parameters, the algorithms' arithmetic), protocol (message tags
 and kinds), transport (the only importer of mpi4py, lazily), agents (the training hosts' exchange thread), server
-(parameter servers and the tester), distributed_checkpoint (distributed run directories), host (the entry point).
+(parameter servers and the tester), distributed_checkpoint (distributed run directories), leftovers (the janitor
+that removes what an aborted rank leaves), host (the entry point).
 Importing this package never imports mpi4py: single-host use never needs MPI.
 
 The package sits above the engine: each training host runs `hogwild.train` with an agent from .agents plugged into

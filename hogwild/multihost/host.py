@@ -23,6 +23,7 @@ from ..parent.agent import CommunicationAgent
 from .agents import make_agent
 from .dist_config import DistConfig, ranks_with
 from .distributed_checkpoint import DistributedCheckpoint
+from .leftovers import RankFiles
 from .math import FlatParams
 from .server import ParameterServer, Tester
 from .transport import MPITransport, import_mpi, say
@@ -67,7 +68,8 @@ def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, co
         raise ValueError("DistConfig.tester=True needs an evaluate(model) function")
     t = MPITransport(world, roles, dist)
     try:
-        return _run_rank(t, model, loss_fn, batches, config, dist, evaluate, start)
+        with RankFiles(f"hogwild-rank{t.rank}-"):  # what an abort leaves, its janitor removes
+            return _run_rank(t, model, loss_fn, batches, config, dist, evaluate, start)
     except BaseException as error:  # noqa: BLE001 - one rank failing must end the job, never leave the others waiting
         t.abort(abort_reason(error))
 

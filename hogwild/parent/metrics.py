@@ -1,10 +1,13 @@
 """Training metrics, computed in the parent from the workers' shared counters.
 
 Per worker and in total: updates/s, examples (or tokens)/s, mean training loss, skipped updates; staleness (shared
-updates that landed between a worker's read of the parameters and its write) as mean and histogram. Written as
+updates that landed between a worker's read of the parameters and its write) as mean and histogram; with graphed
+workers, the eager steps and their share of those workers' steps so far (`eager_share`). Written as
 JSON lines to `<run dir>/metrics.jsonl`, as TensorBoard events when tensorboard is installed, and shown on a tqdm
 progress bar (on a terminal; when stderr is a file, as a plain `progress:` line every PLAIN_PROGRESS_SECONDS).
-Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk.
+Records are appended whole (hogwild.files.RecordLog): never half a line, even on a full disk. A record's rates are
+over the interval since the previous record, a progress line's since the previous line; the first interval starts
+when training starts (`training_started`: every worker ready), so start-up is never counted as training time.
 
 Serves steps 4 and 5 of `hogwild.train` (supervise, result).
 
@@ -49,6 +52,11 @@ class PlainProgress:
         if self.clock() - self.shown_at >= self.every:
             self._line()
 
+    def restart_clock(self) -> None:
+        """Training starts now: the time shown and the next rate count from here."""
+        self.started = self.shown_at = self.clock()
+        self.shown_n = self.n
+
     def set_postfix(self, loss: str, refresh: bool = False) -> None:
         self.loss = loss
 
@@ -62,16 +70,27 @@ class PlainProgress:
         share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         loss = f", loss {self.loss}" if self.loss else ""
         print(f"progress: {self.n:,}{f'/{self.total:,}' if self.total else ''} updates{share} after "
-              f"{now - self.started:.0f} s, {rate:.1f} updates/s{loss}", file=self.stream or sys.stderr, flush=True)
+              f"{now - self.started:.0f} s of training, {rate:.1f} updates/s since the previous line{loss}",
+              file=self.stream or sys.stderr, flush=True)
         self.shown_at, self.shown_n = now, self.n
 
 
+def eager_share(snapshot: CounterSnapshot, graphed: list[int]) -> float | None:
+    """The share of the graphed workers' steps (applied or skipped) that ran the eager step: a batch shape without a
+    graph, or every step of a worker whose capture failed (Config.graphs 'auto'). None without graphed workers."""
+    if not graphed:
+        return None
+    steps = sum(snapshot.updates(w) + snapshot.skipped(w) for w in graphed)
+    return min(1.0, snapshot.eager_steps() / steps) if steps else 0.0
+
+
 class MetricsLog:
-    """The parent's view of training progress; only the parent writes logs."""
+    """The parent's view of training progress; only the parent writes logs. graphed: the workers that run the
+    graphed step (Config.graphed), whose eager share each train record gives."""
 
     def __init__(self, run_dir: str | None, workers: int, total: int | None, progress: bool = True,
-                 tensorboard: bool = True, initial: CounterSnapshot | None = None):
-        self.workers, self.start = workers, time.time()
+                 tensorboard: bool = True, initial: CounterSnapshot | None = None, graphed: list[int] = ()):
+        self.workers, self.start, self.graphed = workers, time.time(), list(graphed)
         # Whole records only: a torn last line (crash, full disk) is cut off before appending; a failed write is
         # undone and raises WriteFailed naming the file.
         self.file = RecordLog(os.path.join(run_dir, "metrics.jsonl")) if run_dir else None
@@ -94,6 +113,15 @@ class MetricsLog:
             self.event("repaired", path=self.file.path, dropped_bytes=self.file.repaired)
         if self.shown:  # a resumed run: where this segment starts (what a killed segment logged past it was lost)
             self.event("resume", updates=self.shown)
+
+    def training_started(self, at: float) -> None:
+        """Every worker is ready (at: time.time()): the first record's rates, and the progress bar's, start here."""
+        self.previous_time = at
+        if isinstance(self.bar, PlainProgress):
+            self.bar.restart_clock()
+        elif not self.bar.disable:  # tqdm: its elapsed time and its first rate sample start here
+            self.bar.start_t = self.bar.last_print_t = self.bar._time()
+            self.bar.last_print_n = self.bar.n
 
     def progress(self, snapshot: CounterSnapshot) -> int:
         """Advance the progress bar; returns the global update count."""
@@ -132,6 +160,8 @@ class MetricsLog:
             "phase_ms": snapshot.phase_milliseconds(before),
             "workers": per_worker,
         }
+        if self.graphed:  # since the run's start: rare shapes come and go
+            record.update(eager_steps=snapshot.eager_steps(), eager_share=eager_share(snapshot, self.graphed))
         if record["loss"] is not None:
             self.last_loss = record["loss"]
             self.bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)

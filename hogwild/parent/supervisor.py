@@ -205,27 +205,29 @@ def start_resource_tracker() -> None:
 
 
 class _ReaderGone:
-    """A standard stream that outlives its reader: once a write or flush meets a closed pipe (`run.py | head`, a log
-    reader that quit), the stream's descriptor is pointed at /dev/null and the process goes on, silent; the run's
-    record is metrics.jsonl. Without it the next progress line or evaluation line stopped training."""
+    """A standard stream that outlives its reader, or its disk: once a write or flush fails (a closed pipe, `run.py |
+    head`; a full disk; an I/O error), the stream's descriptor is pointed at /dev/null and the process goes on; the
+    run's record is its run directory (metrics.jsonl, summary.json). A closed pipe is the reader's choice and goes
+    silently; any other failure is named once, with the stream, on `other` (the other standard stream, or None: not
+    named). Without it the next progress or evaluation line stopped training."""
 
-    def __init__(self, stream: Any):
-        self._stream = stream
+    def __init__(self, stream: Any, name: str, prog: str, other: str | None):
+        self._stream, self._name, self._prog, self._other = stream, name, prog, other
 
     def write(self, text: str) -> int:
         try:
             return self._stream.write(text)
-        except BrokenPipeError:
-            self._to_null()
+        except OSError as error:
+            self._lost(error)
             return len(text)
 
     def flush(self) -> None:
         try:
             self._stream.flush()
-        except BrokenPipeError:
-            self._to_null()
+        except OSError as error:
+            self._lost(error)
 
-    def _to_null(self) -> None:
+    def _lost(self, error: OSError) -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         try:
             os.dup2(null, self._stream.fileno())
@@ -233,19 +235,38 @@ class _ReaderGone:
             os.close(null)
         try:
             self._stream.flush()  # what was buffered goes to /dev/null now
-        except (BrokenPipeError, ValueError):
+        except (OSError, ValueError):
             pass
+        if self._other is not None and not isinstance(error, BrokenPipeError):
+            reason = (error.strerror or str(error)).lower()
+            print(f"{self._prog}: warning: {self._name}: cannot write ({reason}); nothing more is written there (a "
+                  f"run's record stays in its directory: metrics.jsonl, summary.json)", file=getattr(sys, self._other),
+                  flush=True)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
-def outlive_closed_output() -> None:
-    """Make sys.stdout and sys.stderr survive a reader that goes away (see _ReaderGone): the parent and every worker."""
+def outlive_closed_output(prog: str = "hogwild", stdout_is_data: bool = False) -> None:
+    """Make the standard streams safe for a process that needs no terminal (the parent and every worker): a closed
+    one (`run.py >&-`) is reopened on /dev/null before any file can take its descriptor (a message would land in that
+    file), and sys.stdout and sys.stderr survive a write that fails (see _ReaderGone; prog names the process in its
+    warning). stdout_is_data: stdout carries the command's output (`run.py tag`), where no warning may go."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed
+            null = os.open(os.devnull, os.O_RDONLY if mode == "r" else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            os.set_inheritable(fd, True)  # as a standard stream is: the workers get it too
+            setattr(sys, name, open(fd, mode, closefd=False, **({"buffering": 1} if mode == "w" else {})))
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _ReaderGone):
-            setattr(sys, name, _ReaderGone(stream))
+            other = "stderr" if name == "stdout" else None if stdout_is_data else "stdout"
+            setattr(sys, name, _ReaderGone(stream, name, prog, other))
 
 
 def detach_terminal() -> None:

@@ -1,5 +1,5 @@
-"""A graphed step's gradient copy-out: the gradients gathered on the device into one flat buffer (the outbox), the
-norm, clipping and finiteness decided there too, then one device->host copy into a page-locked slot that the update
+"""A device worker's gradient copy-out (step_graph.py's step, graphed or eager): the gradients gathered on the device
+into one flat buffer (the outbox), the norm, clipping and finiteness decided there too, then one device->host copy into a page-locked slot that the update
 thread reads after the copy's event. No Python hook runs in backward and the worker's main thread never waits for the
 device: the skip is decided one step late, by whoever reads the slot (updates.py).
 
@@ -12,8 +12,8 @@ The outbox, one tensor of the parameters' dtype on the device, holds in order:
   - three step statistics: finite (1/0), the loss, and missing (1 if a table read a row outside the host's ids).
 The replica's tables give dense gradients (sparse gradients drop the padding row with a data-dependent shape, which
 no CUDA graph can hold); the rows and the mask make them the sparse gradient the eager step pushes: the same rows,
-the same values, coalesced. Clipping multiplies the gradient part by min(1, clip/(norm+1e-6)) computed in float64
-from the same norms as gradients.global_norm, so the clipped values are the eager step's bit for bit (dense).
+the same values, coalesced (what torch's sparse gradient gives). Clipping multiplies the gradient part by min(1, clip/(norm+1e-6)) computed in float64
+from the same norms as gradients.global_norm, so the clipped values are an in-place step's bit for bit (dense).
 
 On a GPU a step's outbox is first copied device->device into one of two staging buffers (microseconds on HBM), so the
 next step may overwrite the outbox while the copy to the host of this one runs on the copy stream. Two host slots
@@ -61,7 +61,7 @@ class GradientOutbox:
                  device: torch.device, slots: int = 2):
         dtypes = {p.dtype for p in params}
         if len(dtypes) != 1 or not next(iter(dtypes)).is_floating_point:
-            raise ValueError(f"Config.graphs: the graphed step gathers the gradients into one buffer and needs every "
+            raise ValueError(f"a device worker's step gathers the gradients into one buffer and needs every "
                              f"trained parameter in one floating dtype, got {sorted(map(str, dtypes))}")
         self.params, self.device, self.cuda = params, device, device.type == "cuda"
         self.dtype = next(iter(dtypes))
@@ -103,7 +103,7 @@ class GradientOutbox:
             rows = self.params[entry.index].shape[0]
             ids = host_ids[(host_ids >= 0) & (host_ids < rows)] if host_ids is not None else host_ids
             if ids is None or len(ids) > entry.capacity:
-                raise RuntimeError(f"Config.graphs: a batch holds {0 if ids is None else len(ids)} distinct ids for "
+                raise RuntimeError(f"a device worker's step: a batch holds {0 if ids is None else len(ids)} distinct ids for "
                                    f"a sparse table whose capacity is {entry.capacity}")
             buffer = staging[slot]
             buffer[:len(ids)] = ids
@@ -184,8 +184,9 @@ class GradientOutbox:
         host = self.host[slot]
         finite, loss, missing = host[self.stats].tolist()
         if missing:
-            raise RuntimeError("Config.graphs: the model read a row of a sparse embedding whose id is not among its "
-                               "batch's integer tensors, so its gradient would be lost; train with graphs='off'")
+            raise RuntimeError("a device worker's step: the model read a row of a sparse embedding whose id is not among "
+                               "its batch's integer tensors, so its gradient would be lost; make that table dense "
+                               "(nn.Embedding(sparse=False)) or train on 'cpu' workers")
         grads: list[Tensor | None] = [None] * len(self.params)
         for i in present:
             if i in self.dense_slices:

@@ -3,16 +3,18 @@ batch's RNG seed and loss, the gradients' global norm, clipping and finiteness, 
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes. Nothing here talks to another process.
 
-Usage: `seed_batch(device, batch_seed(seed, epoch, index))`; `loss, examples = call_loss(loss_fn, model, batch)`;
+Usage: `seed_batch(device, batch_seed(seed, epoch, index))`; `loss, examples = forward_backward(loss_fn, model, batch)`;
 `usable = usable_gradients(params, clip_norm)` (sync) or `usable, scale, loss = gradient_stats(params, check,
-clip_norm, loss)` (Hogwild: one read of the device).
+clip_norm, loss)` (a 'cpu' Hogwild worker: in_place.py; a device worker's step reads these on the device: copy_out.py).
 
 A faster step (Config.compile, Config.tf32; eager FP32 stays the default and the reference, Config's docstring says
-what each option trades): `step = compiled_loss(spec.loss_fn, config.compile)`, then `call_loss(step, net, batch)`;
+what each option trades): `step = compiled_loss(spec.loss_fn, config.compile)`, then `forward_backward(step, net,
+batch)`;
 `use_tf32(config.tf32)` once in the worker process.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +53,17 @@ def call_loss(loss_fn: Callable, model: nn.Module, batch: Any) -> tuple[torch.Te
     if isinstance(out, (tuple, list)):
         return out[0], int(out[1])
     return out, batch_examples(batch)
+
+
+def forward_backward(loss_fn: Callable, model: nn.Module, batch: Any,
+                     autocast: contextlib.AbstractContextManager = contextlib.nullcontext()) -> tuple[torch.Tensor, int]:
+    """A step's forward (under `autocast`: Config.amp) and backward, the gradients left in the parameters' .grad;
+    returns (loss, examples or tokens). The one call of backward() of every worker step (step_graph.py, in_place.py,
+    sync.py)."""
+    with autocast:
+        loss, count = call_loss(loss_fn, model, batch)
+    loss.backward()
+    return loss, count
 
 
 def global_norm(params: list[torch.Tensor]) -> torch.Tensor | None:

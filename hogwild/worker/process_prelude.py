@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import torch
 from torch import nn
+from tqdm.std import TqdmDefaultWriteLock
 
 from ..config import Config
 from .._lifeline import die_with_parent
@@ -84,6 +85,10 @@ def run_worker_process(spec: WorkerSpec, train: Callable[[Callable[[], bool]], N
             signal.signal(name, signal.SIG_IGN)  # process group: the parent decides (it stops them, then checkpoints)
         die_with_parent(spec.parent_pid)
         outlive_closed_output()  # a warning to a pipe whose reader has gone must not end the worker
+        # tqdm bars made inside torch (torch.fx while compiling) take a multiprocessing lock, a semaphore that the
+        # exit without teardown (exit_now) would leave to the resource tracker ("leaked semaphore objects"); a
+        # worker shows no bar, so tqdm's lock stays a thread lock
+        TqdmDefaultWriteLock.mp_lock = None
         torch.set_num_threads(spec.config.threads_per_worker)
         bind_device(torch_device(spec.device))
         use_tf32(spec.config.tf32)

@@ -1,27 +1,25 @@
-"""Where a worker computes: directly on the shared CPU parameters, or on a private replica on a device.
+"""Where the sync worker (sync.py) computes: directly on the shared CPU parameters, or on a private replica on a
+device; and the helpers every worker's step uses to reach a device (batches, ids, sparse tables, page-locked memory).
 
-A CPU worker ('cpu') trains in place on the shared parameters: forward reads them, backward writes this process's
-private `.grad`, the shared optimizer updates them. A device worker ('cuda:N', or 'cpu-replica' which runs the
-same path on the CPU so it is tested without a GPU) holds a replica: every step it pulls the shared parameters
-host->device, computes on the replica, and hands the gradients, copied device->host into page-locked buffers, to
-the shared optimizer. Each dense gradient's copy starts the moment backward has accumulated it (a post-accumulate-
-grad hook; on a GPU on a side stream), so the copies overlap the rest of backward. With two buffer sets, update k
-can read one set while backward k+1 fills the other.
+A 'cpu' sync worker trains in place on the shared parameters: forward reads them, backward writes this process's
+private `.grad`. A device sync worker ('cuda:N', or 'cpu-replica' which runs the same path on the CPU so it is tested
+without a GPU) holds a replica: every step it pulls the shared parameters host->device, computes on the replica, and,
+once the ranks have averaged the gradients on the device, copies them device->host into page-locked buffers for the
+shared optimizer. (A Hogwild worker's device step is step_graph.py's, with its prefetched pull and one copy-out.)
 
-Only the parameters that require grad are pulled, hooked and pushed, each tied Parameter once
-(shared_optim.trainable_parameters).
-Frozen parameters reach a replica when it is made (a copy of the shared model, resumed values included) and, like
-the buffers, are never given a gradient; nothing changes them during a run, so no step pulls them again.
+Only the parameters that require grad are pulled and pushed, each tied Parameter once
+(shared_optim.trainable_parameters). Frozen parameters reach a replica when it is made (a copy of the shared model,
+resumed values included) and, like the buffers, are never given a gradient; nothing changes them during a run, so no
+step pulls them again.
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
-Usage: `params = make_parameters(model, "cpu-replica"); net = params.pull(batch); ...backward...;
+Usage: `params = make_parameters(model, "cpu-replica"); net = params.pull(); ...backward, average...;
 grads = params.push(); ...update with grads...; params.clear()`
 """
 from __future__ import annotations
 
 import copy
-import functools
 from typing import Any
 
 import torch
@@ -75,7 +73,7 @@ class SharedParameters:
         self.grad_params = self.shared  # the tensors whose .grad backward fills
         self.device = torch.device("cpu")
 
-    def pull(self, batch: Any = None, dense: bool = True) -> nn.Module:
+    def pull(self) -> nn.Module:
         return self.model
 
     def push(self) -> None:
@@ -87,16 +85,9 @@ class SharedParameters:
 
 
 class DeviceReplica:
-    """A private copy of the model on `device`, refreshed from the shared parameters every step.
+    """A private copy of the model on `device`, refreshed from the shared parameters every step."""
 
-    copy_in_backward: start each dense gradient's device->host copy when backward produces it (False: at push(),
-    for sync mode, which averages the gradients on the device first). buffer_sets: 2 lets an update read one set of
-    host gradients while the next backward fills the other. sparse_rows: pull only the rows of sparse embedding
-    tables whose ids appear in the batch (a forward pre-hook checks, without a device sync, that no other row is
-    read; push() raises if one was)."""
-
-    def __init__(self, model: nn.Module, device: str, *, copy_in_backward: bool = True, buffer_sets: int = 1,
-                 sparse_rows: bool = False):
+    def __init__(self, model: nn.Module, device: str):
         self.device = torch_device(device)
         self.cuda = self.device.type == "cuda"
         self.shared = trainable_parameters(model)
@@ -105,56 +96,15 @@ class DeviceReplica:
         self.replica = copy.deepcopy(model).to(self.device)
         self.grad_params = trainable_parameters(self.replica)
         self.replica_buffers = list(self.replica.buffers())
-        self.tables = sparse_tables(self.replica)
+        tables = sparse_tables(self.replica)
         # Page-locked host buffers for the dense gradients only: sparse gradients' row sets vary per step.
-        self.host_sets = [[None if i in self.tables else torch.empty(p.shape, dtype=p.dtype, pin_memory=self.cuda)
-                           for i, p in enumerate(self.shared)] for _ in range(buffer_sets)]
-        self.slot = 0  # the buffer set this step's gradients go to
-        self.copied = [False] * len(self.shared)  # which dense gradients this step copied out
-        self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
-        self.copy_in_backward = copy_in_backward
-        if copy_in_backward:
-            for index, param in enumerate(self.grad_params):
-                if index not in self.tables:
-                    param.register_post_accumulate_grad_hook(functools.partial(self._copy_out, index))
-        self.sparse_rows = sparse_rows and bool(self.tables)
-        if self.sparse_rows:
-            self.pulled = {i: torch.zeros(t.weight.shape[0], dtype=torch.bool, device=self.device)
-                           for i, t in self.tables.items()}  # rows of each table pulled this step
-            self.missing = torch.zeros((), dtype=torch.bool, device=self.device)  # read a row not pulled?
-            for index, table in self.tables.items():
-                table.register_forward_pre_hook(functools.partial(self._check_rows, index))
+        self.host = [None if i in tables else torch.empty(p.shape, dtype=p.dtype, pin_memory=self.cuda)
+                     for i, p in enumerate(self.shared)]
 
     @torch.no_grad()
-    def _copy_out(self, index: int, param: Tensor) -> None:
-        """Post-accumulate-grad hook: copy this gradient device->host now, behind the op that produced it."""
-        host = self.host_sets[self.slot][index]
-        if self.cuda:
-            self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(self.copy_stream):
-                host.copy_(param.grad, non_blocking=True)
-        else:
-            host.copy_(param.grad)
-        self.copied[index] = True
-
-    def _check_rows(self, index: int, table: nn.Module, inputs: tuple) -> None:
-        self.missing |= ~self.pulled[index][inputs[0]].all()  # on the device: no sync
-
-    @torch.no_grad()
-    def pull(self, batch: Any = None, dense: bool = True) -> nn.Module:
-        """Copy the shared parameters (and buffers) host->device into the replica; with sparse_rows, only the
-        rows of the sparse tables that `batch` (on the CPU) can index. dense=False (Config.pull_every) keeps the
-        replica's other parameters and buffers as they are: only those sparse rows are pulled."""
-        ids = batch_ids(batch) if self.sparse_rows else None
-        for index, (replica, shared) in enumerate(zip(self.grad_params, self.shared)):
-            if ids is not None and index in self.tables:
-                rows = ids[(ids >= 0) & (ids < shared.shape[0])]  # (R,)
-                on_device = rows.to(self.device, non_blocking=self.cuda)
-                replica.index_copy_(0, on_device, shared.index_select(0, rows).to(self.device, non_blocking=self.cuda))
-                self.pulled[index].zero_().index_fill_(0, on_device, True)
-            elif dense:
-                replica.copy_(shared, non_blocking=self.cuda)
-        for replica, shared in zip(self.replica_buffers, self.shared_buffers) if dense else ():
+    def pull(self) -> nn.Module:
+        """Copy the shared parameters (and buffers) host->device into the replica."""
+        for replica, shared in zip(self.grad_params + self.replica_buffers, self.shared + self.shared_buffers):
             replica.copy_(shared, non_blocking=self.cuda)
         return self.replica
 
@@ -163,7 +113,7 @@ class DeviceReplica:
         """This step's gradients on the host, one per shared parameter (None where backward gave none); waits for
         the device->host copies. Buffers (running statistics) flow back into the shared ones, Hogwild style."""
         grads: list[Tensor | None] = []
-        for index, (replica, host) in enumerate(zip(self.grad_params, self.host_sets[self.slot])):
+        for replica, host in zip(self.grad_params, self.host):
             grad = replica.grad
             if grad is None:
                 grads.append(None)
@@ -172,25 +122,17 @@ class DeviceReplica:
             elif host is None:  # a sparse table's gradient made dense (sync mode averages densely)
                 grads.append(grad.to("cpu"))
             else:
-                if not self.copied[index]:
-                    self._copy_out(index, replica)
-                grads.append(host)
+                grads.append(host.copy_(grad, non_blocking=self.cuda))
         for shared, replica in zip(self.shared_buffers, self.replica_buffers):
             shared.copy_(replica, non_blocking=self.cuda)
         if self.cuda:
-            self.copy_stream.synchronize()
             torch.cuda.current_stream(self.device).synchronize()
-        if self.sparse_rows and bool(self.missing):
-            raise RuntimeError("Config.sparse_pull: the model read a row of a sparse embedding whose id is not in "
-                               "its batch's integer tensors; train without sparse_pull")
         return grads
 
     def clear(self) -> None:
-        """Drop this step's gradients; the next step's go to the other buffer set (if there are two)."""
+        """Drop this step's gradients."""
         for param in self.grad_params:
             param.grad = None
-        self.copied = [False] * len(self.shared)
-        self.slot = (self.slot + 1) % len(self.host_sets)
 
 
 class PageLocked:
@@ -222,6 +164,6 @@ class PageLocked:
             torch.cuda.check_error(cudart.cudaHostUnregister(self.pointers.pop()))
 
 
-def make_parameters(model: nn.Module, device: str, **options: Any) -> SharedParameters | DeviceReplica:
-    """'cpu' -> SharedParameters; a device -> DeviceReplica(model, device, **options)."""
-    return SharedParameters(model) if device == "cpu" else DeviceReplica(model, device, **options)
+def make_parameters(model: nn.Module, device: str) -> SharedParameters | DeviceReplica:
+    """'cpu' -> SharedParameters; a device -> DeviceReplica(model, device)."""
+    return SharedParameters(model) if device == "cpu" else DeviceReplica(model, device)

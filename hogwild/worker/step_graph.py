@@ -1,11 +1,15 @@
-"""The graphed step of a device worker (Config.graphs): forward, backward and the gradient copy-out (copy_out.py)
-captured as one CUDA graph per batch shape, replayed on static input buffers; the pull runs beside it (pull.py).
+"""A device worker's step ('cuda:N', 'cpu-replica'): a private replica, its pull prefetched beside the step (pull.py),
+forward and backward, the gradient copy-out (copy_out.py). With Config.graphs the step is captured as one CUDA graph
+per batch shape, replayed on static input buffers; without, the same step runs eagerly on the batch moved to the
+device (`StepGraphs(..., graphs=False)`): one step object, the capture an option of it.
 
 During start-up, before the worker reports ready (outside the training clock and the hang watch), the batches are
 indexed once by shape signature (the dtype and shape of every tensor field; host-side fields such as `tokens` do not
-count). The GRAPH_LIMIT most frequent signatures each get static device inputs, a warm-up on a side stream and a
-capture, all graphs in one shared memory pool (they never run concurrently, and every output leaves the pool through
-the outbox, so their private memory may overlap). A batch whose signature has no graph runs the same step eagerly,
+count). The signatures the run uses often enough each get static device inputs, a warm-up on a side stream and a
+capture (`graph_shapes`: every signature used at least GRAPH_MIN_USES times over the run's epochs, or the
+Config.graph_limit most frequent), all graphs in one shared memory pool (they never run concurrently, and every output
+leaves the pool through the outbox, so their private memory may overlap: more graphs cost start-up time and each
+graph's static inputs, not another step's memory). A batch whose signature has no graph runs the same step eagerly,
 counted (run_state's eager steps). On the CPU nothing is captured: `run` copies the batch into the same static inputs
 and calls the same step function, so the CPU tests exercise everything but the capture.
 
@@ -15,10 +19,11 @@ batch's host-side `tokens`. A graphed step's count is taken from the host batch 
 else the leading dimension), checked against the loss's own count at capture. Dropout masks follow the batch's seed
 (seed_batch before each replay: the graph reads the generator's seed and offset when it is replayed).
 
-Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (worker.py's graphed loop).
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (worker.py's loop).
 
-Usage: `step = StepGraphs(spec.model, spec.loss_fn, device, config)`; `step.prepare(batches)` before ready; per step
-`result = step.run(batch, slot, clock)`; the update thread `result.resolve()` -> (finite, loss, grads, phases).
+Usage: `step = StepGraphs(spec.model, spec.loss_fn, device, config)`; `step.prepare(batches, shapes)` before ready;
+per step `step.pull.prefetch(version, batch)`, `step.pull.make_current()`, `result = step.run(batch, slot, clock)`;
+whoever applies the update `result.resolve()` -> (finite, loss, grads, phases).
 """
 from __future__ import annotations
 
@@ -36,13 +41,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..config import Config
 from ..share.run_state import PhaseClock
 from ..shared_optim import trainable_parameters
+from .capture import capture_graph
 from .copy_out import GradientOutbox
-from .gradients import batch_examples, call_loss
+from .gradients import batch_examples, forward_backward
 from .pull import PrefetchPull
 from .replica import batch_ids, move_batch, sparse_tables
 
-GRAPH_LIMIT = 16  # graphs per worker: the most frequent batch shapes; the rest run eager (counted)
 WARMUP_STEPS = 3  # eager steps on a side stream before a capture (cuDNN/cuBLAS plans, the allocator)
+GRAPH_MIN_USES = WARMUP_STEPS + 1  # a graph costs its warm-up and its capture: about this many eager steps
 
 
 def tensor_fields(batch: Any, path: tuple = ()) -> Iterator[tuple[tuple, Tensor]]:
@@ -62,9 +68,9 @@ def batch_signature(batch: Any) -> tuple:
     return tuple((path, tensor.dtype, tuple(tensor.shape)) for path, tensor in tensor_fields(batch))
 
 
-def shape_buckets(batches: list, limit: int = GRAPH_LIMIT) -> list[tuple[tuple, int]]:
-    """(signature, index of its first batch) of the `limit` most frequent signatures, most frequent first (ties: the
-    earlier first)."""
+def shape_counts(batches: list) -> list[tuple[tuple, int, int]]:
+    """(signature, index of its first batch, batches of it) of every signature, most frequent first (ties: the earlier
+    first)."""
     counts: Counter = Counter()
     first: dict[tuple, int] = {}
     for index, batch in enumerate(batches):
@@ -72,7 +78,23 @@ def shape_buckets(batches: list, limit: int = GRAPH_LIMIT) -> list[tuple[tuple, 
         counts[signature] += 1
         first.setdefault(signature, index)
     ranked = sorted(counts, key=lambda s: (-counts[s], first[s]))
-    return [(signature, first[signature]) for signature in ranked[:limit]]
+    return [(signature, first[signature], counts[signature]) for signature in ranked]
+
+
+def shape_buckets(batches: list, limit: int | None = None) -> list[tuple[tuple, int]]:
+    """(signature, index of its first batch) of the `limit` most frequent signatures (None: all), most frequent
+    first."""
+    return [(signature, first) for signature, first, _ in shape_counts(batches)[:limit]]
+
+
+def graph_shapes(batches: list, limit: int | None, epochs: int | None) -> list[tuple[tuple, int]]:
+    """The signatures the step captures, as (signature, index of its first batch): the `limit` most frequent
+    (Config.graph_limit), or with None every signature the run uses at least GRAPH_MIN_USES times (its batches
+    times Config.epochs, one epoch when the run stops otherwise): a rarer one costs more to capture than it saves."""
+    ranked = shape_counts(batches)
+    if limit is not None:
+        return [(signature, first) for signature, first, _ in ranked[:limit]]
+    return [(signature, first) for signature, first, count in ranked if count * (epochs or 1) >= GRAPH_MIN_USES]
 
 
 def host_count(batch: Any) -> int:
@@ -158,40 +180,55 @@ def _static_copy(batch: Any, device: torch.device) -> Any:
 
 
 class StepGraphs:
-    """A device replica whose step runs as captured CUDA graphs (on the CPU: the same step without capture)."""
+    """A device worker's step on its private replica: prefetched pull, forward and backward, copy-out. With graphs
+    (Config.graphed) its frequent batch shapes run as captured CUDA graphs on static inputs (on a CPU device: the same
+    step called on the static inputs); without, every step runs eagerly on the batch moved to the device."""
 
-    def __init__(self, model: nn.Module, loss_fn: Callable, device: torch.device, config: Config):
+    def __init__(self, model: nn.Module, loss_fn: Callable, device: torch.device, config: Config,
+                 graphs: bool = True, capture: bool | None = None):
         self.device, self.cuda, self.loss_fn = device, device.type == "cuda", loss_fn
+        self.graphed = graphs  # static inputs (and on a GPU graphs) for the shapes graph_shapes picks
+        self.capture = graphs and (self.cuda if capture is None else capture)  # False: never captured
+        self.shared, self.shared_buffers = trainable_parameters(model), list(model.buffers())
         self.replica = copy.deepcopy(model).to(device)  # private storage, ties kept, frozen values copied
         self.params = trainable_parameters(self.replica)
         self.tables = sparse_tables(self.replica)
         for table in self.tables.values():
             table.sparse = False  # dense on the device; copy_out sends the rows (a sparse gradient cannot be captured)
-        self.pull = PrefetchPull(trainable_parameters(model), self.params, list(model.buffers()),
-                                 list(self.replica.buffers()), device)
+        self.sparse_pull = config.sparse_pull
         self.clip_norm, self.check = config.clip_norm, config.skip_nonfinite and config.clip_norm is None
         self.autocast = (torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
                          if config.amp == "bf16" else nullcontext())
         self.clocks = [PhaseClock(device), PhaseClock(device)]
         self.graphs: dict[tuple, Captured] = {}
         self.outbox: GradientOutbox | None = None
-        self.pool = torch.cuda.graph_pool_handle() if self.cuda else None
+        self.pull: PrefetchPull | None = None
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
 
-    def prepare(self, batches: list, limit: int = GRAPH_LIMIT) -> int:
-        """Index the batches' shapes, build the outbox, capture the `limit` most frequent shapes (warm-up first);
-        returns the number of graphs (on the CPU: of static-input signatures)."""
+    def prepare(self, batches: list, shapes: list[tuple[tuple, int]] | None = None) -> int:
+        """Build the pull and the outbox (sized by the batches' ids), then, with graphs, capture `shapes` ((signature,
+        index of a batch of it), as graph_shapes picks them for a run; None: every shape of `batches`), warm-up
+        first; returns the number of graphs (on the CPU: of static-input signatures)."""
         capacity = max((integer_elements(batch) for batch in batches), default=1)
+        rows = {i: capacity for i in self.tables} if self.sparse_pull else None
+        self.pull = PrefetchPull(self.shared, self.params, self.shared_buffers, list(self.replica.buffers()),
+                                 self.device, rows)
         self.outbox = GradientOutbox(self.params, self.tables, {i: capacity for i in self.tables}, self.device)
-        for signature, index in shape_buckets(batches, limit):
+        if not self.graphed:
+            return 0
+        for signature, index in shape_buckets(batches) if shapes is None else shapes:
             self.graphs[signature] = self._capture(batches[index])
         return len(self.graphs)
+
+    def warm_up(self, batch: Any) -> None:
+        """One forward and backward on `batch`, no update (Config.compile compiles every shape in start-up)."""
+        self.outbox.step_ids(batch_ids(batch) if self.tables else None, 0)
+        self._body(move_batch(batch, self.device, self.cuda))
 
     def _body(self, batch: Any) -> tuple[tuple[int, ...], int]:
         """One step on the device, no host read: forward, backward, gather into the outbox; grads dropped again."""
         self.outbox.begin()
-        with self.autocast:
-            loss, count = call_loss(self.loss_fn, self.replica, batch)
-        loss.backward()
+        loss, count = forward_backward(self.loss_fn, self.replica, batch, self.autocast)
         present = self.outbox.gather(loss, self.clip_norm, self.check)
         for param in self.params:
             param.grad = None  # the next step's backward writes them afresh (a graph: at its captured addresses)
@@ -209,28 +246,26 @@ class StepGraphs:
         if probe.reads:
             raise NotGraphable(f"Config.graphs: the step reads the device on the host ({', '.join(probe.reads[:3])}): "
                                f"a CUDA graph cannot replay that; give the workers a loss without host reads (the "
-                               f"models' padded=True losses) or train with graphs='off'")
+                               f"models' padded=True losses)")
         if count != host_count(batch):
             raise ValueError(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
                              f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays without "
-                             f"calling the loss, so its count must be that one (or train with graphs='off')")
-        if self.cuda:
+                             f"calling the loss, so its count must be that one")
+        if self.capture:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_STEPS - 1):
                     self._body(static)
             torch.cuda.current_stream().wait_stream(side)
-            captured.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(captured.graph, pool=self.pool, capture_error_mode="thread_local"):
-                captured.present, _ = self._body(static)
+            captured.graph, (captured.present, _) = capture_graph(lambda: self._body(static), self.pool)
         return captured
 
     def run(self, batch: Any, slot: int, clock: PhaseClock) -> StepResult:
         """Queue one step on the host batch `batch` (graph replay, or eager when its shape has none), then its
         copy-out to host slot `slot`; nothing here waits for the device."""
         ids = self.outbox.step_ids(batch_ids(batch) if self.tables else None, slot)
-        captured = self.graphs.get(batch_signature(batch))
+        captured = self.graphs.get(batch_signature(batch)) if self.graphs else None
         if captured is None:
             present, count = self._body(move_batch(batch, self.device, self.cuda))
         else:

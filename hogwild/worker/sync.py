@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..share.feed import epoch_order
-from .gradients import NonFiniteStreak, batch_seed, call_loss, seed_batch, usable_gradients
+from .gradients import NonFiniteStreak, batch_seed, forward_backward, seed_batch, usable_gradients
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import (DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch, sparse_tables,
                       torch_device)
@@ -123,8 +123,8 @@ def average_gradients(params: list[torch.Tensor], sparse: set[int], count: float
 
 def sync_loop(spec: WorkerSpec, stopped: Callable[[], bool]) -> None:
     """One rank of synchronous data-parallel training."""
-    # Gradients are averaged on the device first, so they are copied to the host at push(), not during backward.
-    params = make_parameters(spec.model, spec.device, copy_in_backward=False)
+    # Gradients are averaged on the device first, then copied to the host at push().
+    params = make_parameters(spec.model, spec.device)
     pinned = PageLocked(params.shared + params.shared_buffers) \
         if params.device.type == "cuda" and spec.config.pin_shared else None  # pulls as the Hogwild GPU workers'
     try:
@@ -165,8 +165,7 @@ def _train_steps(spec: WorkerSpec, stopped: Callable[[], bool], params: SharedPa
                 index = int(order[mine])
                 batch = move_batch(batches[index], params.device, non_blocking=True)
                 seed_batch(params.device, batch_seed(config.seed, epoch, index))
-                loss, examples = call_loss(spec.loss_fn, params.pull(), batch)
-                loss.backward()
+                loss, examples = forward_backward(spec.loss_fn, params.pull(), batch)
             computed = time.perf_counter()
             with collective(stopped):
                 average_gradients(params.grad_params, sparse, float(votes[1]), backend)  # the 'push' phase of a step

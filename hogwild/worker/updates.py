@@ -1,12 +1,13 @@
 """Applying a worker's updates to the shared parameters: at once, or one step behind in a background thread.
 
 Serial (every 'cpu' worker; device workers with Config.overlap_update off): the update is applied the moment it is
-submitted. Overlapped (the default on GPUs): update k is held until step k+1 has pulled the parameters, then
-applied on the CPU by a background thread while step k+1 computes; the worker waits for it before submitting
-update k+1. Update k therefore lands one step later than in the serial path - staleness the counters record,
-since an update's staleness is the number of updates that landed between its pull and its own landing. With one
-worker the result is exactly the serial arithmetic with a one-step delay (update k is computed on parameters that
-lack update k-1), because each pull completes before the previous update starts.
+submitted, before the next step's pull. Overlapped (the default on GPUs): update k is held until step k+1 starts, then
+applied on the CPU by a background thread while step k+1 computes and the pull of step k+2 reads the shared
+parameters; the worker waits for it before submitting update k+1. Neither the update nor that pull waits for the
+other: on a GPU the copy to the device and the CPU update run at once, so a cycle costs the longer of them, not
+their sum. The pull may read part of the update (a torn read, as between Hogwild workers); the version a step
+reports is the global update count when its pull was issued, so an update that had not landed then counts as not
+read. With one worker each step then lacks the update held back and maybe the one landing (staleness 1 or 2).
 
 The background thread is bound to the worker's device (`process_prelude.bind_device`: without it the thread's
 current CUDA device is cuda:0, where any CUDA call would open a context in every worker) and runs the CPU optimizer
@@ -16,13 +17,13 @@ bit-identical whatever the thread count (tests/hogwild/worker/test_update_thread
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
-A graphed step (step_graph.py) submits its update before the device has finished it: the Update carries the step's
-`result`, and whoever applies it (the background thread, or the worker itself when serial) first waits for the
-step's copy to the host, then reads its finiteness and loss there - the skip of a non-finite step is decided one step
-late, by the SkipRule, and the worker's main thread never waits for the device.
+A worker's step (step_graph.py on a device, in_place.py for 'cpu') submits its update before the device has
+finished it: the Update carries the step's `result`, and whoever applies it (the background thread, or the worker
+itself when serial) first waits for the step's copy to the host, then reads its finiteness and loss there - the skip
+of a non-finite step is decided then, by the SkipRule, and the worker's main thread never waits for the device.
 
-Usage (worker.py): `updater.submit(Update(...))` after push; `updater.release(event)` after the next pull;
-`updater.wait()` after the next backward; `updater.finish()` at the end.
+Usage (worker.py): `updater.release()` as a step starts; `updater.wait()` then `updater.submit(Update(...))` once it
+is queued and the next pull issued; `updater.finish()` at the end.
 """
 from __future__ import annotations
 
@@ -119,11 +120,11 @@ class Updater:
         else:
             self.waiting = update
 
-    def release(self, pulled: Any = None) -> None:
-        """The next step has pulled the parameters: the held update may now write them (on a GPU once the pull's
-        copies, recorded by the CUDA event `pulled`, have completed)."""
+    def release(self) -> None:
+        """The next step has started: the held update may now write the shared parameters, beside that step's
+        compute and the prefetch after it, which may read part of it (a torn read, as between Hogwild workers)."""
         if self.waiting is not None:
-            self.running = self.executor.submit(self._apply, self.waiting, pulled)
+            self.running = self.executor.submit(self._apply, self.waiting)
             self.waiting = None
 
     def wait(self) -> None:
@@ -147,9 +148,7 @@ class Updater:
         if self.executor is not None:
             self.executor.shutdown(wait=True)
 
-    def _apply(self, update: Update, pulled: Any = None) -> None:
-        if pulled is not None:
-            pulled.synchronize()
+    def _apply(self, update: Update) -> None:
         if update.result is not None:  # a graphed step: wait for its copy to the host, then read it there
             finite, loss, grads, phases = update.result.resolve()
             if not finite:

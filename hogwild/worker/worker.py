@@ -1,38 +1,39 @@
 """The Hogwild worker process: take a batch, compute its gradient, update the shared parameters without locks.
 
 Serves step 3 of `hogwild.train` (spawn): the process the engine spawns per device (sync.py in mode='sync').
-This is the only code (with sync.py, its synchronous twin) that calls backward(); the optimizer step it submits
-is applied by updates.py (at once, or on a device one step later in a background thread while the next step
-computes). A step reads the device once: the gradients' finiteness (or norm) and the loss in one transfer
-(gradients.py). A graphed worker (Config.graphs, step_graph.py) runs `train_graphed_steps` instead: its step never
-reads the device, its pull is prefetched while the previous step computes, and its update is read one step late by
-the update thread. Everything a worker needs arrives once, pickled at spawn, in a `WorkerSpec`
-(process_prelude.py, which also runs the process's prelude); afterwards a step exchanges no Python objects with
-other processes except a small ticket from the feed queue.
+One loop (`train_steps`) drives every Hogwild worker's step: a 'cpu' worker's in place on the shared parameters
+(in_place.py), a device worker's on its replica (step_graph.py: prefetched pull, forward and backward, copy-out;
+its frequent batch shapes captured as CUDA graphs with Config.graphs, run eagerly otherwise). The step never waits
+for the device: its result is read by whoever applies its update (updates.py: at once, or on a device one step
+later in a background thread while the next step computes). The steps' one backward() is gradients.forward_backward.
+Everything a worker needs arrives once, pickled at spawn, in a `WorkerSpec` (process_prelude.py, which also runs the
+process's prelude); afterwards a step exchanges no Python objects with other processes except a small ticket from
+the feed queue.
 
 Usage (engine.py): `ctx.Process(target=worker_main, args=(spec,)).start()`
 """
 from __future__ import annotations
 
-import functools
+import gc
 import os
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import nullcontext
-from typing import Any
 
 import torch
 
 from ..config import Config
-from ..share.run_state import PhaseClock
 from ..share.feed import PartitionReader, QueueReader
 from ..shared_optim import FUSED_OPTIMIZERS
-from .gradients import GradientCheck, NonFiniteStreak, batch_seed, call_loss, compiled_loss, gradient_stats, seed_batch
+from .capture import CaptureFailed, describe
+from .gradients import NonFiniteStreak, batch_seed, compiled_loss, seed_batch
+from .in_place import InPlaceStep
 from .process_prelude import WorkerSpec, run_worker_process
-from .replica import DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch, torch_device
-from .step_graph import NotGraphable, StepGraphs, shape_buckets
+from .replica import PageLocked, torch_device
+from .step_graph import NotGraphable, StepGraphs, graph_shapes, shape_buckets
 from .updates import SkipRule, Update, Updater, update_threads
+
+Step = InPlaceStep | StepGraphs
 
 
 def device_options(config: Config, device: str, optimizer: str) -> dict[str, bool]:
@@ -45,29 +46,23 @@ def device_options(config: Config, device: str, optimizer: str) -> dict[str, boo
 
 
 def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool]) -> None:
-    """One worker's training loop: pull, compute, one read of the device, push, update (maybe one step later)."""
+    """One worker's training: its step made (graphs captured) before ready, then the steps, then the last update."""
     config = spec.config
     view = reader.view
     options = device_options(config, spec.device, spec.optimizer.name)
     batches = spec.store.load()
-    graphed = graphed_step(spec, batches) if config.graphed(spec.device) else None  # captures before ready
-    params = graphed.pull if graphed is not None else make_parameters(
-        spec.model, spec.device, buffer_sets=2 if options["overlap"] else 1, sparse_rows=config.sparse_pull)
-    pinned = PageLocked(params.shared + params.shared_buffers) if options["pin"] else None  # pin: device workers
+    step = make_step(spec, batches)  # captures before ready
+    pinned = PageLocked(step.shared + step.shared_buffers) if options["pin"] else None  # pin: device workers
     try:
-        spec.optimizer.attach(params.shared, fused=options["fused"])
+        spec.optimizer.attach(step.shared, fused=options["fused"])
         skip = SkipRule(view, spec.budget, NonFiniteStreak(spec.worker, config.max_nonfinite_in_a_row))
-        updater = Updater(spec.optimizer, params.shared, config.schedule(), view, background=options["overlap"],
+        updater = Updater(spec.optimizer, step.shared, config.schedule(), view, background=options["overlap"],
                           device=torch_device(spec.device), threads=update_threads(config, spec.device), skip=skip)
         try:
-            step_loss = compiled_loss(spec.loss_fn, config.compile)
             if config.compile != "off":
-                compile_every_shape(spec, stopped, params, step_loss, batches)
+                compile_every_shape(spec, stopped, step, batches)
             view.ready()
-            if graphed is not None:
-                train_graphed_steps(spec, reader, stopped, graphed, updater, batches)
-            else:
-                train_steps(spec, reader, stopped, params, updater, batches, skip, step_loss)
+            train_steps(spec, reader, stopped, step, updater, batches)
             updater.finish()  # the last step's update lands before the worker reports it stopped
         finally:
             updater.shutdown()
@@ -76,50 +71,55 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
             pinned.close()
 
 
-def graphed_step(spec: WorkerSpec, batches: list) -> StepGraphs | None:
-    """The worker's graphed step, its graphs captured (start-up: before ready); None when Config.graphs is 'auto' and
-    the step cannot be captured: it reads the device on the host (NotGraphable), or the capture itself fails (an op
-    CUDA graphs do not allow). The eager step then runs, with a warning naming why; with 'on' the worker fails."""
-    step = StepGraphs(spec.model, spec.loss_fn, torch_device(spec.device), spec.config)
+def make_step(spec: WorkerSpec, batches: list) -> Step:
+    """The worker's step, prepared (start-up: before ready): in place for 'cpu', else on a device replica, its graphs
+    captured when Config.graphed. With 'auto', a step that cannot be captured - it reads the device on the host
+    (NotGraphable), the loss or model is one the graphs cannot take (ValueError), or the capture itself fails
+    (capture.py undoes it: CaptureFailed) - becomes the same step without graphs, with a warning naming why; with
+    'on' the worker fails, naming graphs='off'. A capture that cannot be undone (CaptureStuck) fails the worker."""
+    config, device = spec.config, torch_device(spec.device)
+    loss_fn = compiled_loss(spec.loss_fn, config.compile)
+    if spec.device == "cpu":
+        return InPlaceStep(spec.model, loss_fn, config)
+    if not config.graphed(spec.device):
+        step = StepGraphs(spec.model, loss_fn, device, config, graphs=False)
+        step.prepare(batches)
+        return step
+    step = StepGraphs(spec.model, loss_fn, device, config)
     try:
-        count = step.prepare(batches)
-    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, a capture error
-        if spec.config.graphs == "on":
-            raise
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if not isinstance(error, NotGraphable):
-            reason = f"capturing the step failed ({type(error).__name__}: {reason})"
+        count = step.prepare(batches, graph_shapes(batches, config.graph_limit, config.epochs))
+    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, CaptureFailed
+        reason = str(error).strip().splitlines()[0] if isinstance(error, NotGraphable) else \
+            f"capturing the step failed ({describe(error.__cause__ if isinstance(error, CaptureFailed) else error)})"
+        if config.graphs == "on":
+            raise RuntimeError(f"worker {spec.worker}: {reason}; train with graphs='off' (run.py --graphs off)") \
+                from error
     else:
         spec.counters.worker_view(spec.worker).graphs_captured(count)
         return step
     del step  # here, not in the except block, whose traceback would keep its buffers and graph pool alive
+    gc.collect()  # the error's frames hold the step in cycles: its graphs give their pool back when collected
     if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # before the eager replica is made
+        torch.cuda.empty_cache()  # before the eager step is made; capture.py left no capture under way
     warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
-    return None
+    step = StepGraphs(spec.model, loss_fn, device, config, graphs=False)
+    step.prepare(batches)
+    return step
 
 
-def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], params: SharedParameters | DeviceReplica,
-                        step_loss: Callable, batches: list) -> None:
+def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], step: Step, batches: list) -> None:
     """Config.compile: compile the step for every batch shape now, in start-up (before ready: outside the training
     clock and the hang watch, inside the parent's start-up bound), one forward and backward each, no update. Workers
     after the first wait for it and then find its kernels in the run's inductor cache (in the batch store's scratch
-    directory). Buffers that forward writes are put back, gradients dropped."""
+    directory). Buffers that forward writes into the shared model (in place) are put back."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.path.dirname(spec.store.path), "inductor")
     while spec.worker and 0 in spec.counters.not_ready() and not stopped():
         time.sleep(0.05)  # worker 0 fills the cache first
-    device = params.device
-    buffers = [buffer.clone() for buffer in params.shared_buffers] if device.type == "cpu" else []
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if spec.config.amp == "bf16" else nullcontext()
-    for _, index in shape_buckets(batches, limit=len(batches)):
-        net = params.pull(batches[index])
-        batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device)
-        with autocast:
-            loss, _ = call_loss(step_loss, net, batch)
-        loss.backward()
-        params.clear()
-    for shared, saved in zip(params.shared_buffers, buffers):
-        shared.copy_(saved)
+    saved = [buffer.clone() for buffer in step.shared_buffers]
+    for _, index in shape_buckets(batches):
+        step.warm_up(batches[index])
+    for shared, value in zip(step.shared_buffers, saved):
+        shared.copy_(value)
 
 
 def next_ticket(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
@@ -138,96 +138,60 @@ def next_ticket(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     return ticket
 
 
-def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
-                params: SharedParameters | DeviceReplica, updater: Updater, batches: Any, skip: SkipRule,
-                step_loss: Callable) -> None:
-    config, view = spec.config, reader.view
-    deadline = spec.control.wait_for_start(stopped, config.time_limit)
-    # Without clipping, finiteness is checked by hooks during backward; clipping computes the norm anyway.
-    check = GradientCheck(params.grad_params) if config.skip_nonfinite and config.clip_norm is None else None
-    clock, device = PhaseClock(params.device), params.device
-    overlap = updater.executor is not None  # 'cpu' workers never hold an update back: skip its hand-offs per step
-    idle = updater.finish if overlap else None  # no ticket at hand: land the update held back before waiting
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if config.amp == "bf16" else nullcontext()
-    steps = read_version = 0  # read_version: the global update count at the last pull of the dense parameters
-    while (ticket := next_ticket(spec, reader, stopped, deadline, idle)) is not None:
-        epoch, index = ticket
-        batch = batches[index] if device.type == "cpu" else move_batch(batches[index], device, True)
-        seed_batch(device, batch_seed(config.seed, epoch, index))
-        dense = steps % config.pull_every == 0  # else the replica keeps its dense parameters (and their age)
-        steps += 1
-        if dense:
-            read_version = view.global_updates()
-        clock.mark()
-        net = params.pull(batches[index], dense)  # a replica: host->device copies; 'cpu': the shared model itself
-        clock.mark()
-        if overlap:
-            updater.release(clock.events[1] if clock.cuda else None)  # the previous update may now land
-        with autocast:
-            loss, examples = call_loss(step_loss, net, batch)  # reads the (shared) parameters
-        loss.backward()  # on a device, each gradient's copy to the host starts as soon as it is ready
-        clock.mark()
-        usable, scale, loss_value = gradient_stats(params.grad_params, check, config.clip_norm, loss)
-        grads = params.push()  # host gradients (waits for their copies)
-        clock.mark()
-        if overlap:
-            updater.wait()  # the previous update has landed: one update at a time, and its buffers are free again
-        if usable:
-            updater.submit(Update(grads, read_version, epoch, examples, loss_value, clock.seconds(), scale))
-            skip.applied()
-        else:
-            clock.seconds()
-            skip.skipped()
-        params.clear()
-        reader.done()
-
-
-def train_graphed_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
-                        step: StepGraphs, updater: Updater, batches: Any) -> None:
-    """The graphed worker's loop: nothing in it waits for the device but the hand-off of the previous update."""
+def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool], step: Step,
+                updater: Updater, batches: list) -> None:
+    """The loop of every Hogwild worker: nothing in it waits for the device but the hand-off of the previous update.
+    Each step's parameters are prefetched once its ticket is known, while the previous step computes. Overlapped
+    (a device worker's default on a GPU), the prefetch is issued beside the update in flight and does not wait for
+    it: a torn read, as between Hogwild workers, counted as the updates that had landed when it was issued."""
     config, view = spec.config, reader.view
     deadline = spec.control.wait_for_start(stopped, config.time_limit)
     overlap = updater.executor is not None
-    idle = functools.partial(_land_held, updater, step) if overlap else None  # no ticket: land the held update
-    step.pull.prefetch(view.global_updates())  # the first step's parameters
-    steps = 0
-    while (ticket := next_ticket(spec, reader, stopped, deadline, idle) or _after_last(spec, reader, stopped, deadline,
-                                                                                  updater, step)) is not None:
+    idle = updater.finish if overlap else None  # no ticket at hand: land the held update
+    count_eager = config.graphed(spec.device)  # steps without a graph (every step after a failed capture)
+    ticket = next_ticket(spec, reader, stopped, deadline, idle)
+    steps = _prefetch(step, view, config, 0, batches, ticket)  # the first step's parameters
+    while ticket is not None:
         epoch, index = ticket
         seed_batch(step.device, batch_seed(config.seed, epoch, index))
-        clock = step.clocks[steps % 2]  # read by the update thread one step late
+        clock = step.clocks[steps % 2]  # read by whoever applies the update, maybe one step late
         clock.mark()
         read_version = step.pull.make_current()  # prefetched while the previous step computed
         clock.mark()
         if overlap:
-            updater.release(step.pull.event)  # the held update may land once the prefetch has read the parameters
+            updater.release()  # the held update lands beside this step and the next prefetch (neither waits for it)
         result = step.run(batches[index], steps % 2, clock)  # forward, backward, clip, copy-out: queued, no wait
-        if result.eager:
+        if result.eager and count_eager:
             view.eager_step()
-        if overlap:
-            updater.wait()  # the previous update has landed: the prefetch below sees it
-        updater.submit(Update(None, read_version, epoch, result.count, 0.0, [], result=result))  # serial: lands now
         steps += 1
-        if steps % config.pull_every == 0:
-            step.pull.prefetch(view.global_updates())  # the next step's parameters, while this one computes
         reader.done()
+        # serial: lands now, and the next pull sees it (the paper's order); overlapped: held until the next step starts
+        updater.submit(Update(None, read_version, epoch, result.count, 0.0, [], result=result))
+        ticket = next_ticket(spec, reader, stopped, deadline, idle)
+        _prefetch(step, view, config, steps, batches, ticket)  # overlapped: beside the update in flight, not after it
+        if overlap:
+            updater.wait()  # one update at a time: the previous one has landed (and left its host slot)
+        if ticket is None:
+            ticket = _after_last(spec, reader, stopped, deadline, updater, step)
+            _prefetch(step, view, config, steps, batches, ticket)
+
+
+def _prefetch(step: Step, view, config: Config, steps: int, batches: list, ticket: tuple[int, int] | None) -> int:
+    """Start pulling the parameters of `ticket`'s step (the dense ones every Config.pull_every steps, the sparse rows
+    of its batch every step), counted as the global updates landed now; returns `steps`."""
+    if ticket is not None:
+        step.pull.prefetch(view.global_updates() if steps % config.pull_every == 0 else None, batches[ticket[1]])
+    return steps
 
 
 def _after_last(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],
-                deadline: float | None, updater: Updater, step: StepGraphs) -> tuple[int, int] | None:
+                deadline: float | None, updater: Updater, step: Step) -> tuple[int, int] | None:
     """No ticket: land the last update; a late skip gives its max_steps slot back, which may allow one more step."""
-    _land_held(updater, step)
+    updater.finish()
     ticket = next_ticket(spec, reader, stopped, deadline) if spec.budget is not None else None
     if ticket is None:
         step.pull.finish()  # the last step's buffers have reached the shared model
     return ticket
-
-
-def _land_held(updater: Updater, step: StepGraphs) -> None:
-    """Land the update held back, once the prefetch in flight has read the shared parameters (its event): it must
-    not write them under that copy, or the next step would train a torn mix of two versions."""
-    updater.release(step.pull.event)
-    updater.finish()
 
 
 def worker_main(spec: WorkerSpec) -> None:

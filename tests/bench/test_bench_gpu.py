@@ -26,9 +26,12 @@ from bench import corpus_batches as C
 from bench import gpu_engine
 from bench import gpu_report as R
 from bench import plain_loop as P
-from bench.gpu_timing import StampedLoss, StepSpans, steady_tokens, steady_window
+from bench.gpu_timing import StepSpans, steady_records, steady_tokens, steady_window
 from hogwild.models import nmt_loss
+from hogwild.worker.capture import CaptureFailed
+from hogwild.worker.step_graph import batch_signature, graph_shapes
 from tests.bench.usage_errors import assert_refused
+from tests.hogwild.worker.fake_cuda import FakeCuda
 
 REPO = Path(__file__).resolve().parents[2]
 PHASES = {1: {"pull": 1.0, "compute": 10.0, "push": 2.0, "update": 5.0},
@@ -46,13 +49,34 @@ def test_projection_cycle_is_pull_plus_the_longer_of_device_work_and_host_update
 def test_steady_window_counts_the_middle_80_percent_of_the_stamped_updates_and_their_tokens():
     stamps = torch.zeros(120, dtype=torch.float64)
     stamps[:100] = 5.0 + 0.1 * torch.arange(100, dtype=torch.float64)  # 10 updates/s; 20 slots never trained
-    rate, start, end = steady_window(stamps)
-    assert rate == pytest.approx(10.0) and start == pytest.approx(6.0) and end == pytest.approx(13.9)
-    tokens = list(range(120))  # batch i trains i tokens; the window holds batches 10..88, which ran in index order
-    assert steady_tokens(stamps, tokens) == pytest.approx(sum(range(10, 89)) / 7.9)
+    rate, start, end = steady_window(stamps)  # steps 10..89 timed, from step 10's start to step 90's
+    assert rate == pytest.approx(10.0) and start == pytest.approx(6.0) and end == pytest.approx(14.0)
+    tokens = [i * i for i in range(120)]  # batch i trains i^2 tokens; the window holds batches 10..89 in index order
+    assert steady_tokens(stamps, tokens) == pytest.approx(sum(i * i for i in range(10, 90)) / 8.0)
     shuffled = stamps.clone()
-    shuffled[:100] = stamps[:100].flip(0)  # the same times, batch 99 first: the window holds batches 11..89
-    assert steady_tokens(shuffled, tokens) == pytest.approx(sum(range(11, 90)) / 7.9)
+    shuffled[:100] = stamps[:100].flip(0)  # the same times, batch 99 first: the window holds batches 89..10
+    assert steady_tokens(shuffled, tokens) == pytest.approx(sum(i * i for i in range(10, 90)) / 8.0)
+    assert steady_window(5.0 + 0.1 * torch.arange(750, dtype=torch.float64))[0] * 60.0 == pytest.approx(600)
+
+
+def tick(time, updates, examples_per_s, phases):
+    return {"time": time, "updates": updates, "examples_per_s": examples_per_s,
+            "phase_ms": dict(zip(("pull", "compute", "push", "update"), phases))}
+
+
+def test_an_engine_window_spans_the_tick_records_from_10_to_90_percent_of_the_updates():
+    """Ticks every 0.1 s of a 100-update run: start-up (1 update in 0.3 s), 10 updates a tick, then the join; the
+    window runs from the last record at or below 10 updates to the first at or above 90, and its phases are those
+    of the updates landed inside it, weighted by their count."""
+    records = [tick(0.3, 1, 10, (9, 9, 9, 9)), tick(0.4, 10, 900, (1, 2, 3, 4)), tick(0.5, 30, 2000, (1, 2, 3, 4)),
+               tick(0.6, 60, 3000, (2, 4, 6, 8)), tick(0.7, 95, 3500, (1, 2, 3, 4)), tick(2.0, 100, 1, (9, 9, 9, 9))]
+    window = steady_records(records, 100)
+    assert (window.start, window.end, window.updates) == (0.4, 0.7, 85)
+    assert window.rate == pytest.approx(85 / 0.3) and window.tokens_rate == pytest.approx(850 / 0.3)
+    assert window.phase_ms == pytest.approx({"pull": 1 + 30 / 85, "compute": 2 + 60 / 85, "push": 3 + 90 / 85,
+                                             "update": 4 + 120 / 85})
+    assert steady_records(records[:2], 100) is None  # no record reaches 90%: not a window
+    assert steady_records([tick(0.3, 100, 1, (1, 1, 1, 1))], 100) is None
 
 
 def test_steady_window_refuses_a_run_with_fewer_than_two_stamps():
@@ -161,6 +185,34 @@ def test_graphed_loop_in_its_cpu_form_makes_the_eager_loops_updates(optimizer):
     assert any(not torch.equal(a, b) for a, b in zip(runs[True].parameters(), model.parameters()))
 
 
+def test_a_graphed_plain_loop_whose_capture_fails_leaves_the_process_able_to_go_on(monkeypatch):
+    """The graphed loop captures through hogwild/worker/capture.py. On a model of CUDA's capture bookkeeping
+    (tests/hogwild/worker/fake_cuda.py), a capture that meets an op CUDA graphs refuse (in the step's loss) raises
+    CaptureFailed with no capture left under way, the default stream current and the pool given back: the bench's
+    empty_cache after that run, and the next run's captures, work."""
+    cuda = FakeCuda.install(monkeypatch)
+    model, batches = tiny_nmt_case([(2, 1), (3, 2), (5, 4)])
+    refuse = [True]
+
+    def loss(net, batch):
+        if refuse[0] and torch.cuda.is_current_stream_capturing():
+            cuda.refuse()
+        return nmt_loss(net, batch, padded=True)
+
+    def graphed_loop():
+        step = P.PlainStep(model, loss, P.plain_optimizers(model, "sgd", 0.1, torch.device("cpu")), clip_norm=1.0)
+        graphs = P.BucketGraphs(step, torch.device("cpu"), (4, 8))
+        graphs.capture, graphs.pool = True, torch.cuda.graph_pool_handle()  # capture on the model of CUDA
+        return graphs
+
+    with pytest.raises(CaptureFailed, match="operation not permitted when stream is capturing"):
+        graphed_loop().prepare(batches)
+    assert cuda.healthy(), cuda.log
+    B.release(torch.device("cuda"))  # empty_cache: no capture under way
+    refuse[0] = False
+    assert graphed_loop().prepare(batches) == 2 and not cuda.underway and cuda.current is cuda.default
+
+
 def test_plain_optimizers_split_sparse_tables_and_the_graphed_loop_makes_them_dense():
     options, args = B.parse(["--quick"])
     pos = B.task_options("pos", options, args)
@@ -182,11 +234,15 @@ def test_run_py_options_recipes_and_quick_defaults():
     assert (pos.optimizer, pos.lr, pos.clip_norm, pos.batch_size) == ("sgd", 0.03, None, 1)
     config = B.engine_config(pos, "cpu-replica", 2)
     assert config.devices == ["cpu-replica"] * 2 and config.sparse_pull and config.clip_norm is None
+    assert config.log_every == 1 and not config.tf32  # a record every tick: the timing
     options, args = B.parse(["--batch-size", "8", "--lr", "0.5"])
     full = B.task_options("nmt", options, args)
     assert (full.preset, full.vocab_size, full.batch_size, full.lr, args.updates, args.repeats) == (
-        "paper", 15000, 8, 0.5, None, 2)
-    assert "(default: paper here; run.py: small)" in " ".join(B.build_parser().format_help().split())
+        "paper", 15000, 8, 0.5, 750, 2)
+    help_text = " ".join(B.build_parser().format_help().split())
+    assert "(default: paper here; run.py: small)" in help_text
+    assert "--updates UPDATES updates per run, every variant; its middle 80% is timed (default: 750) --repeats" \
+        in help_text
     assert B.engine_config(full, "cuda:0", 1, "engine-compiled").hang_timeout is None
     assert B.engine_config(full, "cuda:0", 1, "engine-bf16").amp == "bf16"
 
@@ -198,12 +254,42 @@ def test_engine_options_are_config_fields_converted_by_type_or_refused_by_name(c
         "eval_budget": 0.5}
     for bad, why in [("speed=3", "'speed' is not a hogwild.Config field"), ("epochs=2", "'epochs' is set by the bench"),
                      ("lr=0.5", "'lr' belongs to the recipe"), ("pull_every=two", "pull_every=two: expected int"),
-                     ("tf32=maybe", "tf32=maybe: expected true or false"), ("tf32", "'tf32': expected FIELD=VALUE")]:
+                     ("tf32=true", "'tf32' belongs to the recipe every side shares"),
+                     ("overlap_update=maybe", "overlap_update=maybe: expected true or false"),
+                     ("tf32", "'tf32': expected FIELD=VALUE")]:
         with pytest.raises(ValueError, match=re.escape(why)):
             B.engine_overrides([bad])
     # a value Config refuses, named by the flag before anything runs
     assert_refused(B.main, ["--quick", "--device", "cpu", "--engine-option", "pull_every=0"], "--engine-option: Config.",
                    capsys)
+
+
+def test_the_plain_loops_and_the_engine_rows_share_one_precision_setting(monkeypatch, capsys):
+    """TF32 matrix products off on every row by default and on every row with --tf32: the plain loops' losses run
+    under the process's setting, the engine's workers get the same Config.tf32, and the header says which."""
+    seen, real = [], B.task_loss
+
+    def recording(task, padded):
+        loss = real(task, padded)
+
+        def recorded(model, batch):
+            seen.append(torch.backends.cuda.matmul.allow_tf32)
+            return loss(model, batch)
+        return recorded
+
+    monkeypatch.setattr(B, "task_loss", recording)
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for flags, on in (([], False), (["--tf32"], True)):
+            seen.clear()
+            B.main(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain,plain-graphed",
+                    "--worker-counts", "1", *flags])
+            assert set(seen) == {on}
+            assert f"TF32 matrix products {'on' if on else 'off'} on every row (--tf32)" in capsys.readouterr().out
+            options, args = B.parse(["--quick", *flags])
+            assert B.engine_config(B.task_options("pos", options, args), "cuda:0", 1).tf32 is on
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def test_runs_rotate_and_shared_workers_repeat_less():
@@ -213,8 +299,11 @@ def test_runs_rotate_and_shared_workers_repeat_less():
 
 def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, capsys, tmp_path):
     """A SIGINT during the workers' start-up stops the run with no update: run_engine says so (IncompleteRun, with
-    the stop reason) instead of timing it. In bench_task a stopped engine run, a failed worker and a failed capture
-    are each printed as NOT MEASURED with the reason (and kept in --json), and the other runs are measured."""
+    the stop reason) instead of timing it. In bench_task any failure ends its own run only, printed as NOT MEASURED
+    with its reason (and kept in --json): a capture that fails in the graphed plain loop, even when giving the device
+    memory back fails after it (as empty_cache does while a failed capture is still counted as under way), and a
+    worker that really fails (graphs on with the packed loss, which reads the device on the host: no graph can
+    replay it); the eager plain loop after them is measured."""
     options, args = B.parse(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain,engine",
                              "--worker-counts", "1"])
     pos = B.task_options("pos", options, args)
@@ -224,60 +313,96 @@ def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, cap
     try:
         with pytest.raises(B.IncompleteRun, match=r"^the run ended after 0 of 20 updates \(stop reason "
                                                   r"'signal SIGINT', per worker \[0\], "):
-            B.run_engine("pos", "engine", model, B.task_loss("pos", False), batches.exact, batches.tokens,
+            B.run_engine("pos", "engine", model, B.task_loss("pos", False), batches.exact,
                          B.engine_config(pos, "cpu-replica", 1), False)
     finally:
         timer.cancel()
 
-    failures = iter([B.IncompleteRun("the run ended after 3 of 20 updates"),
-                     hogwild.WorkerFailed("training stopped: worker 0 made no progress", 0, None)])
+    def capture_fails(self, batches):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
 
-    def engine_fails(*_args):
-        raise next(failures)
+    releases = iter([RuntimeError("captures_underway.empty() INTERNAL ASSERT FAILED")])
 
-    def capture_fails(task, variant, *rest):
-        if variant == "plain-graphed":
-            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
-        return real_plain(task, variant, *rest)
+    def release(device):
+        error = next(releases, None)
+        if error is not None:
+            raise error
 
-    real_plain = B.run_plain
-    monkeypatch.setattr(B, "run_engine", engine_fails)
-    monkeypatch.setattr(B, "run_plain", capture_fails)
-    B.main(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain,plain-graphed,engine",
-            "--worker-counts", "1", "--repeats", "2", "--json", str(tmp_path / "runs.json")])
+    monkeypatch.setattr(P.BucketGraphs, "prepare", capture_fails)
+    monkeypatch.setattr(B, "release", release)
+    B.main(["--device", "cpu", "--quick", "--tasks", "pos", "--variants", "plain-graphed,engine,plain",
+            "--engine-loss", "packed", "--engine-option", "graphs=on", "--engine-option", "graph_limit=1",
+            "--worker-counts", "1", "--repeats", "1",
+            "--json", str(tmp_path / "runs.json")])
     lines = capsys.readouterr().out.splitlines()
-    assert "    [1/2] engine x1: NOT MEASURED: IncompleteRun: the run ended after 3 of 20 updates" in lines
-    assert ("    [2/2] engine x1: NOT MEASURED: WorkerFailed: training stopped: worker 0 made no progress"
-            in lines)
-    assert "    [1/2] plain-graphed x1: NOT MEASURED: RuntimeError: CUDA error: operation not permitted when stream " \
-           "is capturing" in lines
+    assert ("    [1/1] plain-graphed x1: NOT MEASURED: RuntimeError: CUDA error: operation not permitted when stream "
+            "is capturing (then releasing the device failed: RuntimeError: captures_underway.empty() INTERNAL ASSERT "
+            "FAILED)") in lines
+    assert any(line.startswith("    [1/1] engine x1: NOT MEASURED: WorkerFailed: training stopped: worker 0 ")
+               for line in lines), lines
+    assert any(line.startswith("    [1/1] plain x1: ") and "updates/s" in line for line in lines), lines
     saved = json.loads((tmp_path / "runs.json").read_text())
-    assert [(r["variant"], r["workers"]) for r in saved["runs"]] == [("plain", 1), ("plain", 1)]
-    assert [m["variant"] for m in saved["not_measured"]] == ["plain-graphed", "engine", "plain-graphed", "engine"]
+    assert [(r["variant"], r["workers"]) for r in saved["runs"]] == [("plain", 1)]
+    assert [m["variant"] for m in saved["not_measured"]] == ["plain-graphed", "engine"]
 
 
-class Unstamped(gpu_engine.StampedLoss):
-    """A loss that stamps no batch, as a graphed worker step that never calls the loss (module level: workers
-    unpickle it)."""
-
-    def _stamp(self, index):
-        pass
-
-
-def test_an_engine_run_on_the_padded_loss_is_timed_by_its_stamps_or_else_by_its_clock(monkeypatch):
-    """--engine-loss padded: one worker trains the bucketed batches with the padded loss, every batch stamped. A
-    graphed worker step replays without calling the loss: with no stamps the run is timed by its training clock."""
-    options, args = B.parse(["--device", "cpu", "--quick", "--engine-loss", "padded"])
+def test_an_engine_row_says_which_step_its_workers_ran_and_is_timed_by_their_update_counters():
+    """One 'cpu-replica' worker with graphs on (the graphed step's CPU form) on 40 bucketed POS batches: the row names
+    its step and graphs, and is timed over the window its update counters span (at least the middle 80%), its phases
+    and GPU share from that window."""
+    options, args = B.parse(["--device", "cpu", "--quick"])
     pos = B.task_options("pos", options, args)
-    model, batches = B.build("pos", pos, 20, Path("/nonexistent"), 0)
-    config = B.engine_config(pos, "cpu-replica", 1)
-    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, batches.tokens, config, False)
-    assert (m.timing, m.workers, m.precision, m.nonfinite) == ("stamps", 1, "fp32", 0) and m.rate > 0
-    assert m.tokens_rate > m.rate  # several tokens per sentence
+    model, batches = B.build("pos", pos, 40, Path("/nonexistent"), 0)
+    config = B.engine_config(pos, "cpu-replica", 1, overrides={"graphs": "on"})
+    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, config, False)
+    shapes = {signature for signature, _ in graph_shapes(batches.bucketed, None, 1)}  # the shapes used 4+ times
+    eager = sum(batch_signature(b) not in shapes for b in batches.bucketed)
+    assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", len(shapes), eager, 40, "counters")
+    assert m.eager_share == pytest.approx(eager / 40)
+    assert 32 <= m.window <= 40 and m.tokens_rate > m.rate > 0 and m.label == "engine"
+    assert set(m.phase_ms) == {"pull", "compute", "push", "update"} and 0 < m.gpu <= 100
 
-    monkeypatch.setattr(gpu_engine, "StampedLoss", Unstamped)
-    m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, batches.tokens, config, False)
-    assert m.timing == "run clock" and m.tokens_rate == pytest.approx(m.rate * sum(batches.tokens) / 20)
+
+def test_an_engine_run_names_the_workers_that_fell_back_from_the_graphs_their_batches_call_for():
+    """Four batches of one shape and one of another: with graphs asked for, each worker captures the shape used 4
+    times (a run's rarer shapes run eagerly); a worker whose capture failed captured none."""
+    batches = [{"x": torch.zeros(2, 3)}] * 4 + [{"x": torch.zeros(2, 5)}]
+    four, result = hogwild.Config(devices=["cuda:0"] * 4), type("Result", (), {"graphs": 4})()
+    assert gpu_engine.engine_step(four, result, batches) == "graphed"
+    result.graphs = 3
+    assert gpu_engine.engine_step(four, result, batches) == "1 of 4 fell back"
+    result.graphs = 0
+    assert gpu_engine.engine_step(four, result, batches) == "fell back to eager"
+    assert gpu_engine.engine_step(four, result, batches[3:]) == "no shape graphed"
+    assert gpu_engine.engine_step(hogwild.Config(devices=["cuda:0"], graphs="off"), result, batches) == "eager"
+    limited = hogwild.Config(devices=["cuda:0"] * 4, graph_limit=2)  # both shapes, each worker
+    assert gpu_engine.engine_step(limited, type("Result", (), {"graphs": 6})(), batches) == "1 of 4 fell back"
+
+
+def test_the_report_names_a_fallen_back_row_and_keeps_it_out_of_the_engines_figures(capsys, tmp_path):
+    def engine(rate, step, phases, eager=0):
+        return R.Measurement("nmt", "engine", 1, rate, 10 * rate, "fp32", 0, 50.0, "nvml", dict(zip(
+            ("pull", "compute", "push", "update"), phases)), graphs=16 if step == "graphed" else 0, eager_steps=eager,
+            updates=750, window=600, timing="counters", step=step)
+    runs = [R.Measurement("nmt", "plain-graphed", 1, 40.0, 400.0, "fp32", 0, 90.0, "nvml", graphs=20, eager_steps=0,
+                          prepare_s=3.0, updates=750, window=600),
+            engine(30.0, "graphed", (1, 20, 2, 5), eager=75),
+            engine(15.0, "fell back to eager", (1, 60, 2, 5), eager=750)]
+    runs[0].eager_share, runs[1].eager_share, runs[2].eager_share = 0.0, 0.1, 1.0
+    R.save(str(tmp_path / "runs.json"), "cmd", "GPU", runs, [])
+    saved = json.loads((tmp_path / "runs.json").read_text())["runs"]
+    assert [(r["label"], r["step"], r["eager_share"]) for r in saved] == [
+        ("plain-graphed", None, 0.0), ("engine", "graphed", 0.1),
+        ("engine (fell back to eager)", "fell back to eager", 1.0)]
+    R.report(runs, overlap=True, repeats=1)
+    out = capsys.readouterr().out
+    rows = {line[2:36].strip(): line[36:].split() for line in out.splitlines()[1:4]}
+    assert list(rows) == ["plain-graphed", "engine", "engine (fell back to eager)"]
+    assert rows["engine"][8:9] + rows["engine"][13:15] == ["0.750", "16/75", "10.0"]  # x graphed; graphs/eager, %
+    assert rows["engine (fell back to eager)"][8:10] + rows["engine (fell back to eager)"][13:15] == [
+        "0.375", "600", "0/750", "100.0"]  # a worker whose capture failed ran every step eagerly
+    assert "one engine worker / graphed plain loop (fp32): engine 0.750, engine (fell back to eager) 0.375" in out
+    assert "  1        23.00      43.48" in out  # the projection: 1 + max(20 + 2, 5) ms, from the graphed row only
 
 
 @pytest.mark.slow
@@ -291,13 +416,11 @@ def test_plain_loop_and_one_engine_worker_make_the_same_updates(task):
     plain = copy.deepcopy(model)
     step = P.PlainStep(plain, B.task_loss(task, False), P.plain_optimizers(plain, options.optimizer, options.lr,
                                                                             torch.device("cpu")), options.clip_norm)
-    P.eager_steps(step, [{k: v for k, v in b.items() if k != "index"} for b in batches.exact])
+    P.eager_steps(step, batches.exact)
     config = B.engine_config(options, "cpu-replica", 1)
     config = hogwild.Config(**{**config.to_dict(), "overlap_update": False, "shuffle": False})
     engine = copy.deepcopy(model)
-    result = hogwild.train(engine, StampedLoss(B.task_loss(task, False),
-                                               torch.zeros(3, dtype=torch.float64).share_memory_()),
-                           batches.exact, config)
+    result = hogwild.train(engine, B.task_loss(task, False), batches.exact, config)
     assert int(step.nonfinite) == 0 and result.updates == 3 and result.skipped_updates == 0
     for (name, a), b in zip(plain.named_parameters(), engine.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
@@ -340,8 +463,9 @@ def test_quick_run_on_the_cpu_as_the_docstring_shows(tmp_path):
         assert f"\n{task}: preset small" in out
         assert table_row(out, task, "plain", 1)[8] == "1.000"  # x plain
         graphed = table_row(out, task, "plain-graphed", 1)
-        assert graphed[9] == "1.000" and re.fullmatch(r"\d+/0", graphed[13])  # x graphed; graphs/eager steps
-        assert len(table_row(out, task, "engine", 2)) == 18  # ... GPU %, source, '-', and 4 phases
+        assert graphed[9] == "1.000" and graphed[10] == "16" and re.fullmatch(r"\d+/0", graphed[14])  # timed; graphs
+        engine = table_row(out, task, "engine", 2)  # ... GPU %, source, graphs/eager, eager %, 4 phases (run clock)
+        assert engine[14:16] == ["0/0", "-"] and len(engine) in (20, 22)  # graphs auto: none on the CPU
     paper = [line.split() for line in lines if re.match(r"  [1-4] {4}", line)]
     assert [row[0] for row in paper] == ["1", "2", "3", "4"] * 2
     assert [row[4] for row in paper] == ["26.89", "16.56", "9.24", "6.96"] * 2  # the paper's column, by its field
@@ -368,53 +492,98 @@ def gpu_check(out: Path, script: str, **env) -> subprocess.CompletedProcess:
 
 def test_gpu_check_cuts_a_step_past_its_limit_and_skips_what_no_longer_fits(tmp_path):
     began = time.monotonic()
-    done = gpu_check(tmp_path, "source bench/gpu_check.sh; mkdir -p $OUT; START_S=$SECONDS; BUDGET_S=12; "
-                               "step fast 5 1 true; step slow 3 1 sleep 60; step later 30 10 true; finish; "
-                               "exit $(failed_steps)")
+    done = gpu_check(tmp_path, "source bench/gpu_check.sh; begin; BUDGET_S=12; step a fast 5 1 true; "
+                               "step a slow 3 1 sleep 60; step b later 30 10 true; exit $(failed_steps)")
     assert time.monotonic() - began < 20 and done.returncode == 1, done.stdout + done.stderr
     lines = (tmp_path / "summary.txt").read_text().splitlines()
-    assert lines[0].split() == ["fast", "ok", "0s"]
-    assert lines[1].startswith("slow             timed out (limit 3s) ") and lines[1].split()[-1] in ("3s", "4s")
-    assert lines[2].startswith("later            skipped (") and "needs 10s" in lines[2]
-    assert lines[3].startswith("total ") and (tmp_path / "slow.log").exists()
+    assert lines[0] == "stage 0 setup        not reached"
+    assert lines[1] == "stage a step-check   failed" and lines[2].startswith("    fast             ok ")
+    assert lines[3].startswith("    slow             timed out (limit 3s) ") and lines[3].split()[-1] in ("3s", "4s")
+    assert lines[4] == "stage b one-worker   cut (a step skipped for time)"
+    assert lines[5].startswith("    later            skipped (") and lines[5].endswith("needs 10s) 0s")
+    assert lines[6:8] == ["stage c tests        not reached", "stage d more         not reached"]
+    assert lines[8].startswith("total ") and len(lines) == 9
+    log = (tmp_path / "step-check.log").read_text()
+    assert "=== slow (limit 3s, " in log and "=== slow: timed out (limit 3s) after " in log
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["extras.tgz", "step-check.log", "summary.txt"]
+
+
+def test_a_check_killed_mid_stage_has_published_what_it_measured(tmp_path):
+    """SIGKILL (no trap runs) during stage b: summary.txt names stage a done, b running, c and d not reached, and
+    stage a's log and extras are there."""
+    script = ("source bench/gpu_check.sh; begin; echo 'verdict: OK' > $WORK/extras/a.json; "
+              "step a step-check 10 1 echo 'verdict: OK'; publish; step b one-worker 30 1 sleep 30")
+    check = subprocess.Popen(["bash", "-c", script], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                             env={**os.environ, "OUT": str(tmp_path), "HOGWILD_GPU_CHECK_CPU": "1"})
+    summary = tmp_path / "summary.txt"
+    try:
+        deadline = time.monotonic() + 20
+        while "stage b one-worker   running" not in (summary.read_text() if summary.exists() else ""):
+            assert time.monotonic() < deadline and check.poll() is None, "stage b never started"
+            time.sleep(0.1)
+    finally:
+        os.killpg(check.pid, signal.SIGKILL)
+        check.wait()
+    lines = summary.read_text().splitlines()
+    assert lines[:2] == ["stage 0 setup        not reached", "stage a step-check   done"]
+    assert lines[2].startswith("    step-check       ok ")
+    assert lines[3:7] == ["stage b one-worker   running", "    one-worker       running 0s",
+                          "stage c tests        not reached", "stage d more         not reached"]
+    assert "verdict: OK" in (tmp_path / "step-check.log").read_text()
+    assert subprocess.run(["tar", "tzf", str(tmp_path / "extras.tgz")], capture_output=True,
+                          text=True).stdout.split() == ["extras/", "extras/a.json"]
 
 
 def test_gpu_check_runs_chains_side_by_side_and_names_the_failed_tests(tmp_path):
-    """Two chains of sleeps side by side take the longer chain's time, not the sum; a test step's failed tests are
-    named under it (from pytest -v's lines), and a failure in a background chain makes the exit status 1."""
+    """Two chains of sleeps side by side take the longer chain's time, not the sum; each step's output lands whole in
+    the stage's log; a test step's failed tests are named under its stage (from pytest -v's lines), and a failure in
+    a background chain makes the exit status 1."""
     log = tmp_path / "pytest-output.txt"
     log.write_text("tests/a.py::test_one PASSED  [ 50%]\ntests/a.py::test_two[cuda] FAILED  [100%]\n"
                    "FAILED tests/a.py::test_two[cuda] - AssertionError\n")
     out = tmp_path / "out"
     began = time.monotonic()
-    done = gpu_check(out, "source bench/gpu_check.sh; mkdir -p $OUT; START_S=$SECONDS; BUDGET_S=60; "
-                          "one() { step a 10 1 sleep 2; step b 10 1 sleep 1; }; "
-                          f"two() {{ step tests 10 1 bash -c 'cat {log}; sleep 3; exit 1'; }}; "
+    done = gpu_check(out, "source bench/gpu_check.sh; begin; BUDGET_S=60; "
+                          "one() { step d a 10 1 bash -c 'echo a1; sleep 2; echo a2'; step d b 10 1 sleep 1; }; "
+                          f"two() {{ step d tests 10 1 bash -c 'cat {log}; sleep 3; exit 1'; }}; "
                           "side_by_side one two; exit $(failed_steps)")
-    assert 3 <= time.monotonic() - began < 5 and done.returncode == 1, done.stdout + done.stderr
+    assert 3 <= time.monotonic() - began < 6 and done.returncode == 1, done.stdout + done.stderr
     summary = (out / "summary.txt").read_text().splitlines()
-    assert sorted(line.split()[0] for line in summary) == ["a", "b", "tests", "tests|"]
-    assert "    tests| tests/a.py::test_two[cuda] FAILED  [100%]" in summary
-    assert next(line for line in summary if line.startswith("tests ")).split()[1:3] == ["failed", "(rc"]
+    stage = summary[summary.index("stage d more         failed") + 1:-1]
+    assert sorted(line.split()[0] for line in stage) == ["a", "b", "tests", "tests|"]
+    assert "    tests| tests/a.py::test_two[cuda] FAILED  [100%]" in stage
+    more = (out / "more.log").read_text()
+    assert "a1\na2\n=== a: ok after " in more and more.index("=== b (") > more.index("=== a: ok")
 
 
 @pytest.mark.slow
-def test_gpu_check_runs_every_step_on_the_cpu(tmp_path):
+def test_gpu_check_runs_every_stage_on_the_cpu_in_order(tmp_path):
     done = gpu_check(tmp_path, "bash bench/gpu_check.sh", BUDGET_S="800")
     summary = (tmp_path / "summary.txt").read_text()
-    status = {line.split()[0]: " ".join(line.split()[1:-1]) for line in summary.splitlines()[:-1]}
-    assert list(status)[:4] == ["env", "modules", "bench-nmt", "bench-pos"], summary
-    assert list(status)[-1] == "bench-bf16" and set(status) == {
-        "env", "modules", "bench-nmt", "bench-pos", "tests", "tests-compiled", "run-pos", "tag", "run-nmt", "translate",
-        "gpu-step-check", "bench-bf16"}, summary
-    # bench/gpu_step_check.py comes from another branch: until it is there, its step fails like any missing module
-    step_check = (REPO / "bench" / "gpu_step_check.py").exists()
-    assert status.pop("gpu-step-check") == ("ok" if step_check else "failed (rc 1)"), summary
-    assert set(status.values()) == {"ok"}, summary + done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.returncode == (0 if step_check else 1)
-    assert summary.splitlines()[-1].startswith("total ")
-    for name in [*status, "gpu-step-check"]:
-        assert (tmp_path / f"{name}.log").exists()
-    assert "/" in (tmp_path / "tag.log").read_text() and (tmp_path / "runs" / "nmt" / "summary.json").exists()
-    assert json.loads((tmp_path / "bench-pos.json").read_text())["runs"]
-    assert (tmp_path / "tests.xml").exists() and (tmp_path / "tests-compiled.xml").exists()
+    assert done.returncode == 0, summary + done.stdout[-3000:] + done.stderr[-3000:]
+    lines = summary.splitlines()
+    assert lines[0].startswith("gpu_check ") and lines[0].endswith("mode cpu") and lines[-1].startswith("total ")
+    stages = [line for line in lines if line.startswith("stage ")]
+    assert stages == [f"stage {s} {name:12} done" for s, name in (("0", "setup"), ("a", "step-check"),
+                                                                   ("b", "one-worker"), ("c", "tests"), ("d", "more"))]
+    steps = [line.split()[:2] for line in lines if line.startswith("    ")]
+    assert {status for _, status in steps} == {"ok"}
+    names = [name for name, _ in steps]
+    assert names[:6] == ["modules", "step-check", "one-worker", "tests", "workers", "bf16"]
+    assert sorted(names[6:-1]) == ["run-nmt", "run-pos", "tag", "tests-compiled", "translate"]
+    assert names[-1] == "step-costs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["extras.tgz", "more.log", "one-worker.json",
+                                                         "one-worker.log", "step-check.log", "summary.txt",
+                                                         "tests.log"]  # flat, at most 8: the device tool's limit
+    step_check = (tmp_path / "step-check.log").read_text()
+    assert step_check.index("verdict: OK") < step_check.index("=== step-check: ok")
+    runs = json.loads((tmp_path / "one-worker.json").read_text())["runs"]
+    assert [(r["task"], r["variant"], r["step"]) for r in runs] == [
+        (task, variant, step) for task in ("pos", "nmt") for variant, step in (("plain-graphed", None),
+                                                                               ("engine", "graphed"))]
+    more = (tmp_path / "more.log").read_text()
+    assert "/" in more.split("=== tag (", 1)[1]  # the tagged words
+    assert "verdict" not in more and re.search(r"^pos bf16 graphed padded +\d", more, re.M)  # the step costs alone
+    extras = subprocess.run(["tar", "tzf", str(tmp_path / "extras.tgz")], capture_output=True, text=True).stdout
+    assert {"extras/more-workers.json", "extras/more-bf16.json", "extras/tests.xml", "extras/tests-compiled.xml",
+            "extras/runs/pos/summary.json", "extras/runs/nmt/summary.json"} <= set(extras.split())

@@ -2,6 +2,11 @@
 each one's ratio to its packed step, and its command."""
 import re
 
+import pytest
+import torch
+
+from bench import bench_padded
+
 
 def test_quick_run_prints_three_ways_per_batch_with_the_ratio_to_packed(run_bench):
     done = run_bench("bench_padded", "--quick")
@@ -15,3 +20,10 @@ def test_quick_run_prints_three_ways_per_batch_with_the_ratio_to_packed(run_benc
     assert re.search(rf"^pos/small B=16 padded to T={edge} ", done.stdout, re.M)  # bucket edges
     assert re.search(rf"^nmt/small B=16 padded to S={edge},T={edge} ", done.stdout, re.M)
     assert "# command: python -m bench.bench_padded --quick" in done.stdout
+
+
+def test_cuda_without_a_gpu_is_refused_naming_the_benchmark():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SystemExit, match=r"^bench_padded: --device cuda asked for, but torch sees no GPU$"):
+        bench_padded.main(["--quick", "--device", "cuda"])

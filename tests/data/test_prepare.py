@@ -1,4 +1,5 @@
-"""prepare: downloads checked by sha256 (against file:// URLs), local sources, and the command line's errors."""
+"""prepare: downloads checked by sha256 (against file:// URLs), local sources, the options it refuses and the command
+line's errors."""
 import hashlib
 import io
 import json
@@ -10,7 +11,7 @@ import tarfile
 import pytest
 
 from hogwild.data.errors import CorpusError
-from hogwild.data.prepare import DownloadError, download, main, prepare_europarl, prepare_ud
+from hogwild.data.prepare import BadOption, DownloadError, download, main, prepare_europarl, prepare_ud
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "data"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -80,16 +81,17 @@ def test_ud_local_folder_and_file_url(tmp_path, capsys):
     source.mkdir()
     for split in ("dev", "test"):
         (source / f"xx_tiny-ud-{split}.conllu").write_bytes((FIXTURES / "tiny.conllu").read_bytes())
-    manifest = prepare_ud("UD_Xx-Tiny", tmp_path / "out", str(source))
+    manifest = prepare_ud("UD_Xx-Tiny", tmp_path / "out", str(source), code="xx_tiny")
     assert {name: entry["count"] for name, entry in manifest["files"].items()} == {
         "xx_tiny-ud-dev.conllu": 2, "xx_tiny-ud-test.conllu": 2}
     assert capsys.readouterr().err == (f"note: {source} has no training split (*-train.conllu): only "
                                        "xx_tiny-ud-dev.conllu, xx_tiny-ud-test.conllu copied\n")
     with pytest.raises(CorpusError, match=r"missing: no such folder \(give --source a folder of \.conllu files"):
-        prepare_ud("UD_Xx-Tiny", tmp_path / "out4", str(tmp_path / "missing"))
+        prepare_ud("UD_Xx-Tiny", tmp_path / "out4", str(tmp_path / "missing"), code="xx_tiny")
     by_url = prepare_ud("UD_Xx-Tiny", tmp_path / "out2", source.as_uri(), code="xx_tiny")  # no train file: skipped
     assert sorted(by_url["files"]) == ["xx_tiny-ud-dev.conllu", "xx_tiny-ud-test.conllu"]
-    with pytest.raises(ValueError, match="unknown treebank 'UD_Xx-Tiny': pass --code"):
+    with pytest.raises(BadOption, match=r"--treebank: unknown treebank 'UD_Xx-Tiny' \(known: UD_German-GSD, .*\): to "
+                                         r"prepare another one, pass --code with its files' prefix"):
         prepare_ud("UD_Xx-Tiny", tmp_path / "out3")
 
 
@@ -98,7 +100,7 @@ def test_ud_bad_file_names_file_and_line(tmp_path):
     source.mkdir()
     (source / "xx-ud-test.conllu").write_text("1\tDas\tder\tDET\n\n", encoding="utf-8")
     with pytest.raises(CorpusError, match=r"xx-ud-test\.conllu:1: expected 10 tab-separated"):
-        prepare_ud("UD_Xx", tmp_path / "out", str(source))
+        prepare_ud("UD_Xx-Tiny", tmp_path / "out", str(source), code="xx")
 
 
 def test_main_returns_nonzero_with_one_line_message(tmp_path, capsys):
@@ -142,9 +144,93 @@ def test_a_failed_prepare_leaves_out_as_it_was(tmp_path):
             (existing, f"{source / 'aa-ud-train.conllu'}:1: expected 10 tab-separated CoNLL-U columns, found 4"),
             (tmp_path / "a-file", f"--out {tmp_path / 'a-file'}: is a file, not a folder (give a folder to write the "
                                   f"corpus into)")]:
-        done = subprocess.run([sys.executable, "-m", "hogwild.data.prepare", "ud", "--treebank", "UD_Aa", "--source",
-                               str(source), "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-m", "hogwild.data.prepare", "ud", "--treebank", "UD_Aa-Tiny", "--code",
+                               "aa", "--source", str(source), "--out", str(out)], cwd=REPO, capture_output=True,
+                              text=True, timeout=60)
         assert (done.returncode, done.stderr) == (1, f"error: {message}\n")
     assert not (tmp_path / "new").exists()
     assert [path.name for path in existing.iterdir()] == ["notes.txt"]
     assert (tmp_path / "a-file").read_text() == "x\n"
+
+
+def test_ud_refuses_another_treebanks_files(tmp_path, corpus):
+    """The real German GSD files given as French GSD: refused naming the first file and the treebank it belongs to
+    (UD names its files <code>-ud-<split>.conllu), nothing written; as German GSD they are prepared."""
+    german = corpus("ud-german-gsd")
+    with pytest.raises(CorpusError) as error:
+        prepare_ud("UD_French-GSD", tmp_path / "fr", str(german))
+    assert str(error.value) == (f"{german / 'de_gsd-ud-dev.conllu'}: not a file of UD_French-GSD, whose files are "
+                                "fr_gsd-ud-{train,dev,test}.conllu: UD_German-GSD's; give --treebank UD_German-GSD")
+    assert not (tmp_path / "fr").exists()
+    manifest = prepare_ud("UD_German-GSD", tmp_path / "de", str(german))
+    assert {name: entry["count"] for name, entry in manifest["files"].items()} == {
+        "de_gsd-ud-dev.conllu": 799, "de_gsd-ud-test.conllu": 977}
+    stray = tmp_path / "stray"  # a file of an unknown treebank among the right ones
+    stray.mkdir()
+    (stray / "de_gsd-ud-test.conllu").write_bytes((german / "de_gsd-ud-test.conllu").read_bytes())
+    (stray / "notes.conllu").write_bytes((FIXTURES / "tiny.conllu").read_bytes())
+    with pytest.raises(CorpusError, match=r"stray/notes\.conllu: not a file of UD_German-GSD, whose files are "
+                                          r"de_gsd-ud-\{train,dev,test\}\.conllu$"):
+        prepare_ud("UD_German-GSD", tmp_path / "de2", str(stray))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["ud", "--treebank", "UD_Klingon-X"], "--treebank: unknown treebank 'UD_Klingon-X' (known: UD_German-GSD, "),
+    (["ud", "--treebank", "Klingon"], "--treebank: expected a UD repository name such as UD_German-GSD, got "
+                                      "'Klingon'"),
+    (["ud", "--treebank", "UD_German-GSD", "--code", "fr_gsd"], "--code: UD_German-GSD's files are "
+                                                                 "de_gsd-ud-<split>.conllu, not fr_gsd-ud-<split>.conllu"),
+    (["ud", "--treebank", "UD_German-GSD", "--sha256", "zz"], "--sha256: expected 64 hexadecimal digits, got 'zz'"),
+    (["ud", "--treebank", "UD_German-GSD", "--sha256", "0" * 64, "--source", "{folder}"],
+     "--sha256: checks a download or an archive; --source {folder} is a folder, copied as it is"),
+    (["europarl", "--sha256", "zz"], "--sha256: expected 64 hexadecimal digits, got 'zz'"),
+    (["europarl", "--held-out", "-5"], "--held-out: must be at least 1 (pairs each for dev and test), got -5"),
+    (["europarl", "--held-out", "5", "--source", "{folder}"], "--held-out: cuts dev and test from an archive; "
+                                                              "--source {folder} is a folder"),
+    (["europarl", "--src", "fr", "--tgt", "fr"], "--tgt: is the source language too (fr): give two languages"),
+    (["europarl", "--src", "fr", "--tgt", "de"], "--src/--tgt: Europarl v7 pairs English with one of bg, cs, "),
+    (["europarl", "--src", "FR"], "--src: expected a language code such as fr, got 'FR'"),
+])
+def test_options_that_cannot_be_right_are_refused_naming_the_flag(tmp_path, capsys, flags, message):
+    """Each: a usage error (status 2) on one line naming the flag, before any download, and no --out left behind."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    argv = [flag.replace("{folder}", str(folder)) for flag in flags] + ["--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"python -m hogwild.data.prepare {flags[0]}: error: {message.replace('{folder}', str(folder))}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_out_holding_another_prepared_corpus_is_refused_and_the_same_one_is_prepared_again(tmp_path, capsys):
+    """UD French GSD prepared into the folder of German GSD mixed the two treebanks' files there (a POS --train folder
+    is read whole) and left a manifest of the French files alone."""
+    for code in ("aa", "bb"):
+        (tmp_path / code).mkdir()
+        (tmp_path / code / f"{code}-ud-dev.conllu").write_bytes((FIXTURES / "tiny.conllu").read_bytes())
+    out = tmp_path / "out"
+    aa = ["ud", "--treebank", "UD_Aa-Tiny", "--code", "aa", "--source", str(tmp_path / "aa"), "--out", str(out)]
+    assert main(aa) == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert main(aa) == 0
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before  # the same corpus, again
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        main(["ud", "--treebank", "UD_Bb-Tiny", "--code", "bb", "--source", str(tmp_path / "bb"), "--out", str(out)])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"python -m hogwild.data.prepare ud: error: --out: {out} holds the prepared corpus UD_Aa-Tiny (its "
+        f"manifest.json): its files and UD_Bb-Tiny's would mix; give UD_Bb-Tiny a folder of its own")
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("argv", [["ud", "--tree", "UD_German-GSD", "--out", "{out}"],
+                                  ["europarl", "--held", "5", "--out", "{out}"]])
+def test_flags_are_spelled_out_in_full(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as exit:
+        main([arg.replace("{out}", str(tmp_path / "out")) for arg in argv])
+    assert exit.value.code == 2
+    assert argv[1] in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from hogwild.multihost.leftovers import mapped_shm_files
 from tests.mpi import MPIEXEC, mpi_missing
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -120,9 +121,13 @@ def test_resume_restores_every_rank(tmp_path):
 
 def _launch_slow_job(tmp_path, timeout: float, flags: tuple[str, ...] = (), algorithm: str = "downpour",
                      extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict[int, int]]:
-    """A downpour job (1 server, 2 hosts; or 3 hosts of another algorithm) slowed to ~20 steps/s per host; returns it
-    once every rank is up."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    """A downpour job (1 server, 2 hosts; or 3 hosts of another algorithm) slowed to ~20 steps/s per host, with a
+    TMPDIR of its own (tmp_path/tmp); returns it once every rank is up, with the /dev/shm files its processes map
+    (job.made: the names it could leave there; other tests may make files there meanwhile)."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "TMPDIR": str(temporary)}
     command = [str(MPIEXEC), *flags, "-n", "3", sys.executable, str(SCRIPTS / "train_tiny.py"), algorithm, "--out",
                str(tmp_path), "--epochs", "50", "--sleep-per-step", "0.05", "--timeout", str(timeout), *extra]
     job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -139,7 +144,32 @@ def _launch_slow_job(tmp_path, timeout: float, flags: tuple[str, ...] = (), algo
         assert time.monotonic() < deadline and job.poll() is None, "".join(lines)
         time.sleep(0.1)
     time.sleep(1.0)  # ... and exchanging
+    job.made = {name for pid in pids.values() for process in _with_children(pid) for name in mapped_shm_files(process)}
+    job.temporary = temporary
     return job, pids
+
+
+def _with_children(pid: int) -> list[int]:
+    """`pid` and its child processes (the engine's workers, the resource tracker)."""
+    children = []
+    for listing in pathlib.Path(f"/proc/{pid}/task").glob("*/children"):
+        children += [int(child) for child in listing.read_text().split()]
+    return [pid, *children]
+
+
+def _assert_nothing_left(job: subprocess.Popen, output: str) -> None:
+    """After an abort, MPICH's launcher has killed every rank's process group; each rank's janitor
+    (hogwild/multihost/leftovers.py, in a session of its own) then removes what the rank and its workers made: the
+    semaphores of the engine's queues and locks, MPICH's /dev/shm segment, the rank's temporary folder (the engine's
+    scratch inside). Checked against what the job had made while it trained."""
+    assert any("/sem." in name for name in job.made) and any("/mpich_shm_" in name for name in job.made), job.made
+    deadline = time.monotonic() + 10.0  # a janitor cleans once the last process of its rank is gone
+    while True:
+        left = {name for name in job.made if os.path.exists(name)} | set(job.temporary.iterdir())
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, output
 
 
 def _kill_all(pids: dict[int, int]) -> None:
@@ -179,6 +209,7 @@ def test_a_killed_rank_ends_the_job(tmp_path):
         assert ours.groups() == ("2", str(pids[2])), output
     else:
         assert "Killed (signal 9)" in output, output
+    _assert_nothing_left(job, output)
 
 
 def test_the_survivors_of_a_hung_rank_write_last_pt_before_the_job_aborts(tmp_path):
@@ -202,6 +233,7 @@ def test_the_survivors_of_a_hung_rank_write_last_pt_before_the_job_aborts(tmp_pa
     from hogwild.share.checkpoint import read_checkpoint
     assert read_checkpoint(found.group(2))["global_step"] > 0
     assert not list(tmp_path.glob("rank*.json"))
+    _assert_nothing_left(job, output)
 
 
 def test_a_failing_local_worker_aborts_the_job_naming_its_rank(tmp_path):
@@ -216,7 +248,9 @@ def test_a_failing_local_worker_aborts_the_job_naming_its_rank(tmp_path):
 
 
 def test_a_hung_rank_is_detected_by_heartbeats_and_named(tmp_path):
-    job, pids = _launch_slow_job(tmp_path, timeout=3.0)
+    """...and the abort leaves no file behind, also where the ranks' resource tracker started before
+    train_distributed (as run.py starts it before loading the data): the janitor takes its place and passes on."""
+    job, pids = _launch_slow_job(tmp_path, timeout=3.0, extra=("--tracker-first",))
     try:
         os.kill(pids[2], signal.SIGSTOP)  # a training host hangs (alive, silent)
         output, seconds = _finish(job, 30.0)
@@ -226,3 +260,4 @@ def test_a_hung_rank_is_detected_by_heartbeats_and_named(tmp_path):
     assert re.search(rf"no heartbeat from rank 2 \(worker, pid {pids[2]} on .*\) for more than 3.0 s: dead or hung",
                      output), output
     assert seconds < 3.0 + 20.0
+    _assert_nothing_left(job, output)

@@ -66,7 +66,7 @@ def test_workers_hook_pull_and_push_only_trainable_parameters(device):
         model.forwards.fill_(5)
     params = make_parameters(model, device)
     check = GradientCheck(params.grad_params)  # raised on a frozen parameter before
-    net = params.pull(None)
+    net = params.pull()
     assert torch.equal(net.positions, model.positions) and torch.equal(net.frozen.weight, model.frozen.weight)
     assert net.forwards.dtype == torch.int64 and int(net.forwards) == 5 and torch.equal(net.allowed, model.allowed)
     assert net.out.weight is net.embed.weight  # the replica keeps the tie

@@ -15,7 +15,8 @@ from hogwild.models import nmt as nmt_module
 from hogwild.models import pos_tagger as pos_module
 from hogwild.models.host_fields import to_device
 from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
-from hogwild.models.padded_rnn import padded_bidirectional, reverse_index
+from hogwild.models.padded_rnn import (_direction_weights, _flat, flatten_per_direction, padded_bidirectional,
+                                       reverse_index)
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
 
 TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5}
@@ -103,6 +104,36 @@ def test_padded_bidirectional_matches_packed_modules_and_reverses_by_length():
         torch.testing.assert_close(padded_bidirectional(rnn, x, lengths), expected, rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="bidirectional batch_first"):
         padded_bidirectional(torch.nn.GRU(4, 3, batch_first=True), x, lengths)
+
+
+def one_buffer(rnn):
+    """rnn with every weight a view of one flat storage, back to back: what nn.GRU/nn.LSTM's flatten_parameters makes
+    of them on a GPU."""
+    with torch.no_grad():
+        flat = torch.cat([w.reshape(-1) for w in rnn._flat_weights])
+        offset = 0
+        for weight in rnn._flat_weights:
+            weight.data = flat[offset:offset + weight.numel()].view_as(weight)
+            offset += weight.numel()
+    return rnn
+
+
+def test_each_direction_is_laid_out_flat_once_and_keeps_its_parameters_and_values():
+    """In one buffer only the first direction starts its storage, so cuDNN would copy the other three at every
+    padded call; laid out per direction once, no call copies, and the padded path's result is unchanged."""
+    torch.manual_seed(0)
+    x, lengths = torch.randn(3, 5, 4, dtype=torch.float64), torch.tensor([2, 5, 1])
+    rnn = one_buffer(torch.nn.GRU(4, 3, num_layers=2, batch_first=True, bidirectional=True).double())
+    params, values = list(rnn.parameters()), [p.detach().clone() for p in rnn.parameters()]
+    expected = padded_bidirectional(rnn, x, lengths)
+    assert [_flat(_direction_weights(rnn, layer, reverse)) for layer in (0, 1) for reverse in (False, True)] == \
+        [True, False, False, False]
+    assert flatten_per_direction(rnn) == 3 and flatten_per_direction(rnn) == 0
+    assert all(_flat(_direction_weights(rnn, layer, reverse)) for layer in (0, 1) for reverse in (False, True))
+    assert list(rnn.parameters()) == params and all(torch.equal(p, v) for p, v in zip(params, values))
+    torch.testing.assert_close(padded_bidirectional(rnn, x, lengths), expected, rtol=0, atol=0)
+    padded_bidirectional(rnn, x, lengths).sum().backward()
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in params)
 
 
 class HostRead(AssertionError):
@@ -259,3 +290,19 @@ def test_the_padded_step_replays_as_a_cuda_graph_with_the_packed_paths_values(ta
     torch.testing.assert_close(loss, packed, rtol=0, atol=1e-10)
     for (name, param), grad in zip(model.named_parameters(), expected):
         torch.testing.assert_close(param.grad, grad, rtol=0, atol=1e-10, msg=lambda m: f"{name}: {m}")
+
+
+@CUDA
+def test_on_a_gpu_no_direction_is_copied_by_cudnn_at_a_call():
+    """nn.GRU's flatten_parameters puts every direction in one buffer on a GPU; the first padded call lays them out
+    per direction, after which cuDNN warns of no weights to compact (it would copy them at every call)."""
+    import warnings
+    torch.manual_seed(0)
+    x, lengths = torch.randn(3, 5, 4, device="cuda"), torch.tensor([2, 5, 1], device="cuda")
+    rnn = torch.nn.GRU(4, 3, num_layers=2, batch_first=True, bidirectional=True).cuda()
+    expected = padded_bidirectional(rnn, x, lengths)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*contiguous chunk of memory.*")
+        for _ in range(2):
+            torch.testing.assert_close(padded_bidirectional(rnn, x, lengths), expected, rtol=0, atol=0)
+    assert flatten_per_direction(rnn) == 0

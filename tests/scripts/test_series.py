@@ -1,5 +1,6 @@
 """scripts.series and tasks.plotting: tables (Markdown + CSV with the command), time to target, figures."""
 import csv
+import importlib
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,21 @@ def test_reproduce_nmt_runs_the_sync_baseline_on_the_first_seeds_only(tmp_path):
     assert names(["--seeds", "0,1", "--sync"])[-1] == "sync-2-seed1"
     with pytest.raises(SystemExit):
         reproduce_nmt.parse_args(["--sync-seeds", "-1"])
+
+
+@pytest.mark.parametrize("name", ["reproduce_pos", "reproduce_nmt", "compare_optimizers"])
+def test_results_go_beside_the_runs_unless_a_folder_is_named(tmp_path, name):
+    """A first run of a script must not replace the committed tables in docs/results (it did, by default): its
+    tables and figure go to its --runs-dir; docs/results/... is written only when --results-dir names it."""
+    from tests.tasks.helpers import write_parallel, write_tagged
+    script = importlib.import_module(f"scripts.{name}")
+    if name == "reproduce_nmt":
+        data = ["--train", str(write_parallel(tmp_path / "train", 20, 0)),
+                "--dev", str(write_parallel(tmp_path / "dev", 5, 1))]
+    else:
+        data = ["--train", str(write_tagged(tmp_path / "train.txt", 20, 0)),
+                "--dev", str(write_tagged(tmp_path / "dev.txt", 5, 1))]
+    default = script.parse_args(data)
+    assert (default.runs_dir, default.results_dir) == (f"runs/{name}", f"runs/{name}")
+    assert script.parse_args(data + ["--runs-dir", "runs/x"]).results_dir == "runs/x"
+    assert script.parse_args(data + ["--results-dir", "docs/results/x"]).results_dir == "docs/results/x"

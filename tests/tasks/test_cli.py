@@ -2,6 +2,7 @@
 clear line and a non-zero exit (no traceback), and --gpus on a machine without enough GPUs."""
 import dataclasses
 import json
+import os
 import re
 
 import pytest
@@ -71,12 +72,29 @@ def test_flags_parse_into_options():
     (["--checkpoint-minutes", "-1"], "--checkpoint-minutes: must be >= 0, got -1.0"),
     (["--max-restarts", "-1"], "--max-restarts: must be >= 0, got -1"),
     (["--max-restarts", "1", "--data-assignment", "partition"], "--max-restarts: needs data_assignment='queue'"),
+    (["--seed", "99999999999999999999"], "--seed: must be in [0, 4294967295], got 99999999999999999999"),
+    (["--threads-per-worker", "0"], "--threads-per-worker: must be >= 1, got 0"),
+    (["--step", "5"], "--step: not a flag; flags are spelled out in full (did you mean --steps?)"),
+    (["--eval-every-sec=5"], "--eval-every-sec: not a flag; flags are spelled out in full (did you mean "
+                             "--eval-every-seconds?)"),
+    (["tag", "--check", "r"], "--check: not a flag; flags are spelled out in full (did you mean --checkpoint?)"),
+    (["--train", "/dev/zero"], "--train: /dev/zero is a character device, not a corpus file or folder"),
+    (["--train", __file__, "--dev", "/dev/null"], "--dev: /dev/null is a character device, not a corpus file or folder"),
 ])
 def test_bad_flag_values_exit_2_with_one_clear_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_fifo_is_not_a_corpus(tmp_path, capsys):
+    os.mkfifo(tmp_path / "corpus")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--train", str(tmp_path / "corpus")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"run.py: error: --train: {tmp_path}/corpus is a FIFO (named pipe), not a corpus file or folder")
 
 
 def test_bad_values_in_a_real_process_print_no_traceback():
@@ -166,6 +184,7 @@ def test_config_reads_options_files(tmp_path, name, text):
     ("bad.toml", "steps = 'ten'\n", "--config {path}: --steps: must be an integer, got 'ten'"),
     ("bad.yaml", "task: [pos\n", "--config {path}: not valid YAML: "),
     ("bad.json", "[1, 2]", "--config {path}: expected a mapping of option names to values, got list"),
+    ("config.json", '{"run": "pos"}', "--config {path}: its 'run' section is a str, not a mapping of option names"),
     ("missing.yaml", None, "--config {path}: cannot read it (No such file or directory)"),
 ])
 def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys, name, text, message):
@@ -186,6 +205,8 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
     ("", "--resume {path}:1:1: not valid JSON: Expecting value"),
     ('{"config": {"lr": 0.1}}', "--resume {path}: has no 'run' section (the options run.py recorded, which --resume "
                                 "continues); restore it, or give the run's options with --config FILE"),
+    ('{"run": ["pos"]}', "--resume {path}: its 'run' section is a list, not a mapping of option names to values (the "
+                         "options run.py recorded); restore it, or give the run's options with --config FILE"),
 ])
 def test_resume_refuses_a_broken_config_json_naming_file_line_and_column(tmp_path, capsys, text, message):
     path = tmp_path / "config.json"
@@ -264,6 +285,21 @@ def test_plot_prints_the_file_it_writes(tmp_path, capsys):
     (["--task", "nmt", "--length-bucket", "1000"], "--length-bucket: 1000 is above --max-len 50: every batch would "
                                                    "be padded to 1000 positions, longer than any pair; give at most "
                                                    "--max-len (a compiled step is served by 8)"),
+    *[(["--task", "pos", name, value], f"{name}: applies to --task nmt only; this run is --task pos")
+      for name, value in (("--train-limit", "100"), ("--max-len", "5"), ("--beam", "9"), ("--vocab-size", "100"))],
+    (["--task", "nmt", "--separator", "_"], "--separator: applies to --task pos only; this run is --task nmt"),
+    (["--dev", __file__], "--dev: applies to a --train corpus only; this run trains on the synthetic task"),
+    (["--train", __file__, "--synthetic-size", "10"], "--synthetic-size: applies to the synthetic task only (no "
+                                                      "--train); this run trains on --train"),
+    (["--no-shard-data"], "--no-shard-data: applies to multi-host runs only (--distributed ALGO, under mpiexec); "
+                          "this run is on one host"),
+    (["--task", "nmt", "--subword-vocab-size", "100"], "--subword-vocab-size: applies with --subwords only; this run "
+                                                       "trains on Moses words"),
+    (["--momentum", "0.9"], "--momentum: applies to --optimizer msgd or nesterov only; this run's optimizer is sgd"),
+    (["--task", "nmt", "--momentum", "0.5"], "--momentum: applies to --optimizer msgd or nesterov only; this run's "
+                                             "optimizer is adam"),
+    (["--optimizer", "adagrad", "--momentum", "0.5"], "--momentum: applies to --optimizer msgd or nesterov only; this "
+                                                      "run's optimizer is adagrad"),
 ])
 def test_a_flag_the_run_would_ignore_is_refused_naming_it(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_:
@@ -278,3 +314,35 @@ def test_flags_that_act_are_accepted():
     assert run_options(train_parser(), ["--gpus", "1", "--amp", "bf16", "--tf32", "--workers-per-gpu", "2"]).tf32
     assert run_options(train_parser(), ["--distributed", "easgd", "--servers", "2", "--tester"]).servers == 2
     assert run_options(train_parser(), ["--task", "nmt", "--length-bucket", "50"]).length_bucket == 50
+    assert run_options(train_parser(), ["--task", "nmt", "--max-len", "5", "--beam", "3"]).beam == 3
+    assert run_options(train_parser(), ["--optimizer", "nesterov", "--momentum", "0.5"]).optimizer_args() == {
+        "momentum": 0.5}
+    assert run_options(train_parser(), ["--distributed", "eamsgd", "--momentum", "0.5"]).momentum == 0.5  # msgd
+    hang = run_options(train_parser(), ["--distributed", "allreduce", "--hang-timeout", "10"])
+    assert (hang.dist_config().timeout_seconds, hang.resolved().engine_config(["cpu"]).hang_timeout) == (10, 10)
+    assert run_options(train_parser(), ["--train", __file__, "--format", "slash", "--dev", os.path.dirname(__file__)]
+                       ).format == "slash"
+
+
+def test_every_warning_is_one_line_without_the_source_that_warned(tmp_path, capsys):
+    """The project's own warnings (a damaged cache entry) as `run.py: warning: message`; a library's with its
+    category and place; never Python's second line quoting the source (`  warnings.warn(...)`)."""
+    import warnings
+
+    from hogwild.data.cache import ArrayCache
+    from hogwild.tasks import cli
+    cache = ArrayCache(tmp_path)
+    cache.path("k").write_text("not an entry\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = cli._warning_line("run.py")
+        assert cache.load("k") is None
+        warnings.warn_explicit("a library's\n  warning", DeprecationWarning, "/usr/lib/x.py", 7)
+    assert capsys.readouterr().err.splitlines() == [
+        f"run.py: warning: damaged cache entry {tmp_path / 'k'} (not a folder): rebuilding it",
+        "run.py: warning: DeprecationWarning: a library's warning (/usr/lib/x.py:7)"]
+
+
+def test_help_says_flags_are_spelled_out_in_full():
+    assert ("flags are spelled out in full: a prefix (--step for --steps) is an error, so that a recorded command keeps "
+            "its meaning when a later version adds flags") in " ".join(train_parser().format_help().split())

@@ -10,6 +10,7 @@ import pytest
 
 from tests.mpi import MPIEXEC, mpi_missing
 from tests.tasks.helpers import REPO, run_py
+from tests.tasks.misuse_helpers import fingerprint
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(mpi_missing() is not None, reason=str(mpi_missing()))]
 
@@ -32,3 +33,10 @@ def test_run_py_under_mpiexec_with_allreduce(tmp_path):
     tagged = run_py("tag", "--checkpoint", str(out), input="ta bagor fimat .\n")
     assert tagged.returncode == 0, tagged.stderr
     assert [token.rsplit("/", 1)[0] for token in tagged.stdout.split()] == ["ta", "bagor", "fimat", "."]
+    before = fingerprint(out)  # without mpiexec the job has one training host: each host's shard would not fit
+    alone = run_py("--resume", "--out", str(out), "--steps", "80")
+    assert alone.returncode == 1
+    assert alone.stderr.strip().splitlines()[-1] == (
+        f"run.py: error: --resume: {out} was trained on 2 hosts (host0, host1 hold their last.pt), this job has 1 "
+        f"training rank(s): resume it under mpiexec -n 2 as it ran (each host continues its own shard of the data)")
+    assert fingerprint(out) == before

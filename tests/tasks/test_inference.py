@@ -1,25 +1,21 @@
-"""`run.py translate` and `run.py tag` on real run directories (subprocesses): translations are bounded as the
+"""`run.py translate` and `run.py tag` on real run directories (subprocesses): both stream (an endless input is
+answered line after line in bounded memory, a line typed is answered at once), translations are bounded as the
 held-out evaluation is (a long line is cut, its translation capped), and both say which checkpoint they use and warn
 when its run is still training."""
 import json
 import os
 import re
+import queue
+import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from tests.tasks.helpers import REPO, run_py
-
-
-def test_input_lines_lose_a_byte_order_mark(tmp_path):
-    from hogwild.tasks.inference import read_input
-    source = tmp_path / "in.txt"
-    source.write_bytes(b"\xef\xbb\xbfLe chat dort .\r\nBonjour .\n")
-    assert read_input([str(source)]) == ["Le chat dort .", "Bonjour ."]
-    assert read_input([str(source), str(source)])[2] == "Le chat dort ."  # at the start of each file
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +25,63 @@ def nmt_run(tmp_path_factory):
                   "--out", str(out), "--no-progress")
     assert done.returncode == 0, done.stdout + done.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def pos_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pos") / "run"
+    done = run_py("--task", "pos", "--synthetic-size", "200", "--workers", "1", "--steps", "5", "--out", str(out),
+                  "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+MEMORY_CAP = 3 << 30  # address space: the process needs about 0.8 GiB; reading an endless input whole passed 4 GiB
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["tag", "translate"])
+def test_an_endless_input_is_answered_as_it_arrives_in_bounded_memory(command, pos_run, nmt_run):
+    """One line is answered while the input stays open (the command does not wait for more, nor for the end); then
+    an endless input (as `yes`) is answered line after line under a cap on the process's memory, until killed."""
+    run = pos_run if command == "tag" else nmt_run
+    line = (nmt_run / "dev.src").read_text().splitlines()[0] if command == "translate" else "ta lavial dulodium ."
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE",
+                                                                                  "/tmp/hogwild-test-cache")}
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), command, "--checkpoint", str(run)], cwd=REPO,
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP)))
+    answers = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(line) for line in process.stdout], daemon=True).start()
+    try:
+        process.stdin.write(f"{line}\n".encode())
+        process.stdin.flush()
+        first = _lines_within(answers, 1, 120)  # torch's import on a busy machine, then at once
+        threading.Thread(target=_feed_forever, args=(process.stdin, f"{line}\n".encode() * 1000), daemon=True).start()
+        more = _lines_within(answers, 600, 120)  # past two chunks of 256 lines
+        assert process.poll() is None  # still reading
+        assert len(set(first + more)) == 1 and first[0].strip()  # the same answer to the same line, each time
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _feed_forever(stream, block: bytes) -> None:
+    try:
+        while True:
+            stream.write(block)
+    except (BrokenPipeError, ValueError, OSError):
+        pass  # the process was killed
+
+
+def _lines_within(answers: queue.Queue, count: int, seconds: float) -> list[bytes]:
+    lines, deadline = [], time.monotonic() + seconds
+    while len(lines) < count:
+        try:
+            lines.append(answers.get(timeout=max(deadline - time.monotonic(), 0.01)))
+        except queue.Empty:
+            raise AssertionError(f"{len(lines)} of {count} answers within {seconds} s") from None
+    return lines
 
 
 @pytest.mark.slow
@@ -90,3 +143,42 @@ def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
     best = json.loads((out / "summary.json").read_text())["best"]["update"]  # the stop's evaluation may be better
     done = run_py("tag", "--checkpoint", str(out), input="The dog barks .\n")
     assert done.returncode == 0 and done.stderr.splitlines() == [f"run.py tag: using {out / 'best.pt'} (update {best})"]
+
+
+@pytest.mark.parametrize("closed, args, message", [
+    (1, [], "stdout is closed: the answers would go nowhere; give --output FILE"),
+    (0, ["-"], "stdin is closed: there is nothing to read; give the input FILEs")])
+def test_a_closed_stream_that_tag_would_use_is_an_error(pos_run, tmp_path, closed, args, message):
+    """`run.py tag ... >&-` wrote its answers to /dev/null and exited 0 (a training run needs no stdout; tag's
+    answers are its product); `<&-` answered an empty input. Refused before the run is loaded, naming the stream."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(REPO / "run.py"), "tag", "--checkpoint", str(pos_run), *args],
+                          cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(closed))
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == f"run.py tag: error: {message}"
+
+
+@pytest.mark.slow
+def test_sigterm_while_tagging_into_output_leaves_no_partial_file(pos_run, tmp_path):
+    """--output is written beside its place and renamed at the end: SIGTERM (as SIGINT) stops the command, exit 130,
+    and removes that file (it was left as out.txt.XXXX.tmp)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), "tag", "--checkpoint", str(pos_run),
+                                "--output", str(tmp_path / "out.txt")], cwd=REPO, env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        process.stdin.write(b"ta lavial dulodium .\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("out.txt.*.tmp")):  # tagging into the file beside out.txt
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 130
+        assert process.stderr.read().decode().splitlines()[-1] == "run.py tag: interrupted"
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

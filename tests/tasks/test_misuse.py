@@ -14,23 +14,28 @@ from tests.tasks.misuse_helpers import fingerprint, run_py_session
 pytestmark = pytest.mark.slow
 
 SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
-FINGERPRINTED = ("run", "truncated", "momentum", "typo", "cut", "no-run", "others")  # run directories no case may change
+FINGERPRINTED = ("run", "truncated", "momentum", "typo", "cut", "no-run", "others", "no-last")  # run directories no case may change
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """A finished run directory (and one trained with momentum), a copy of it with a truncated last.pt, and bad
-    corpora."""
+    """A finished run directory (and one trained with momentum on a corpus file), a copy of it with a truncated
+    last.pt, one without last.pt, and bad corpora."""
     root = tmp_path_factory.mktemp("misuse")
     run = root / "run"
     done = run_py_session(*SMALL, "--steps", "20", "--eval-every", "10", "--out", str(run))
     assert done.returncode == 0, done.stdout + done.stderr
-    momentum = run_py_session(*SMALL, "--steps", "5", "--optimizer", "msgd", "--out", str(root / "momentum"))
+    tagged = write_tagged(root / "tagged.txt", 30, 0)
+    (root / "renamed.txt").write_text(re.sub(r"(?<!\S)ta/", "tu/", tagged.read_text()))  # as many words, one other
+    momentum = run_py_session("--task", "pos", "--train", str(tagged), "--no-progress", "--steps", "5", "--optimizer",
+                              "msgd", "--out", str(root / "momentum"))
     assert momentum.returncode == 0, momentum.stdout + momentum.stderr
     truncated = root / "truncated"
     shutil.copytree(run, truncated)
     data = (truncated / "last.pt").read_bytes()
     (truncated / "last.pt").write_bytes(data[: len(data) // 3])
+    shutil.copytree(run, root / "no-last")
+    (root / "no-last" / "last.pt").unlink()
     config = (run / "config.json").read_text()
     for name, text in [("typo", config.replace('"lr": 0.1,', '"lr": 0.1,,', 1)), ("cut", config[:500]),
                        ("no-run", json.dumps({k: v for k, v in json.loads(config).items() if k != "run"}))]:
@@ -48,7 +53,6 @@ def world(tmp_path_factory):
     (root / "mixed.txt").write_text("The/DT dog/NN barks/VBZ\nA/DT cat/NN\nsleeps\tVBZ\tx\n")
     (root / "bad.conllu").write_text(
         "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\tzero\troot\t_\t_\n\n")
-    write_tagged(root / "tagged.txt", 30, 0)
     write_parallel(root / "nine", 9, 0)  # too few pairs for a held-out split
     (root / "good.conllu").write_text(
         "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_\n\n")
@@ -62,12 +66,28 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
     ("resume on other data", ["--task", "pos", "--synthetic-size", "300", "--no-progress", "--resume", "--out",
                               "{root}/run"], 1,
      r"run\.py: error: cannot resume {root}/run/last\.pt: it was trained on 200 batches, now there are 300 .*"),
+    ("resume with another batch size", [*SMALL, "--batch-size", "2", "--resume", "--out", "{root}/run"], 1,
+     r"run\.py: error: cannot resume {root}/run/last\.pt: it was trained on 200 batches, now there are 100 \(same "
+     r"data, batch size and seed are needed\)"),
+    ("resume with another vocabulary", ["--steps", "40", "--train", "{root}/renamed.txt", "--resume", "--out",
+                                        "{root}/momentum"], 1,
+     r"run\.py: error: --resume: {root}/momentum/vocab\.chars\.json differs from the one built from this command's "
+     r"data and flags \(another --train, --format, --tag, --vocab-size or --seed\?\); the run is left as it was"),
+    ("resume a run that has no last.pt", [*SMALL, "--steps", "40", "--resume", "--out", "{root}/no-last"], 1,
+     r"run\.py: error: --resume {root}/no-last: holds a run \(model\.json, config\.json, metrics\.jsonl, best\.pt, "
+     r"summary\.json\) but no last\.pt to continue it from \(killed before its first checkpoint, or last\.pt was "
+     r"removed\), and starting it afresh would replace those files; choose another --out, or move them away to start "
+     r"over here"),
     ("a new run on top of an old one", [*SMALL, "--steps", "5", "--out", "{root}/run"], 1,
      r"run\.py: error: --out {root}/run: already holds a run \(model\.json, config\.json, metrics\.jsonl, "
      r"last\.pt, best\.pt, summary\.json\); add --resume to continue it, or choose another --out"),
     ("--out names a file", [*SMALL, "--out", "{root}/a-file"], 1,
      r"run\.py: error: --out {root}/a-file: is a file, not a directory"),
-    ("--out a folder of other files", [*SMALL, "--steps", "5", "--resume", "--out", "{root}/others"], 1,
+    ("--out where no folder can be made", [*SMALL, "--steps", "5", "--out", "/proc/hogwild-run"], 1,
+     r"run\.py: error: --out /proc/hogwild-run: cannot create it \(no such file or directory: /proc/hogwild-run\)"),
+    ("--out a folder of other files", [*SMALL, "--steps", "5", "--out", "{root}/others"], 1,
+     r"run\.py: error: --out {root}/others: holds other files \(notes\.md\) and no run; choose a new or empty --out"),
+    ("--resume --out a folder of other files", [*SMALL, "--steps", "5", "--resume", "--out", "{root}/others"], 1,
      r"run\.py: error: --out {root}/others: holds other files \(notes\.md\) and no run; choose a new or empty --out"),
     ("truncated last.pt on --resume", [*SMALL, "--resume", "--out", "{root}/truncated"], 1,
      r"run\.py: error: {root}/truncated/last\.pt: cannot read the checkpoint \(truncated or not a checkpoint: .*\)"),
@@ -113,7 +133,7 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
      r"\d+\.\d GiB is available \((MemAvailable|the memory cgroup limit of .*)\); about \d+ workers fit"),
     ("empty --separator", [*SMALL, "--separator", ""], 2,
      r"run\.py: error: --separator: must be a non-empty string without spaces, got ''"),
-    ("negative --seed", [*SMALL, "--seed", "-1"], 2, r"run\.py: error: --seed: must be >= 0, got -1"),
+    ("negative --seed", [*SMALL, "--seed", "-1"], 2, r"run\.py: error: --seed: must be in \[0, 4294967295\], got -1"),
     ("--dev equal to --train", ["--task", "pos", "--train", "{root}/tagged.txt", "--dev", "{root}/./tagged.txt"], 2,
      r"run\.py: error: --dev: {root}/\./tagged\.txt is the same corpus as --train {root}/tagged\.txt: a held-out "
      r"set must not be trained on; give another --dev, or none for a seeded split of --train"),
@@ -130,8 +150,8 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
                                          "--out", "{root}/run"], 1,
      r"run\.py: error: --optimizer adam: {root}/run/last\.pt holds the state of --optimizer sgd; resume with "
      r"--optimizer sgd \(a run keeps its optimizer\), or start a new run in another --out"),
-    ("resume with momentum turned off", [*SMALL, "--steps", "40", "--optimizer", "msgd", "--momentum", "0",
-                                         "--resume", "--out", "{root}/momentum"], 1,
+    ("resume with momentum turned off", ["--steps", "40", "--optimizer", "msgd", "--momentum", "0", "--resume",
+                                         "--out", "{root}/momentum"], 1,
      r"run\.py: error: --momentum 0\.0: {root}/momentum/last\.pt holds optimizer state \['momentum_buffer', "
      r"'step'\] per parameter, --optimizer msgd with these flags keeps \['step'\]; resume with the run's "
      r"--momentum \(0\.9\)"),

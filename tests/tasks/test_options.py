@@ -1,6 +1,7 @@
 """tasks.options: validation of every kind of bad value where it enters (RunOptions for run.py's own values,
 hogwild.Config for the engine's, reported by the flag), task defaults, and the mapping onto hogwild.Config."""
 import dataclasses
+import os
 import re
 
 import pytest
@@ -73,7 +74,9 @@ def test_engine_config_carries_every_training_choice():
     ({"update_threads": 0}, "--update-threads: must be >= 1, got 0"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
-    ({"seed": -1}, "--seed: must be >= 0, got -1"),
+    ({"seed": -1}, "--seed: must be in [0, 4294967295], got -1"),
+    ({"seed": 2**32}, "--seed: must be in [0, 4294967295], got 4294967296"),
+    ({"threads_per_worker": 0}, "--threads-per-worker: must be >= 1, got 0"),
     ({"compile": "max-autotune"}, "--compile: must be one of off, default, reduce-overhead"),
     ({"pull_every": 0}, "--pull-every: must be >= 1, got 0"),
     ({"task": "nmt", "length_bucket": 0}, "--length-bucket: must be >= 1, got 0"),
@@ -98,7 +101,7 @@ def test_zero_time_limit_and_dev_limit_are_the_options_unset():
     ({"lr": float("nan")}, "--lr: must be a finite number, got nan"),
     ({"steps": 0}, "--steps: must be > 0, got 0"),
     ({"clip_norm": -1.0}, "--clip-norm: must be > 0, got -1.0"),
-    ({"threads_per_worker": 0}, "--threads-per-worker: must be > 0, got 0"),
+    ({"hang_timeout": 0.0}, "--hang-timeout: must be > 0, got 0.0"),
     ({"eval_budget": 1.5}, "--eval-budget: is a share of the wall time, in [0, 1]; got 1.5"),
     ({"eval_budget": -0.1}, "--eval-budget: must be >= 0, got -0.1"),
     ({"optimizer": "msgd", "momentum": -0.5}, "--momentum: must be in [0, 1)"),  # RunOptions' own check first
@@ -147,6 +150,21 @@ def test_every_engine_field_passes_through_one_declaration():
 def test_nmt_prefix_is_accepted_when_its_language_files_exist(tmp_path):
     (tmp_path / "train.fr").write_text("a\n")
     (tmp_path / "train.en").write_text("b\n")
+    assert RunOptions(task="nmt", train=[str(tmp_path / "train")]).train == [str(tmp_path / "train")]
+
+
+def test_an_nmt_language_file_that_is_a_fifo_or_a_device_is_named(tmp_path):
+    """train.fr a FIFO, or a link to /dev/zero: the reader said "train.fr: file not found"."""
+    os.mkfifo(tmp_path / "train.fr")
+    (tmp_path / "train.en").write_text("b\n")
+    with pytest.raises(OptionError, match=rf"^--train: {re.escape(str(tmp_path / 'train.fr'))} is a FIFO \(named "
+                                          rf"pipe\), not a corpus file$"):
+        RunOptions(task="nmt", train=[str(tmp_path / "train")])
+    (tmp_path / "dev.en").symlink_to("/dev/zero")
+    (tmp_path / "dev.fr").write_text("a\n")
+    with pytest.raises(OptionError, match=r"^--dev: .*/dev\.en is a character device, not a corpus file$"):
+        RunOptions(task="nmt", dev=str(tmp_path / "dev"))
+    (tmp_path / "train.fr.xz").write_bytes(b"")  # a regular file of the language beside it: the reader takes that one
     assert RunOptions(task="nmt", train=[str(tmp_path / "train")]).train == [str(tmp_path / "train")]
 
 

@@ -87,12 +87,15 @@ def _wait_for_checkpoints(process, out, count, timeout=180):
 def test_last_pt_is_written_by_time_and_survives_a_kill_9_that_resume_continues(tmp_path):
     """--checkpoint-minutes (10 by default, 0.02 here) without --checkpoint-every: last.pt is rewritten while the run
     trains; kill -9 of run.py (no handler runs; the workers die with it) leaves a whole last.pt, and --resume
-    continues from its update."""
-    out = tmp_path / "run"
+    continues from its update. The killed run's scratch folder in $TMPDIR (no --max-restarts: empty by then) is
+    removed by the next run."""
+    out, scratch_root = tmp_path / "run", tmp_path / "tmp"
+    scratch_root.mkdir()
+    env = {**_env(), "TMPDIR": str(scratch_root)}
     common = [sys.executable, str(REPO / "run.py"), "--task", "pos", "--synthetic-size", "300", "--workers", "2",
               "--log-every", "10", "--eval-every", "100000", "--checkpoint-minutes", "0.02", "--out", str(out),
               "--no-progress"]
-    process = subprocess.Popen([*common, "--time-limit", "300"], cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([*common, "--time-limit", "300"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_for_checkpoints(process, out, 2)
@@ -102,14 +105,17 @@ def test_last_pt_is_written_by_time_and_survives_a_kill_9_that_resume_continues(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert not (out / "summary.json").exists()  # nothing ran after the kill
+    [left] = [path for path in scratch_root.iterdir() if path.name.startswith("hogwild-")]
+    assert sorted(path.name for path in left.iterdir()) == [".owner"]
     updates = checkpoint_step(out / "last.pt")  # read whole, or CheckpointError
     assert updates > 0
-    done = subprocess.run([*common, "--steps", str(updates + 30), "--resume"], cwd=REPO, env=_env(),
+    done = subprocess.run([*common, "--steps", str(updates + 30), "--resume"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"resuming {out / 'last.pt'} at update {updates}" in done.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["updates"], summary["stop_reason"], summary["segments"]) == (updates + 30, "max_steps", 2)
+    assert not [path for path in scratch_root.iterdir() if path.name.startswith("hogwild-")]
 
 
 def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from hogwild.data.subwords import SubwordModel
-from hogwild.tasks.resume_checks import ResumeError, check_same_files, epochs_done, nothing_to_train, stop_reached
+from hogwild.tasks.resume_checks import (ResumeError, check_hosts, check_same_files, epochs_done, nothing_to_train,
+                                         stop_reached)
 
 
 def _options(steps=None, epochs=None, data_assignment="queue"):
@@ -63,3 +64,30 @@ def test_a_damaged_sentencepiece_model_is_named_as_damaged_and_another_one_as_di
         check_same_files(staged, run_dir)
     shutil.copy(built, run_dir / built.name)
     check_same_files(staged, run_dir)  # the same bytes: nothing to say
+
+
+def _hosts(root, *files):
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x")
+    return root
+
+
+def test_a_host_without_last_pt_is_named_not_counted_out(tmp_path):
+    """An aborted 2-host job where host1 never wrote its last.pt: not "trained on 1 hosts, resume under mpiexec
+    -n 1" (which then failed on the batch count), but the host that holds none."""
+    run = _hosts(tmp_path, "host0/last.pt", "host0/metrics.jsonl", "host1/config.json", "host1/metrics.jsonl")
+    for hosts in (1, 2):
+        with pytest.raises(ResumeError) as refused:
+            check_hosts(run, hosts, 0)
+        assert str(refused.value).startswith(f"--resume: {run} was trained on 2 hosts, and host1 holds no last.pt "
+                                             f"(the job ended before that host wrote one")
+
+
+def test_every_host_with_its_last_pt_resumes_on_as_many_ranks(tmp_path):
+    run = _hosts(tmp_path, *(f"host{i}/last.pt" for i in (0, 1, 10)), "hostname.txt")
+    check_hosts(run, 3, 1)
+    with pytest.raises(ResumeError, match=r"trained on 3 hosts \(host0, host1, host10 hold their last\.pt\), this "
+                                          r"job has 2 training rank\(s\): resume it under mpiexec -n 4 as it ran"):
+        check_hosts(run, 2, 1)
+    check_hosts(_hosts(tmp_path / "fresh", "host0/config.json"), 2, 0)  # nothing to resume from: check_out's case

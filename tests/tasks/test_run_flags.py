@@ -45,6 +45,19 @@ def test_a_script_takes_run_options_with_its_own_defaults_shown_beside_run_pys(c
     assert exit_.value.code == 2 and "series: error: --vocab-size: must be >= 1, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, prefix, meant", [(["--step", "5"], "--step", "--steps"),
+                                                  (["--see", "3"], "--see", "--seed or --seeds"),
+                                                  (["--lr", "0.5", "--vocab=9"], "--vocab", "--vocab-size")])
+def test_a_scripts_flags_are_spelled_out_in_full_as_run_pys(capsys, argv, prefix, meant):
+    """A prefix is refused, naming the flag it begins (a reproduction script took `--step 5` as --steps 5, and a
+    later flag --step-something would change what a recorded command meant)."""
+    with pytest.raises(SystemExit) as exit_:
+        parse_run_options(_script_parser(), argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"series: error: {prefix}: not a flag; flags are spelled out "
+                                                        f"in full (did you mean {meant}?)")
+
+
 def test_config_is_read_as_run_py_reads_it_and_fixed_values_win(tmp_path):
     (tmp_path / "options.json").write_text(json.dumps({"task": "pos", "lr": 0.2, "vocab_size": 900, "mode": "sync"}))
     parser = _script_parser(leave_out=("mode",), defaults={"vocab_size": 6000}, fixed={"task": "nmt"})

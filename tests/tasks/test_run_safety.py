@@ -1,7 +1,8 @@
 """Real processes, real signals, a real full disk: two runs on one --out (the second is refused, naming the first),
-a run killed with SIGKILL (its lock is taken over by --resume), a torn metrics line (plot reads the run, --resume
-repairs it), a run on a full disk (it stops naming the file; metrics.jsonl holds whole records only), and a killed
-worker replaced (--max-restarts)."""
+a run killed with SIGKILL (its lock is taken over by --resume; one killed before its first checkpoint is not started
+afresh over by --resume), a torn metrics line (plot reads the run, --resume repairs it), a run on a full disk (it
+stops naming the file; metrics.jsonl holds whole records only), a killed worker replaced (--max-restarts), and runs
+whose standard streams are closed, full, or read by a reader that goes away."""
 import json
 import os
 import shlex
@@ -123,7 +124,8 @@ def test_a_start_refused_by_a_small_dev_shm_leaves_nothing_that_blocks_the_retry
 
 def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_path):
     """--max-restarts 1: a worker killed with kill -9 mid-run is replaced, the run reaches exactly --steps, exit 0,
-    and summary.json counts the restart (metrics.jsonl names the worker)."""
+    and summary.json counts the restart (metrics.jsonl names the worker); after a --resume it still counts the whole
+    run's restarts (it said 0)."""
     out = tmp_path / "run"
     process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "600", "--max-restarts", "1")
     assert process.returncode == 0, stdout + stderr
@@ -132,6 +134,15 @@ def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_pat
     [restart] = [r for r in _records(out / "metrics.jsonl") if r["kind"] == "restart"]
     assert restart["reason"].endswith(f"pid {worker}) was killed by signal SIGKILL")
     assert "restarting worker " in stderr and "(1 of --max-restarts 1)" in stderr
+    rate = f"{summary['updates_per_second']:.2f} updates/s, start-up excluded"  # the headline rate, as summary.json's
+    assert f"done (max_steps): 600 updates in {summary['wall_seconds']:.1f} s of training ({rate})," in stdout
+    resumed = run_py_session("--steps", "620", "--resume", "--out", str(out))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["restarts"], summary["updates"], summary["segments"]) == (1, 620, 2)
+    rate = f"{summary['updates_per_second']:.2f} updates/s, start-up excluded"
+    assert (f"done (max_steps): 620 updates in {summary['wall_seconds']:.1f} s of training over 2 segments (this one: "
+            f"20 updates, {rate}),") in resumed.stdout
 
 
 def _kill_a_worker_mid_run(out, *args):
@@ -201,3 +212,78 @@ def test_a_killed_worker_stops_the_run_with_its_name_and_how_to_continue(tmp_pat
     assert error.startswith("run.py: error: training stopped: worker ") and f"pid {worker}) was killed" in error
     assert hint == f"run.py: the run is in {out / 'last.pt'}: continue with the same command plus --resume --out {out}"
     assert (out / "last.pt").exists()
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_is_refused_and_changes_nothing(tmp_path):
+    """kill -9 of run.py before any last.pt (--checkpoint-minutes off) leaves best.pt, metrics.jsonl and the
+    vocabularies: --resume must not start afresh over them (it replaced best.pt with an untrained model, and
+    appended a second 0..N series to metrics.jsonl); it is refused naming what is there, every file byte for byte
+    as it was. The same for a finished run whose last.pt was removed."""
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "1", "--checkpoint-minutes",
+                                "off", "--steps", "100000", "--eval-every", "10", "--log-every", "10", "--out", str(out)],
+                               cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not (any(r["kind"] == "eval" and r["updates"] >= 10 for r in _records_so_far(out / "metrics.jsonl"))
+                   and (out / "best.pt").exists()):
+            assert process.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)  # the parent alone: its workers die with it
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert not (out / "last.pt").exists()
+    before = fingerprint(out)
+    resumed = run_py_session("--steps", "300", "--resume", "--out", str(out))
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr
+    assert resumed.stderr.strip().splitlines()[-1] == (
+        f"run.py: error: --resume {out}: holds a run (model.json, config.json, metrics.jsonl, best.pt) but no last.pt "
+        f"to continue it from (killed before its first checkpoint, or last.pt was removed), and starting it afresh "
+        f"would replace those files; choose another --out, or move them away to start over here")
+    assert fingerprint(out) == before and resumed.leftover_processes == []
+
+
+STREAMS = {  # how run.py's stdout and stderr are given: a file name, "closed" (`>&-`), or a pipe
+    "stdout and stderr closed": ("closed", "closed"),  # the path of `>&-` alone (stdout closed) and more
+    "stdout on a full device": ("/dev/full", subprocess.PIPE),
+}
+
+
+def test_a_run_with_closed_or_full_standard_streams_trains_and_writes_its_run_directory(tmp_path):
+    """`run.py >&- 2>&-` (exit 1 without a word; `>&-` alone died with AttributeError), `>/dev/full` (an error that
+    did not name stdout): a run needs no terminal. Each trains to --steps, writes its run directory (no message lands
+    in a run file), exits 0; a full stdout is named once on stderr. `run.py tag >/dev/full` fails naming stdout."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    processes = {}
+    for case, (stdout, stderr) in STREAMS.items():
+        closed = [fd for fd, given in ((1, stdout), (2, stderr)) if given == "closed"]
+        streams = {name: open(given, "w") if isinstance(given, str) and given != "closed" else
+                   subprocess.DEVNULL if given == "closed" else given
+                   for name, given in (("stdout", stdout), ("stderr", stderr))}
+        processes[case] = subprocess.Popen(
+            [sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "1", "--steps", "20", "--eval-every", "10",
+             "--out", str(tmp_path / case)], cwd=REPO, env=ENV, text=True, **streams,
+            preexec_fn=lambda closed=closed: [os.close(fd) for fd in closed])
+    for case, process in processes.items():
+        _, stderr = process.communicate(timeout=240)
+        assert process.returncode == 0, (case, stderr)
+        summary = json.loads((tmp_path / case / "summary.json").read_text())
+        assert (summary["updates"], summary["stop_reason"]) == (20, "max_steps"), case
+        assert {"eval", "final_eval"} <= {r["kind"] for r in _records(tmp_path / case / "metrics.jsonl")}, case
+        assert len((tmp_path / case / "command.txt").read_text().splitlines()) == 1, case
+        if case == "stdout on a full device":
+            assert [line for line in stderr.splitlines() if "stdout" in line] == [
+                "run.py: warning: stdout: cannot write (no space left on device); nothing more is written there (a "
+                "run's record stays in its directory: metrics.jsonl, summary.json)"]
+            assert "Error" not in stderr and "error:" not in stderr, stderr
+    with open("/dev/full", "w") as full:
+        tagged = subprocess.run([sys.executable, str(REPO / "run.py"), "tag", "--checkpoint", str(tmp_path / case)],
+                                cwd=REPO, env=ENV, input="ta lavial dulodium .\n", stdout=full,
+                                stderr=subprocess.PIPE, text=True, timeout=240)
+    assert tagged.returncode == 1
+    assert tagged.stderr.splitlines()[-1] == "run.py tag: error: stdout: cannot write (no space left on device)"

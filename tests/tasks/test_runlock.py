@@ -2,6 +2,7 @@
 with SIGKILL is taken over; the holder removes the lock file when it ends."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,3 +99,27 @@ def test_live_holder_names_a_running_holder_only(tmp_path):
         holder.kill()
         holder.wait()
     assert (tmp_path / LOCK_FILE).exists() and live_holder(tmp_path) is None  # left by a killed run: not live
+
+
+def test_a_run_still_starting_is_named_as_the_holder_not_as_a_run_without_last_pt(tmp_path):
+    """A run that has written best.pt and metrics.jsonl but no last.pt yet: a second run on it, or a --resume, said
+    "holds a run ... but no last.pt (killed before its first checkpoint ...)", or "add --resume to continue it"."""
+    from hogwild.tasks.rundir import check_out
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in ("metrics.jsonl", "best.pt"):
+        (run_dir / name).write_text("{}\n")
+    (run_dir / "config.json").write_text(json.dumps({"run": {"task": "pos", "synthetic_size": 50}}))
+    holder = _holder(run_dir)
+    try:
+        done = run_py("--task", "pos", "--synthetic-size", "50", "--steps", "5", "--no-progress", "--resume",
+                      "--out", str(run_dir))
+        assert done.returncode == 1
+        busy = (rf"run\.py: error: --out {run_dir}: run directory is in use by pid {holder.pid} \(started "
+                rf"[0-9: -]+\); wait for it to finish, stop it, or choose another --out")
+        assert re.fullmatch(busy, done.stderr.strip().splitlines()[-1]), done.stderr
+        with pytest.raises(RunDirBusy, match=busy.removeprefix(r"run\.py: error: ")):
+            check_out(run_dir, resume=False)
+    finally:
+        holder.kill()
+        holder.wait()

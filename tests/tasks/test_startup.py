@@ -1,7 +1,7 @@
 """Too many workers for the machine (issue #14 item 3), in real processes pinned to one core: run.py warns naming
 --workers, shows start-up progress, and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or a
 closed terminal (SIGHUP to the whole group) ends a start-up cleanly, with nothing left running (--time-limit:
-tests/hogwild/parent/test_startup_bounds.py)."""
+tests/hogwild/parent/test_startup_bounds.py); so does Ctrl-C while run.py still imports torch."""
 import json
 import os
 import signal
@@ -64,3 +64,26 @@ def test_ctrl_c_or_a_closed_terminal_during_start_up_stops_the_run_cleanly(tmp_p
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (summary["stop_reason"], summary["updates"]) == (f"signal {signal.Signals(signum).name}", 0)
     _no_leftovers(process)
+
+
+def test_ctrl_c_while_torch_imports_stops_the_run_cleanly(tmp_path):
+    """Ctrl-C in run.py's first seconds, while torch imports: torch's import could swallow the KeyboardInterrupt half
+    way (numpy left half-imported: the run then failed with "module 'numpy' has no attribute 'logical_and'" and left
+    a run directory without last.pt), or it ended with a traceback. run.py holds it until the imports are done:
+    "interrupted", exit 130, nothing written. The moment: the first module of the hogwild package imported (-X
+    importtime names each as it is done), before torch's."""
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-X", "importtime", str(REPO / "run.py"), "--synthetic-size", "200",
+                                "--steps", "5", "--out", str(out)], cwd=REPO, env=ENV, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if line.split("|")[-1].strip() == "hogwild._checkout":
+            break
+    assert process.poll() is None, "".join(seen)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = _finish(process, timeout=120)
+    messages = [line for line in stderr.splitlines() if not line.startswith("import time:")]
+    assert (process.returncode, messages, stdout) == (130, ["run.py: interrupted"], "")
+    assert not out.exists()

@@ -2,7 +2,7 @@
 from types import SimpleNamespace
 
 from hogwild.tasks.options import RunOptions
-from hogwild.tasks.summary import make_summary
+from hogwild.tasks.summary import eager_note, make_summary
 
 
 def _result(updates, wall, best, best_step, reason="max_steps"):
@@ -10,7 +10,8 @@ def _result(updates, wall, best, best_step, reason="max_steps"):
     return SimpleNamespace(final_metrics={"accuracy": 0.8}, best_metrics=best, best_step=best_step, history=[],
                        updates=updates, wall_seconds=wall, worker_updates=[updates // 2, updates - updates // 2],
                        examples=10 * updates, final_loss=0.5, staleness_mean=0.75, staleness_histogram=[1, 2],
-                       skipped_updates=1, stop_reason=reason, graphs=3, eager_steps=2, restarts=1)
+                       skipped_updates=1, stop_reason=reason, graphs=3, eager_steps=2, eager_share=0.01,
+                       restarts=1)
 
 
 def test_fresh_run_summary():
@@ -19,11 +20,20 @@ def test_fresh_run_summary():
                            None, {"dev": {"accuracy": 0.9}}, {"train_sentences": 3})
     assert {k: summary[k] for k in ("task", "workers", "devices", "mode", "updates", "wall_seconds",
                                     "updates_per_second", "best", "final_train_loss", "staleness_mean",
-                                    "skipped_updates", "restarts", "segments", "lr", "graphs", "eager_steps")} == {
+                                    "skipped_updates", "restarts", "segments", "lr", "graphs", "eager_steps",
+                                    "eager_share")} == {
         "task": "pos", "workers": 2, "devices": ["cpu", "cpu"], "mode": "hogwild", "updates": 200,
         "wall_seconds": 40.0, "updates_per_second": 5.0, "best": {"metric": "accuracy", "value": 0.9, "update": 150},
         "final_train_loss": 0.5, "staleness_mean": 0.75, "skipped_updates": 1, "restarts": 1, "segments": 1,
-        "lr": 0.001, "graphs": 3, "eager_steps": 2}
+        "lr": 0.001, "graphs": 3, "eager_steps": 2, "eager_share": 0.01}
+
+
+def test_the_end_of_run_line_names_an_eager_share_above_one_percent():
+    assert eager_note({"eager_share": None, "eager_steps": 0}) is None  # no graphed worker
+    assert eager_note({"eager_share": 0.01, "eager_steps": 2}) is None
+    assert eager_note({"eager_share": 0.125, "eager_steps": 25}) == (
+        "12% of the graphed workers' steps ran eagerly (25 steps: batch shapes without a graph, or a capture that "
+        "failed; summary.json's eager_share)")
 
 
 def test_resumed_run_adds_wall_time_and_keeps_an_earlier_better_best():

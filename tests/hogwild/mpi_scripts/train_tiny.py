@@ -37,7 +37,12 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=None, help="this rank's worker raises at its 3rd step")
     parser.add_argument("--slow-rank", type=int, default=None, help="only this rank sleeps per step")
     parser.add_argument("--sleep-per-step", type=float, default=0.0, help="slow steps down (fault tests)")
+    parser.add_argument("--tracker-first", action="store_true",
+                        help="start multiprocessing's resource tracker first, as run.py does")
     args = parser.parse_args()
+    if args.tracker_first:
+        from multiprocessing import resource_tracker
+        resource_tracker.ensure_running()
     torch.set_num_threads(1)
     model, batches = make_task(seed=0)
     optimizer = "nesterov" if args.algorithm == "eamsgd" else "sgd"

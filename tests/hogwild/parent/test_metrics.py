@@ -28,6 +28,29 @@ def test_records_give_interval_rates_and_losses(tmp_path):
     assert lines[2]["metrics"] == {"acc": 0.5}
 
 
+def test_rates_count_from_the_start_of_training_not_of_spawning(monkeypatch, capsys):
+    """30 s of start-up, then 10 updates in 2 s: the first record says 5 updates/s (it said 10 / 32), and a
+    progress line counts its seconds of training from there too."""
+    from types import SimpleNamespace
+
+    from hogwild.parent import metrics
+    clock = [1000.0]
+    monkeypatch.setattr(metrics, "time", SimpleNamespace(time=lambda: clock[0]))
+    counters = SharedCounters(1)
+    log = MetricsLog(None, workers=1, total=100, progress=True, tensorboard=False, initial=counters.snapshot())
+    log.bar.clock = lambda: clock[0]  # PlainProgress: stderr is pytest's capture, not a terminal
+    clock[0] += 30.0
+    log.training_started(clock[0])
+    for _ in range(10):
+        counters.worker_view(0).applied(0, 1, 1.0, 0.1)
+    clock[0] += 2.0
+    assert log.record(counters.snapshot())["updates_per_s"] == 5.0
+    log.progress(counters.snapshot())
+    log.close()
+    assert capsys.readouterr().err.splitlines() == [
+        "progress: 10/100 updates (10%) after 2 s of training, 5.0 updates/s since the previous line, loss 1"]
+
+
 def test_tensorboard_events_are_written_when_tensorboard_is_installed(tmp_path):
     pytest.importorskip("tensorboard", reason="tensorboard is not installed")
     counters = SharedCounters(1)
@@ -61,5 +84,5 @@ def test_a_log_file_gets_plain_progress_lines_not_redraws(tmp_path, capsys):
     bar.update(10)
     bar.close()
     assert capsys.readouterr().err.splitlines() == [
-        "progress: 120/400 updates (30%) after 30 s, 4.0 updates/s, loss 2.5",
-        "progress: 150/400 updates (38%) after 40 s, 3.0 updates/s, loss 2.5"]
+        "progress: 120/400 updates (30%) after 30 s of training, 4.0 updates/s since the previous line, loss 2.5",
+        "progress: 150/400 updates (38%) after 40 s of training, 3.0 updates/s since the previous line, loss 2.5"]

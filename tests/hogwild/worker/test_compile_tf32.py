@@ -124,7 +124,7 @@ def test_every_batch_shape_compiles_in_start_up_and_forward_written_buffers_are_
 
     from hogwild.share.run_state import SharedCounters
     from hogwild.worker.gradients import compiled_loss
-    from hogwild.worker.replica import make_parameters
+    from hogwild.worker.in_place import InPlaceStep
     from hogwild.worker.worker import compile_every_shape
     from tests.hogwild import frozen_tied_model as F
 
@@ -135,9 +135,10 @@ def test_every_batch_shape_compiles_in_start_up_and_forward_written_buffers_are_
     shared = SharedCounters(2)
     spec = SimpleNamespace(worker=1, counters=shared, store=SimpleNamespace(path=str(tmp_path / "batches.pt")),
                            config=config())
-    params, step = make_parameters(model, "cpu"), compiled_loss(F.next_word_loss, "aot_eager")
+    step = compiled_loss(F.next_word_loss, "aot_eager")
+    params = InPlaceStep(model, step, spec.config)
     stopped = iter([False, False, True]).__next__  # worker 0 never gets ready here: stop waiting after two looks
-    compile_every_shape(spec, lambda: stopped(), params, step, batches)
+    compile_every_shape(spec, lambda: stopped(), params, batches)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     compiled = counters["stats"]["unique_graphs"]
     assert compiled >= 2 and int(model.forwards) == 0  # (a size that changed compiles dynamic); the counter put back
