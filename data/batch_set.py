@@ -30,13 +30,6 @@ class BatchSet(Dataset):
         index = np.int32 if len(order) < 2**31 else np.int64  # 4 bytes a pair: held by the parent, mapped by workers
         self.order = torch.from_numpy(np.ascontiguousarray(order, dtype=index))       # (N,) examples in plan order
         self.starts = torch.from_numpy(np.ascontiguousarray(starts, dtype=np.int64))  # (B,) batch i's first in order
-        self._last: tuple[int, Any] = (-1, None)
-
-    def __getstate__(self) -> dict:
-        return {name: value for name, value in self.__dict__.items() if name != "_last"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _last=(-1, None))
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -44,18 +37,13 @@ class BatchSet(Dataset):
     def __getitem__(self, index: int | slice) -> dict[str, Any] | "BatchSet":
         if isinstance(index, slice):
             part = object.__new__(BatchSet)
-            part.__dict__.update(self.__dict__, starts=self.starts[index], _last=(-1, None))
+            part.__dict__.update(self.__dict__, starts=self.starts[index])
             return part
         if not -len(self) <= index < len(self):
             raise IndexError(f"batch {index} of {len(self)}")
-        index = int(index) % len(self)
-        if self._last[0] == index:  # a worker reads its batch twice a step (to train, to pull its rows): built once
-            return self._last[1]
-        start = int(self.starts[index])
+        start = int(self.starts[int(index) % len(self)])
         batch = self.batcher.batch(self.order[start:start + self.batcher.batch_size].numpy())
-        batch = self.transform(batch) if self.transform is not None else batch
-        self._last = (index, batch)
-        return batch
+        return self.transform(batch) if self.transform is not None else batch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(len(self)))
