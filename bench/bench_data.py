@@ -21,7 +21,8 @@ figure per million pairs (a least-squares line over the sizes), the growth from 
 and the line's value at --extrapolate million pairs. Last, the CPU time a worker spends building one training batch
 from the largest size's cache (the workers build their own batches from the memory-mapped arrays). `--repo DIR`
 runs another checkout's run.py on the same corpora, for a side-by-side comparison with an older commit (its cache
-format may differ: no batch timing then). `--keep` leaves the caches in --workdir, for `--runs warm` later.
+format may differ: no batch timing then). `--keep` leaves the caches in --workdir, for `--runs warm` later
+(which never removes them).
 """
 from __future__ import annotations
 
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name} {record[key] / unit:.2f}" for key, name, unit in FIGURES), flush=True)
             if not args.repo and round_ == args.rounds - 1 and count == copies[-1]:
                 batch_ms = batch_cpu_ms(train, cache)
-            if not args.keep:
+            if "cold" in runs and not args.keep:  # a cache this run wrote (warm alone reads earlier ones: kept)
                 shutil.rmtree(cache, ignore_errors=True)
         results = {key: {figure: statistics.median(record[figure] for record in records) for figure, _, _ in FIGURES}
                    for key, records in samples.items()}
