@@ -1,6 +1,6 @@
 """docs/library.md's dataset larger than memory, run as written: a torch Dataset over a memory-mapped .npy of token ids,
-trained by two workers that each map the file. The parent never builds a batch, the batch store holds no token, and
-every batch is built once per step that trains it, in a worker."""
+trained by two workers (one in place, one on a replica) that each map the file. The parent never builds a batch, the
+batch store holds no token, and every batch is built once per step that trains it, in a worker."""
 import os
 import pathlib
 import re
@@ -47,11 +47,13 @@ def test_workers_train_on_a_mapped_dataset_that_the_parent_never_indexes(tmp_pat
     assert (tmp_path / "batches.pkl").stat().st_size < 500 and torch.load(store.path) == {}
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 16), torch.nn.Linear(16, VOCAB))
-    config = hogwild.Config(workers=2, epochs=2, lr=0.5, checkpoint_dir=None, tensorboard=False, progress=False)
+    config = hogwild.Config(workers=2, devices=["cpu", "cpu-replica"], epochs=2, lr=0.5, checkpoint_dir=None,
+                            tensorboard=False, progress=False)  # in place, and the device step on a replica
     result = hogwild.train(model, next_token_loss, dataset, config)
     assert CountedWindows.built == 0  # every batch was built in a worker, from its own map of the file
     built = [line.split() for line in (tmp_path / "built.txt").read_text().splitlines()]
-    assert len(built) == 60 and len({pid for pid, _ in built}) == 2  # once per step (not again for its pull), 2 workers
+    # once per step (not for the pull again, nor a start-up scan of every batch), in the 2 workers
+    assert len(built) == 60 and len({pid for pid, _ in built}) == 2
     assert sorted(int(index) for _, index in built) == sorted(list(range(30)) * 2)  # each batch once an epoch
     assert result.updates == 60 and result.examples == 60 * 16 * 32
     assert result.final_loss < 0.5 * np.log(VOCAB)  # it learned: the workers read the real ids
