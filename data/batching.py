@@ -3,12 +3,14 @@
 Usage: ``batcher = NmtBatcher(ParallelData.tensorize(pairs, src_vocab, tgt_vocab), batch_size=64, seed=1)``
 then ``batches = batcher.batches()`` (the training set handed to ``hogwild.train``) or ``for batch in batcher: ...``.
 
-A corpus is held as flat int64 numpy arrays plus sentence offsets (cheap to cache with ``np.save`` and to slice);
-a batcher turns a list of example indices into a small dict of CPU tensors, so a worker receives batches, never the
-corpus. A batcher forms its batches once: ``plan()`` is a pure function of the seed (training batchers group the
-examples in a seeded order) or the file order (``shuffle=False``: held-out sets). The order in which the batches are
-trained, epoch after epoch, is the engine's alone (``hogwild.share.feed.epoch_order``): one shuffling mechanism, which
-``scripts/train_serial.py``'s serial loop follows too.
+A corpus is held as flat integer numpy arrays plus sentence offsets (int64 in memory; the cache's are memory maps of
+the smallest id dtype, data/mapped.py); a batcher turns a list of example indices into a small dict of CPU int64
+tensors. A batcher forms its batches once: ``plan()`` is a pure function of the seed (training batchers group the
+examples in a seeded order) or the file order (``shuffle=False``: held-out sets); ``flat_plan()`` is the same plan as
+two index arrays, what data/batch_set.py's BatchSet hands the engine so that each worker builds its own batches from
+the mapped arrays. Pickled, TaggedData and ParallelData name their mapped files instead of copying them. The order in
+which the batches are trained, epoch after epoch, is the engine's alone (``hogwild.share.feed.epoch_order``): one
+shuffling mechanism, which ``scripts/train_serial.py``'s serial loop follows too.
 
 The batch contract (what ``models.pos_loss`` / ``models.nmt_loss`` read; every tensor on the CPU, int64 unless said):
 
@@ -43,6 +45,7 @@ import torch
 from hogwild.models.special_ids import BOS, EOS, IGNORE_INDEX, PAD
 
 from .features import AFFIX_LENGTH, affix_arrays
+from .mapped import array_from_state, array_state
 from .vocab import Vocabulary
 
 
@@ -52,8 +55,18 @@ def _offsets(lengths: Sequence[int]) -> np.ndarray:
     return offsets
 
 
+class _Arrays:
+    """Pickling of a dataclass of arrays: mapped files by name, other arrays as tensors (data/mapped.py)."""
+
+    def __getstate__(self) -> dict:
+        return {name: array_state(array) for name, array in self.__dict__.items()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({name: array_from_state(value) for name, value in state.items()})
+
+
 @dataclass
-class TaggedData:
+class TaggedData(_Arrays):
     """A tagged corpus as arrays: token i of sentence s is row ``offsets[s] + i``."""
     words: np.ndarray     # (N,) word ids
     prefixes: np.ndarray  # (N, L) char ids, right-padded
@@ -93,7 +106,7 @@ class TaggedData:
 
 
 @dataclass
-class ParallelData:
+class ParallelData(_Arrays):
     """A parallel corpus as arrays of token ids (no bos/eos; the batcher adds them)."""
     src: np.ndarray          # (N_src,) source ids
     src_offsets: np.ndarray  # (P + 1,)
@@ -127,6 +140,17 @@ class ParallelData:
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"src": self.src, "src_offsets": self.src_offsets, "tgt": self.tgt, "tgt_offsets": self.tgt_offsets}
+
+
+def ragged_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int, fill: int,
+                column: int = 0) -> np.ndarray:
+    """(B, width, *values.shape[1:]) int64 rows: row r holds ``values[starts[r]:starts[r] + lengths[r]]`` from
+    ``column`` on and ``fill`` elsewhere; one gather from ``values`` (a memory map reads only those rows' pages)."""
+    out = np.full((len(starts), width, *values.shape[1:]), fill, dtype=np.int64)
+    positions = np.arange(width - column)
+    filled = positions < lengths[:, None]  # (B, width - column)
+    out[:, column:][filled] = values[(starts[:, None] + positions)[filled]]
+    return out
 
 
 def check_edges(edges: Sequence[int] | None) -> tuple[int, ...] | None:
@@ -164,10 +188,17 @@ class _Batcher:
     def _rng(self) -> np.random.Generator:
         return np.random.default_rng([self.seed, 0])
 
-    def plan(self) -> list[np.ndarray]:
-        """Example indices of each batch: with ``shuffle``, consecutive runs of a seeded permutation; else in order."""
+    def flat_plan(self) -> tuple[np.ndarray, np.ndarray]:
+        """The plan as ``(order, starts)``: batch i holds examples ``order[starts[i]:starts[i] + batch_size]`` (the
+        run is shorter only where it reaches the end of ``order``). Here: with ``shuffle``, a seeded permutation cut
+        into consecutive runs; else file order."""
         order = self._rng().permutation(self.size) if self.shuffle else np.arange(self.size)
-        return [order[i:i + self.batch_size] for i in range(0, self.size, self.batch_size)]
+        return order, np.arange(0, self.size, self.batch_size)
+
+    def plan(self) -> list[np.ndarray]:
+        """Example indices of each batch, in plan order (``flat_plan`` as a list of arrays)."""
+        order, starts = self.flat_plan()
+        return [order[start:start + self.batch_size] for start in starts]
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         """The batch dicts in plan order, built as they are read."""
@@ -194,20 +225,16 @@ class PosBatcher(_Batcher):
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
-        starts, ends = d.offsets[indices], d.offsets[np.asarray(indices) + 1]
-        lengths = ends - starts
-        b, t, length = len(indices), bucket_length(int(lengths.max()), self.bucket_edges), d.prefixes.shape[1]
-        words = np.zeros((b, t), dtype=np.int64)                           # (B, T)
-        tags = np.full((b, t), IGNORE_INDEX, dtype=np.int64)              # (B, T)
-        prefixes = np.zeros((b, t, length), dtype=np.int64)              # (B, T, L)
-        suffixes = np.zeros((b, t, length), dtype=np.int64)              # (B, T, L)
-        for row, (start, end) in enumerate(zip(starts, ends)):
-            n = end - start
-            words[row, :n], tags[row, :n] = d.words[start:end], d.tags[start:end]
-            prefixes[row, :n], suffixes[row, :n] = d.prefixes[start:end], d.suffixes[start:end]
-        return {"words": torch.from_numpy(words), "prefixes": torch.from_numpy(prefixes),
-                "suffixes": torch.from_numpy(suffixes), "tags": torch.from_numpy(tags),
-                "lengths": torch.from_numpy(lengths.astype(np.int64)), "tokens": int((tags != IGNORE_INDEX).sum())}
+        indices = np.asarray(indices)
+        starts = d.offsets[indices]
+        lengths = d.offsets[indices + 1] - starts
+        t = bucket_length(int(lengths.max()), self.bucket_edges)
+        tags = ragged_rows(d.tags, starts, lengths, t, IGNORE_INDEX)  # (B, T)
+        return {"words": torch.from_numpy(ragged_rows(d.words, starts, lengths, t, PAD)),  # (B, T)
+                "prefixes": torch.from_numpy(ragged_rows(d.prefixes, starts, lengths, t, PAD)),  # (B, T, L)
+                "suffixes": torch.from_numpy(ragged_rows(d.suffixes, starts, lengths, t, PAD)),  # (B, T, L)
+                "tags": torch.from_numpy(tags), "lengths": torch.from_numpy(lengths.astype(np.int64)),
+                "tokens": int((tags != IGNORE_INDEX).sum())}
 
 
 class NmtBatcher(_Batcher):
@@ -222,40 +249,42 @@ class NmtBatcher(_Batcher):
         if pool_batches < 1:
             raise ValueError(f"pool_batches must be >= 1, got {pool_batches}")
         self.data, self.pool_batches = data, pool_batches
-        self._src_len, self._tgt_len = data.src_lengths, data.tgt_lengths
         self.num_tokens = int(data.tgt_offsets[-1] + len(data))  # target tokens incl. eos
 
-    def plan(self) -> list[np.ndarray]:
+    def flat_plan(self) -> tuple[np.ndarray, np.ndarray]:
+        """With ``shuffle``: a seeded permutation cut into pools of ``pool_batches`` batches, each pool sorted by
+        source then target length (stable: ties keep the permuted order), cut into consecutive runs of
+        ``batch_size`` (a pool is whole batches, so the runs never straddle two pools), the runs listed in a second
+        seeded order."""
         if not self.shuffle:
-            return super().plan()
+            return super().flat_plan()
         rng = self._rng()
         order = rng.permutation(self.size)
-        pool = self.batch_size * self.pool_batches
-        plan = []
-        for p in range(0, self.size, pool):
-            chunk = order[p:p + pool]
-            chunk = chunk[np.lexsort((self._tgt_len[chunk], self._src_len[chunk]))]  # by source, then target length
-            plan.extend(chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
-        return [plan[i] for i in rng.permutation(len(plan))]
+        d, size = self.data, self.batch_size * self.pool_batches
+        for start in range(0, self.size, size):  # pool by pool: nothing else of the corpus' size is held
+            pool = order[start:start + size]
+            src_len = d.src_offsets[pool + 1] - d.src_offsets[pool]
+            tgt_len = d.tgt_offsets[pool + 1] - d.tgt_offsets[pool]
+            key = src_len * (int(tgt_len.max()) + 1) + tgt_len  # by source, then target length
+            key = key.astype(np.min_scalar_type(int(key.max())))  # 16 bits or fewer: a radix sort in numpy
+            order[start:start + size] = pool[np.argsort(key, kind="stable")]
+        starts = np.arange(0, self.size, self.batch_size)
+        return order, starts[rng.permutation(len(starts))]
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
         indices = np.asarray(indices)
-        src_len, tgt_len = self._src_len[indices], self._tgt_len[indices]
-        b = len(indices)
-        edges = self.bucket_edges
-        src = np.zeros((b, bucket_length(int(src_len.max()) + 1, edges)), dtype=np.int64)  # (B, S): ids + eos
-        tgt = np.zeros((b, bucket_length(int(tgt_len.max()) + 2, edges)), dtype=np.int64)  # (B, T): bos + ids + eos
-        for row, i in enumerate(indices):
-            n, m = src_len[row], tgt_len[row]
-            src[row, :n] = d.src[d.src_offsets[i]:d.src_offsets[i + 1]]
-            src[row, n] = EOS
-            tgt[row, 0] = BOS
-            tgt[row, 1:m + 1] = d.tgt[d.tgt_offsets[i]:d.tgt_offsets[i + 1]]
-            tgt[row, m + 1] = EOS
+        src_start, tgt_start = d.src_offsets[indices], d.tgt_offsets[indices]
+        src_len, tgt_len = d.src_offsets[indices + 1] - src_start, d.tgt_offsets[indices + 1] - tgt_start
+        rows, edges = np.arange(len(indices)), self.bucket_edges
+        src = ragged_rows(d.src, src_start, src_len, bucket_length(int(src_len.max()) + 1, edges), PAD)  # (B, S)
+        src[rows, src_len] = EOS  # ids + eos
+        tgt = ragged_rows(d.tgt, tgt_start, tgt_len, bucket_length(int(tgt_len.max()) + 2, edges), PAD, 1)  # (B, T)
+        tgt[:, 0] = BOS  # bos + ids + eos
+        tgt[rows, tgt_len + 1] = EOS
         src_t, tgt_t = torch.from_numpy(src), torch.from_numpy(tgt)
         return {"src": src_t, "src_mask": src_t != PAD, "tgt": tgt_t, "tgt_mask": tgt_t != PAD,
-                "tokens": int(tgt_len.sum()) + b}  # words + eos
+                "tokens": int(tgt_len.sum()) + len(indices)}  # words + eos
 
 
 def pad_lengths(batch: dict[str, torch.Tensor], multiple: int) -> dict[str, torch.Tensor]:

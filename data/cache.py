@@ -1,18 +1,24 @@
 """On-disk cache of tensorized corpora: numpy arrays + JSON metadata keyed by a hash of the inputs and settings.
 
 Usage: ``cache = ArrayCache(); key = cache.key("nmt", files, settings); hit = cache.load(key)`` ... ``cache.store(key,
-arrays, meta)``. Location: ``$HOGWILD_CACHE``, default ``~/.cache/hogwild``.
+arrays, meta)``, or ``folder, meta, stored = cache.build(key, write)`` for an entry written file by file (streamed).
+Location: ``$HOGWILD_CACHE``, default ``~/.cache/hogwild``.
 
 The key hashes each input file's resolved path, size and modification time (not its content: hashing 65 MB would
 cost what the cache saves) plus the settings dict (tokenizer, vocabulary and split options) and CACHE_VERSION. An
 entry is a folder of ``<name>.npy`` files, ``meta.json`` and optional extra files (e.g. sentencepiece models), written
 to a temporary folder and renamed into place, so concurrent writers and interrupted runs never leave half an entry.
-An entry damaged anyway (a disk error, a hand edit, a 0-byte or truncated array, a plain file where its folder belongs)
-is named in a warning, removed and rebuilt. The cache is an optimisation: a cache that cannot be written (a full disk,
-a read-only ``$HOGWILD_CACHE``) is named in one warning and the run goes on from the corpus.
+Its arrays load as read-only memory maps (data/mapped.py): a load reads nothing but meta.json, and every process that
+maps an entry shares its pages. An entry damaged anyway (a disk error, a hand edit, a 0-byte or truncated array, a
+plain file where its folder belongs, another format's meta.json) is named in a warning, removed and rebuilt. Entries
+of an older CACHE_VERSION have other keys: they are never read, and a build names them in one warning (delete them
+to reclaim their space). The cache is an
+optimisation: a cache that cannot be written (a full disk, a read-only ``$HOGWILD_CACHE``) is named in one warning and
+the run goes on from the corpus (a streamed build writes its arrays to a temporary folder instead).
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import hashlib
 import json
@@ -25,7 +31,9 @@ from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
-CACHE_VERSION = 1
+from .mapped import open_array
+
+CACHE_VERSION = 2  # 2: arrays of the smallest id dtype, memory-mapped; 1: int64 arrays read whole
 T = TypeVar("T")
 
 
@@ -63,9 +71,10 @@ class ArrayCache:
 
     def load(self, key: str, build: Callable[[dict[str, np.ndarray], dict, Path], T] | None = None) \
             -> tuple[dict[str, np.ndarray], dict, Path] | T | None:
-        """``(arrays, meta, folder)`` of a complete entry, or what ``build(arrays, meta, folder)`` makes of it; None
-        for a miss. A damaged entry (a file that cannot be read, an array or a meta.json key that ``build`` cannot
-        use) is warned about once, naming it, and removed: a miss, which the caller rebuilds and stores again."""
+        """``(arrays, meta, folder)`` of a complete entry (the arrays memory-mapped), or what ``build(arrays, meta,
+        folder)`` makes of it; None for a miss. A damaged entry (a file that cannot be read, an array or a meta.json
+        key that ``build`` cannot use) is warned about once, naming it, and removed: a miss, which the caller
+        rebuilds and stores again."""
         folder = self.path(key)
         if not self.enabled:
             return None
@@ -75,17 +84,13 @@ class ArrayCache:
             return None
         if not (folder / "meta.json").is_file():
             return None
-        reading = folder / "meta.json"
+        reading = [folder / "meta.json"]
         try:
-            meta = json.loads(reading.read_text(encoding="utf-8"))
-            arrays = {}
-            for name in meta["__arrays__"]:
-                reading = folder / f"{name}.npy"
-                arrays[name] = np.load(reading, allow_pickle=False)
-            reading = folder
+            arrays, meta = read_entry(folder, reading)
+            reading = [folder]
             return (arrays, meta, folder) if build is None else build(arrays, meta, folder)
         except (OSError, EOFError, ValueError, KeyError, IndexError, TypeError) as error:  # EOFError: a 0-byte .npy
-            warnings.warn(f"damaged cache entry {reading} ({type(error).__name__}: {error}): rebuilding it",
+            warnings.warn(f"damaged cache entry {reading[-1]} ({type(error).__name__}: {error}): rebuilding it",
                           CacheWarning)
             self._discard(folder)
             return None
@@ -108,22 +113,66 @@ class ArrayCache:
         when the cache is off or cannot be written (a full disk, a read-only folder: warned about, naming it)."""
         if not self.enabled:
             return None
-        folder = self.path(key)
+
+        def write(tmp: Path) -> dict:
+            for name, array in arrays.items():
+                np.save(tmp / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+            for name, source in (files or {}).items():
+                shutil.copyfile(source, tmp / name)
+            return meta
         try:
-            return self._write(folder, arrays, meta, files)
+            return self._write(self.path(key), write)
         except OSError as error:
-            reason = error.strerror or str(error)
-            if error.errno in (None, errno.ENOSPC):  # numpy's short write ("N requested and M written") has none
-                try:
-                    reason += f"; {shutil.disk_usage(self.root).free:,} bytes free there"
-                except OSError:
-                    pass
-            warnings.warn(f"cannot write the cache entry {folder} ({reason}): training from the corpus without "
-                          f"caching it (set HOGWILD_CACHE to a writable folder to cache it)", CacheWarning)
+            self._unwritable(self.path(key), error)
             return None
 
-    def _write(self, folder: Path, arrays: dict[str, np.ndarray], meta: dict,
-               files: dict[str, str | os.PathLike] | None) -> Path:
+    def build(self, key: str, write: Callable[[Path], dict]) -> tuple[Path, bool]:
+        """A new entry written in place: ``write(folder)`` fills an empty folder with ``<name>.npy`` arrays and other
+        files, then returns the meta; the folder is renamed into place (its .npy files are the entry's arrays; read
+        them with ``read_entry(folder)``). Returns ``(folder, stored)``. A cache that is off gets a temporary folder
+        instead, removed when this process exits (stored False); so does one that cannot be written, after one
+        warning naming the entry, with ``write`` run again there. An OSError there (no room anywhere) is raised."""
+        if self.enabled:
+            self._note_older_entries()
+            try:
+                return self._write(self.path(key), write), True
+            except OSError as error:
+                self._unwritable(self.path(key), error)
+        folder = Path(tempfile.mkdtemp(prefix=f"hogwild-{key}-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _fill(folder, write)
+        return folder, False
+
+    def _note_older_entries(self) -> None:
+        """One warning naming the entries an older hogwild wrote (no __version__ closes their meta.json): they are
+        never read, so their space is wasted until they are deleted."""
+        older = []
+        for meta in self.root.glob("*/meta.json"):
+            try:
+                with open(meta, "rb") as file:
+                    file.seek(max(0, meta.stat().st_size - 64))
+                    if b'"__version__":' not in file.read():
+                        older.append(meta.parent)
+            except OSError:
+                continue
+        if older:
+            size = sum(path.stat().st_size for folder in older for path in folder.iterdir() if path.is_file())
+            names = ", ".join(folder.name for folder in sorted(older)[:3]) + (", ..." if len(older) > 3 else "")
+            warnings.warn(f"{len(older)} cache entries under {self.root} are of an older format ({size / 2**20:,.0f} "
+                          f"MiB), which this version never reads: delete them to free the space ({names})",
+                          CacheWarning)
+
+    def _unwritable(self, folder: Path, error: OSError) -> None:
+        reason = error.strerror or str(error)
+        if error.errno in (None, errno.ENOSPC):  # numpy's short write ("N requested and M written") has none
+            try:
+                reason += f"; {shutil.disk_usage(self.root).free:,} bytes free there"
+            except OSError:
+                pass
+        warnings.warn(f"cannot write the cache entry {folder} ({reason}): training from the corpus without "
+                      f"caching it (set HOGWILD_CACHE to a writable folder to cache it)", CacheWarning)
+
+    def _write(self, folder: Path, write: Callable[[Path], dict]) -> Path:
         if self.root.exists() and not self.root.is_dir():  # mkdir would say "File exists"
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.root))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -132,12 +181,7 @@ class ArrayCache:
             self._discard(folder)  # a plain file where the entry belongs: a broken entry, rebuilt
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
         try:
-            for name, array in arrays.items():
-                np.save(tmp / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
-            for name, source in (files or {}).items():
-                shutil.copyfile(source, tmp / name)
-            meta = dict(meta, __arrays__=sorted(arrays))
-            (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+            _fill(tmp, write)
             try:
                 os.rename(tmp, folder)
             except OSError:  # another process stored the same entry first: keep theirs
@@ -147,3 +191,27 @@ class ArrayCache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return folder
+
+
+def _fill(folder: Path, write: Callable[[Path], dict]) -> None:
+    """Run ``write(folder)`` and add meta.json: its meta, the .npy arrays it wrote and CACHE_VERSION."""
+    meta = write(folder)
+    arrays = sorted(path.name[:-len(".npy")] for path in folder.glob("*.npy"))
+    meta = dict(meta, __arrays__=arrays, __version__=CACHE_VERSION)
+    (folder / "meta.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+
+
+def read_entry(folder: Path, reading: list[Path] | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """``(arrays, meta)`` of an entry's folder, the arrays memory-mapped (nothing read but meta.json and the
+    headers). An entry of another CACHE_VERSION is a ValueError. ``reading`` gets each file as it is opened (to
+    name the one that failed)."""
+    reading = [] if reading is None else reading
+    reading.append(folder / "meta.json")
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    if meta.get("__version__") != CACHE_VERSION:
+        raise ValueError(f"cache format {meta.get('__version__', 1)}, not {CACHE_VERSION}")
+    arrays = {}
+    for name in meta["__arrays__"]:
+        reading.append(folder / f"{name}.npy")
+        arrays[name] = open_array(reading[-1])
+    return arrays, meta

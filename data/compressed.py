@@ -9,7 +9,7 @@ import gzip
 import lzma
 import os
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Container, Iterator
 
 from .errors import CorpusError
 
@@ -40,9 +40,11 @@ def open_binary(path: str | os.PathLike) -> IO[bytes]:
     return opener(path, "rb")
 
 
-def numbered_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+def numbered_lines(path: str | os.PathLike, encoding: str = "utf-8",
+                   only: Container[int] | None = None) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` for each line (1-based, trailing newline and \\r removed, and a byte-order mark
     at the start of the file: editors on Windows write one, and it would otherwise become part of the first word).
+    ``only``: just the lines with these numbers (the others are not decoded).
 
     Undecodable bytes raise :class:`CorpusError` naming the file and line instead of a bare UnicodeDecodeError;
     a corrupt compressed stream raises it naming the file.
@@ -51,6 +53,8 @@ def numbered_lines(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator
     try:
         with open_binary(path) as handle:
             for number, raw in enumerate(handle, start=1):
+                if only is not None and number not in only:
+                    continue
                 try:
                     text = raw.decode(encoding)
                 except UnicodeDecodeError as error:

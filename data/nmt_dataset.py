@@ -7,15 +7,14 @@ Usage: ``dataset = load_nmt_dataset(NmtDataConfig(train=".../europarl-fr-en/trai
 Training pairs longer than ``max_len`` units (Moses tokens, or pieces with subwords) on either side are dropped (paper:
 50). Dev pairs are kept whatever their length (only empty ones are dropped), in file order, so that dev batch i holds
 references ``i*B .. i*B+B-1``. References are the raw dev target lines (lowercased when ``lowercase``): BLEU is
-scored on detokenized output against them. The second load of the same corpus and settings comes from the cache.
+scored on detokenized output against them. A corpus is prepared streamed, in bounded memory, into a cache entry
+(data/streamed_nmt.py), and every load maps that entry's arrays: the second load of the same corpus and settings
+reads nothing but its meta.json.
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -23,12 +22,12 @@ from typing import Sequence
 import torch
 
 from .batching import NmtBatcher, ParallelData
-from .cache import ArrayCache
-from .compressed import read_lines
+from .cache import ArrayCache, read_entry
 from .encoders import SIDES, NmtEncoder, NmtText
-from .errors import CorpusError
+from .holdout import MIN_SPLIT_PAIRS, held_out_size  # noqa: F401 - part of this module's face
 from .parallel import ParallelCorpus, parallel_files, read_parallel
-from .subwords import MODEL_TYPES, SubwordModel
+from .streamed_nmt import nmt_text, prepare_nmt
+from .subwords import MODEL_TYPES
 from .synthetic import synthetic_parallel
 from .vocab import Vocabulary
 
@@ -159,39 +158,9 @@ def _assemble(train_data, dev_data, encoder, sources, refs, config, info) -> Nmt
                       encoder, sources, refs, info, None if config.train == "<synthetic>" else config)
 
 
-MIN_SPLIT_PAIRS = 10  # without a dev corpus, fewer kept pairs are refused: 10% of them is not one pair
-
-
-def held_out_size(pairs: int, fraction: float, cap: int) -> int:
-    """Pairs held out of `pairs` when no dev corpus is given: round(fraction * pairs), at least 1, at most `cap`,
-    so that at least (1 - fraction) of the corpus is trained on. Raises ValueError below MIN_SPLIT_PAIRS."""
-    if pairs < MIN_SPLIT_PAIRS:
-        raise ValueError(f"{pairs} pairs: too few to hold out a {fraction:.0%} split (at least {MIN_SPLIT_PAIRS} "
-                         f"are needed)")
-    return min(cap, max(1, round(pairs * fraction)))
-
-
-def _holdout(corpus: ParallelCorpus, config: NmtDataConfig, path: Path) -> tuple[ParallelCorpus, ParallelCorpus]:
-    from .pos_dataset import split_sentences  # same seeded split as POS, over pair indices
-    try:
-        size = held_out_size(len(corpus), config.dev_fraction, config.dev_size)
-    except ValueError as error:
-        raise CorpusError(f"{error}; give a held-out corpus with --dev, or a larger --train", path=path,
-                          option="dev") from None
-    train_idx, dev_idx = split_sentences(range(len(corpus)), size / len(corpus), config.seed)
-
-    def subset(indices):
-        return ParallelCorpus([corpus.src[i] for i in indices], [corpus.tgt[i] for i in indices],
-                              [corpus.src_lines[i] for i in indices], [corpus.tgt_lines[i] for i in indices],
-                              [corpus.line_numbers[i] for i in indices], total=len(indices))
-    train, dev = subset(train_idx), subset(dev_idx)
-    train.total, train.held_out = corpus.total, len(dev_idx)
-    train.dropped_empty, train.dropped_long = corpus.dropped_empty, corpus.dropped_long
-    return train, dev
-
-
 def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> NmtDataset:
-    """Read, tokenize, filter, build and cache an NMT dataset from parallel files. Raises CorpusError for bad input."""
+    """Read, tokenize, filter, build and cache an NMT dataset from parallel files (streamed: data/streamed_nmt.py),
+    then map its arrays. Raises CorpusError for bad input."""
     if not config.train:
         raise ValueError("NmtDataConfig.train: give a parallel corpus prefix such as <dir>/train")
     files = list(parallel_files(config.train, config.src_lang, config.tgt_lang))
@@ -201,61 +170,22 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
     settings = {k: v for k, v in asdict(config).items()
                 if k not in ("batch_size", "eval_batch_size", "cache", "processes")}
     key = cache.key("nmt", files, settings)
-    cached = cache.load(key, lambda arrays, meta, folder: _cached(config, arrays, meta, folder))
+    cached = cache.load(key, lambda arrays, meta, folder: _mapped(config, arrays, meta, folder, cached=True))
     if cached is not None:
         return cached
-    models: dict[str, str] = {}
-    if config.subwords:
-        work = Path(tempfile.mkdtemp(prefix="hogwild-spm-"))  # outside the cache, which may be full or read-only
-        atexit.register(shutil.rmtree, work, ignore_errors=True)  # in use until then if the entry is not stored
-        models = _train_subwords(config, work)
-    text = _text(config, models)
-    train = read_parallel(config.train, config.src_lang, config.tgt_lang, config.max_len, text.tokenize,
-                          config.encoding, config.train_limit)
-    if config.dev:
-        dev = read_parallel(config.dev, config.src_lang, config.tgt_lang, None, text.tokenize, config.encoding,
-                            config.dev_limit)
-    else:
-        train, dev = _holdout(train, config, files[0])
-    dataset = build_nmt_dataset(train, dev, config, text, {"train_path": str(config.train), "dev_path": config.dev})
-    arrays = {f"{part}.{name}": array for part, batcher in (("train", dataset.train), ("dev", dataset.dev))
-              for name, array in batcher.data.arrays().items()}
-    meta = {"info": dataset.info, "src_vocab": dataset.src_vocab.to_dict(), "tgt_vocab": dataset.tgt_vocab.to_dict(),
-            "dev_sources": dataset.dev_sources, "dev_references": dataset.dev_references,
-            "subword_sides": sorted(models)}
-    folder = cache.store(key, arrays, meta, {f"spm.{side}.model": path for side, path in models.items()})
-    if folder is not None and models:
-        shutil.rmtree(work, ignore_errors=True)
-        dataset.encoder.text = _text(config, {side: str(folder / f"spm.{side}.model") for side in models})
-    dataset.info["cached"] = False
-    return dataset
+    folder, _ = cache.build(key, lambda folder: prepare_nmt(config, folder))
+    return _mapped(config, *read_entry(folder), folder, cached=False)
 
 
-def _cached(config: NmtDataConfig, arrays: dict, meta: dict, folder: Path) -> NmtDataset:
-    """The dataset of a cache entry (a KeyError or ValueError here means the entry is damaged: ArrayCache.load)."""
+def _mapped(config: NmtDataConfig, arrays: dict, meta: dict, folder: Path, cached: bool) -> NmtDataset:
+    """The dataset of an entry's mapped arrays (a KeyError or ValueError here means the entry is damaged:
+    ArrayCache.load)."""
     data = [ParallelData(*(arrays[f"{part}.{name}"] for name in ("src", "src_offsets", "tgt", "tgt_offsets")))
             for part in ("train", "dev")]
-    text = _text(config, {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]})
+    text = nmt_text(config, {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]})
     encoder = NmtEncoder(text, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]))
     return _assemble(*data, encoder, meta["dev_sources"], meta["dev_references"], config,
-                     dict(meta["info"], cached=True))
-
-
-def _text(config: NmtDataConfig, models: dict[str, str]) -> NmtText:
-    """How this configuration turns text into units: sentencepiece models when given, else Moses."""
-    return NmtText("subwords" if config.subwords else "moses", config.src_lang, config.tgt_lang, config.lowercase,
-                   models, config.processes)
-
-
-def _train_subwords(config: NmtDataConfig, work: Path) -> dict[str, str]:
-    """Train one sentencepiece model per side on the (raw, optionally lowercased) training text: side -> path."""
-    models = {}
-    for side, path in zip(("src", "tgt"), parallel_files(config.train, config.src_lang, config.tgt_lang)):
-        lines = read_lines(path, config.encoding)[:config.train_limit]
-        lines = [line.lower() for line in lines] if config.lowercase else lines
-        models[side] = str(SubwordModel.train(lines, work / f"spm.{side}", config.subword_vocab_size,
-                                              config.subwords).path)
-    return models
+                     dict(meta["info"], cached=cached))
 
 
 def synthetic_nmt_dataset(num_train: int = 5000, num_dev: int = 200, seed: int = 0, batch_size: int = 32,

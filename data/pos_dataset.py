@@ -23,9 +23,11 @@ import numpy as np
 import torch
 
 from .batching import PosBatcher, TaggedData
-from .cache import ArrayCache
+from .cache import ArrayCache, read_entry
 from .encoders import PosEncoder
 from .features import AFFIX_LENGTH
+from .holdout import split_sentences
+from .mapped import id_dtype
 from .readers import FORMATS, TAGS, TaggedSentence, corpus_files, read_tagged
 from .synthetic import synthetic_tagged
 from .vocab import TAG_SPECIALS, Vocabulary
@@ -110,17 +112,6 @@ class PosDataset:
         (Path(run_dir) / "data.json").write_text(json.dumps(self.info, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
-def split_sentences(sentences: Sequence, dev_fraction: float = 0.1, seed: int = 0) -> tuple[list, list]:
-    """Seeded random ``(train, dev)`` split; ``round(len * dev_fraction)`` sentences (at least 1) go to dev and both
-    parts keep corpus order."""
-    if len(sentences) < 2:
-        raise ValueError(f"need at least 2 sentences to split, got {len(sentences)}")
-    n_dev = min(max(1, round(len(sentences) * dev_fraction)), len(sentences) - 1)
-    is_dev = np.zeros(len(sentences), dtype=bool)
-    is_dev[np.random.default_rng(seed).permutation(len(sentences))[:n_dev]] = True
-    return ([s for s, d in zip(sentences, is_dev) if not d], [s for s, d in zip(sentences, is_dev) if d])
-
-
 def build_pos_dataset(train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence], config: PosDataConfig,
                    info: dict | None = None) -> PosDataset:
     """Vocabularies from ``train``, tensorized train and dev sets, batchers (no cache, no file access)."""
@@ -150,7 +141,7 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
     cache = cache or ArrayCache(enabled=config.cache)
     settings = {k: v for k, v in asdict(config).items() if k not in ("batch_size", "eval_batch_size", "cache")}
     key = cache.key("pos", files, settings)
-    cached = cache.load(key, lambda arrays, meta, _: _cached(config, arrays, meta))
+    cached = cache.load(key, lambda arrays, meta, _: _cached(config, arrays, meta, cached=True))
     if cached is not None:
         return cached
     sentences = config.read(config.train)
@@ -159,20 +150,25 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
     else:
         train, dev = split_sentences(sentences, config.dev_fraction, config.seed)
     dataset = build_pos_dataset(train, dev, config, {"train_path": str(config.train), "dev_path": config.dev})
-    arrays = {f"{part}.{name}": array for part, batcher in (("train", dataset.train), ("dev", dataset.dev))
+    sizes = {"words": len(dataset.words), "tags": len(dataset.tags), "prefixes": len(dataset.chars),
+             "suffixes": len(dataset.chars)}
+    arrays = {f"{part}.{name}": array.astype(id_dtype(sizes[name])) if name in sizes else array
+              for part, batcher in (("train", dataset.train), ("dev", dataset.dev))
               for name, array in batcher.data.arrays().items()}
-    cache.store(key, arrays, {"info": dataset.info, "words": dataset.words.to_dict(), "chars": dataset.chars.to_dict(),
-                              "tags": dataset.tags.to_dict()})
+    folder = cache.store(key, arrays, {"info": dataset.info, "words": dataset.words.to_dict(),
+                                       "chars": dataset.chars.to_dict(), "tags": dataset.tags.to_dict()})
+    if folder is not None:  # the stored arrays, mapped: what a warm start and the workers read
+        return _cached(config, *read_entry(folder), cached=False)
     dataset.info["cached"] = False
     return dataset
 
 
-def _cached(config: PosDataConfig, arrays: dict, meta: dict) -> PosDataset:
+def _cached(config: PosDataConfig, arrays: dict, meta: dict, cached: bool) -> PosDataset:
     """The dataset of a cache entry (a KeyError or ValueError here means the entry is damaged: ArrayCache.load)."""
     data = [TaggedData(*(arrays[f"{part}.{name}"] for name in ("words", "prefixes", "suffixes", "tags", "offsets")))
             for part in ("train", "dev")]
     vocabs = [Vocabulary.from_dict(meta[name]) for name in ("words", "chars", "tags")]
-    return _assemble(*data, *vocabs, config, dict(meta["info"], cached=True))
+    return _assemble(*data, *vocabs, config, dict(meta["info"], cached=cached))
 
 
 def synthetic_pos_dataset(num_train: int = 2000, num_dev: int = 200, seed: int = 0, batch_size: int = 1,

@@ -9,11 +9,14 @@ frequency are broken by first appearance, so a vocabulary is a pure function of 
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
+
+import numpy as np
 
 from hogwild.models.special_ids import BOS, EOS, PAD, UNK
 
@@ -48,6 +51,21 @@ class Vocabulary:
         # Counter.most_common keeps insertion order among equal counts: deterministic for a given corpus order.
         kept = [t for t, c in counts.most_common() if c >= min_freq and t not in specials]
         return cls(kept if max_size is None else kept[:max_size], specials)
+
+    @classmethod
+    def from_arrays(cls, types: Sequence[str], counts: np.ndarray, first: np.ndarray, max_size: int | None = None,
+                    min_freq: int = 1, specials: Sequence[str] = SPECIALS) -> "Vocabulary":
+        """:meth:`from_counts` for counts kept as arrays (a streamed corpus, data/streamed_nmt.py): ``types[i]`` seen
+        ``counts[i]`` times, first at position ``first[i]``, which breaks ties in count as a Counter's insertion
+        order does; the same vocabulary as from_counts over the same tokens."""
+        if min_freq < 1:
+            raise ValueError(f"min_freq must be >= 1, got {min_freq}")
+        if max_size is not None and max_size < 0:
+            raise ValueError(f"max_size must be >= 0 or None, got {max_size}")
+        seen = np.flatnonzero(counts >= min_freq)
+        ranked = seen[np.lexsort((first[seen], -counts[seen]))]  # by count, descending, then first appearance
+        kept = (types[i] for i in ranked if types[i] not in specials)
+        return cls(list(kept if max_size is None else itertools.islice(kept, max_size)), specials)
 
     @classmethod
     def build(cls, sequences: Iterable[Iterable[str]], max_size: int | None = None, min_freq: int = 1,

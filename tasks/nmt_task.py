@@ -12,12 +12,14 @@ Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hogwild.data.batch_set import BatchSet
 from hogwild.data.batching import pad_lengths
 from hogwild.data.encoders import NmtEncoder
 from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset, synthetic_nmt_dataset
@@ -85,7 +87,9 @@ def nmt_job(options, dataset: NmtDataset | None = None, fixed_shapes: bool = Fal
     loss_fn, batcher = nmt_loss, dataset.train
     if fixed_shapes:
         loss_fn, batcher = fixed_shape_training(nmt_loss, batcher, "nmt", options.max_len)
-    batches = [pad_lengths(batch, options.length_bucket) for batch in batcher.batches()]
+    # built by each worker from the (memory-mapped) arrays: nothing corpus-sized is built or pickled here
+    batches = BatchSet(batcher, functools.partial(pad_lengths, multiple=options.length_bucket)
+                       if options.length_bucket > 1 else None)
     return TaskJob("nmt", model, loss_fn, batches, evaluate, METRICS["nmt"], spec, dataset.save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
                         dev_truncated=full.truncated))

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from hogwild.data.batch_set import BatchSet
 from hogwild.data.encoders import PosEncoder
 from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, load_pos_dataset, split_sentences,
                                       synthetic_pos_dataset)
@@ -81,7 +82,7 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     loss_fn, batcher = pos_loss, dataset.train
     if fixed_shapes:
         loss_fn, batcher = fixed_shape_training(pos_loss, batcher, "pos")
-    return TaskJob("pos", model, loss_fn, batcher.batches(), evaluate, METRICS["pos"], spec, dataset.save,
+    return TaskJob("pos", model, loss_fn, BatchSet(batcher), evaluate, METRICS["pos"], spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 

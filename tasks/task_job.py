@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ class TaskJob:
     task: str  # 'pos' | 'nmt'
     model: nn.Module  # on the CPU; the engine shares it
     loss_fn: Callable  # module-level (picklable): models.pos_loss / models.nmt_loss
-    batches: list[dict]  # training batches (the dicts of data/batching.py), one update each
+    batches: Sequence[dict]  # training batches (data/batching.py's dicts), one update each: a data.batch_set.BatchSet
     evaluate: Callable[[nn.Module], dict[str, float]]  # held-out metrics, the main metric first
     metric: str  # 'accuracy' | 'bleu': decides the best checkpoint
     model_spec: dict[str, Any]  # {"task", "preset", "config": model config fields}

@@ -15,9 +15,16 @@ storage along, so give the batches their own tensors (as the data pipeline does)
 Tensors that cannot be viewed this way (sparse, on a GPU, requiring grad, subclasses such as Parameter) are pickled
 as pickle does by default.
 
+A map-style `torch.utils.data.Dataset` (a `__getitem__` and a `__len__`) is stored as the object itself, not as the
+list of its items, as DataLoader sends a dataset to its workers: each worker unpickles it and indexes it, so it builds
+its own batches (its tensors are packed like the batches' tensors). A dataset larger than memory keeps its data in
+files it maps itself (data/batch_set.py's BatchSet: the cache's token arrays), so that the store holds only what
+its pickle holds.
+
 Serves step 3 of `hogwild.train` (spawn): the engine writes the store before spawning; each worker maps it.
 
-Usage: `store = BatchStore(batches, directory)` in the parent; `batches = store.load()` in a worker; `store.remove()`.
+Usage: `store = BatchStore(batches, directory)` in the parent; `batches = store.load()` in a worker (indexed:
+`batches[i]`); `store.remove()`.
 """
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch._utils import _flatten_dense_tensors  # one C++ call for 258k tensors (DDP's bucketing uses it)
+from torch._utils import _flatten_dense_tensors
+from torch.utils.data import Dataset  # one C++ call for 258k tensors (DDP's bucketing uses it)
 
 
 def _packed(key: str, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
@@ -85,8 +93,14 @@ class _Unpacker(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def opens_in_worker(batches: Any) -> bool:
+    """Whether the batches are a torch Dataset, stored and sent to each worker as the object itself."""
+    return isinstance(batches, Dataset)
+
+
 class BatchStore:
-    """The batches in two files under `directory`: one flat tensor per dtype, and the pickled structure."""
+    """The batches in two files under `directory`: one flat tensor per dtype, and the pickled structure (the list
+    of batches, or a Dataset itself)."""
 
     def __init__(self, batches: Sequence, directory: str):
         self.path = os.path.join(directory, "batches.pt")
@@ -94,10 +108,10 @@ class BatchStore:
         self.length = len(batches)
         with open(self.structure, "wb") as file:
             packer = _Packer(file)
-            packer.dump(list(batches))
+            packer.dump(batches if opens_in_worker(batches) else list(batches))
         torch.save(packer.flat(), self.path)
 
-    def load(self) -> list:
+    def load(self) -> Sequence:
         flat = torch.load(self.path, mmap=True, weights_only=True)
         with open(self.structure, "rb") as file:
             return _Unpacker(file, flat).load()

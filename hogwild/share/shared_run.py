@@ -14,6 +14,7 @@ from torch import nn
 
 from ..config import Config
 from ..shared_optim import SharedOptimizer, trainable_parameters, unique_nbytes
+from .batch_store import opens_in_worker
 from .checkpoint import RunCheckpoints, StartPosition, resume
 from .resources import check_resources, check_shared_memory, removing_leaked_shm, shared_memory_need, tensor_nbytes
 from .run_state import RunControl, SharedCounters, StepBudget
@@ -40,8 +41,10 @@ def share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | N
     params = trainable_parameters(model)  # frozen parameters are shared with the model but get no optimizer state
     n_batches = len(batches)
     optimizer_bytes = SharedOptimizer.state_nbytes(params, config.optimizer, **config.optimizer_args)
+    # a Dataset is indexed in each worker (batch_store.py): the parent holds no list of batches to count
+    batch_bytes = 0 if opens_in_worker(batches) else tensor_nbytes(list(batches))
     check_resources(config.devices, config.threads_per_worker, unique_nbytes(model.state_dict()), optimizer_bytes,
-                    tensor_nbytes(list(batches)))
+                    batch_bytes)
     if config.check_shm:
         check_shared_memory(shared_memory_need(
             _storage_nbytes(model) + SharedOptimizer.state_tensor_nbytes(params, config.optimizer,

@@ -209,7 +209,8 @@ class StepGraphs:
         """Build the pull and the outbox (sized by the batches' ids), then, with graphs, capture `shapes` ((signature,
         index of a batch of it), as graph_shapes picks them for a run; None: every shape of `batches`), warm-up
         first; returns the number of graphs (on the CPU: of static-input signatures)."""
-        capacity = max((integer_elements(batch) for batch in batches), default=1)
+        # only sparse tables need it: the scan reads every batch (a Dataset builds each: seconds per million examples)
+        capacity = max((integer_elements(batch) for batch in batches), default=1) if self.tables else 0
         rows = {i: capacity for i in self.tables} if self.sparse_pull else None
         self.pull = PrefetchPull(self.shared, self.params, self.shared_buffers, list(self.replica.buffers()),
                                  self.device, rows)

@@ -19,6 +19,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -152,8 +153,9 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
     overlap = updater.executor is not None
     idle = updater.finish if overlap else None  # no ticket at hand: land the held update
     count_eager = config.graphed(spec.device)  # steps without a graph (every step after a failed capture)
+    steps = 0
     ticket = next_ticket(spec, reader, stopped, deadline, idle)
-    steps = _prefetch(step, view, config, 0, batches, ticket)  # the first step's parameters
+    batch = _prefetch(step, view, config, steps, batches, ticket)  # the first step's batch and parameters
     while ticket is not None:
         epoch, index = ticket
         seed_batch(step.device, batch_seed(config.seed, epoch, index))
@@ -163,7 +165,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         clock.mark()
         if overlap:
             updater.release()  # the held update lands beside this step and the next prefetch (neither waits for it)
-        result = step.run(batches[index], steps % 2, clock)  # forward, backward, clip, copy-out: queued, no wait
+        result = step.run(batch, steps % 2, clock)  # forward, backward, clip, copy-out: queued, no wait
         if result.eager and count_eager:
             view.eager_step()
         steps += 1
@@ -171,20 +173,23 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         # serial: lands now, and the next pull sees it (the paper's order); overlapped: held until the next step starts
         updater.submit(Update(None, read_version, epoch, result.count, 0.0, [], result=result))
         ticket = next_ticket(spec, reader, stopped, deadline, idle)
-        _prefetch(step, view, config, steps, batches, ticket)  # overlapped: beside the update in flight, not after it
+        batch = _prefetch(step, view, config, steps, batches, ticket)  # overlapped: beside the update in flight
         if overlap:
             updater.wait()  # one update at a time: the previous one has landed (and left its host slot)
         if ticket is None:
             ticket = _after_last(spec, reader, stopped, deadline, updater, step)
-            _prefetch(step, view, config, steps, batches, ticket)
+            batch = _prefetch(step, view, config, steps, batches, ticket)
 
 
-def _prefetch(step: Step, view, config: Config, steps: int, batches: list, ticket: tuple[int, int] | None) -> int:
+def _prefetch(step: Step, view, config: Config, steps: int, batches: list, ticket: tuple[int, int] | None) -> Any:
     """Start pulling the parameters of `ticket`'s step (the dense ones every Config.pull_every steps, the sparse rows
-    of its batch every step), counted as the global updates landed now; returns `steps`."""
-    if ticket is not None:
-        step.pull.prefetch(view.global_updates() if steps % config.pull_every == 0 else None, batches[ticket[1]])
-    return steps
+    of its batch every step), counted as the global updates landed now; returns its batch (None without a ticket),
+    which the step then trains on: read once, as a Dataset's batch is built when indexed."""
+    if ticket is None:
+        return None
+    batch = batches[ticket[1]]
+    step.pull.prefetch(view.global_updates() if steps % config.pull_every == 0 else None, batch)
+    return batch
 
 
 def _after_last(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped: Callable[[], bool],

@@ -86,3 +86,37 @@ def test_the_mapping_outlives_the_files(tmp_path):
     store.remove()  # twice is harmless
     with pytest.raises(FileNotFoundError):
         store.load()
+
+
+def _mapped_from(tensor, path):
+    """Whether the tensor's memory lies in a mapping of the file `path` (/proc/self/maps; True where there is none)."""
+    if not os.path.exists("/proc/self/maps"):
+        return True
+    with open("/proc/self/maps") as maps:
+        spans = [line.split()[0].split("-") for line in maps if line.rstrip().endswith(" " + path)]
+    return any(int(start, 16) <= tensor.data_ptr() < int(end, 16) for start, end in spans)
+
+
+class Windows(torch.utils.data.Dataset):
+    """Batches built on demand from a tensor the dataset holds (packed by the store, a view in the worker)."""
+
+    def __init__(self, corpus):
+        self.corpus = corpus
+
+    def __len__(self):
+        return len(self.corpus) - 1
+
+    def __getitem__(self, index):
+        return {"input": self.corpus[index:index + 1] * 10, "index": index}
+
+
+def test_a_dataset_is_stored_as_itself_and_indexed_after_loading(tmp_path):
+    """A torch Dataset is not listed: the store pickles the object (its tensors packed as usual) and load returns it."""
+    dataset = Windows(torch.arange(100_000))
+    store = BatchStore(dataset, str(tmp_path))
+    loaded = store.load()
+    assert type(loaded) is Windows and store.length == len(loaded) == 99_999
+    assert loaded[5] == {"input": torch.tensor([50]), "index": 5}
+    assert torch.equal(loaded.corpus, dataset.corpus) and _mapped_from(loaded.corpus, store.path)
+    assert os.path.getsize(store.structure) < 1000  # the structure, not 99,999 batches
+    assert torch.load(store.path)["int64"].numel() == 100_000  # the corpus once
