@@ -136,8 +136,8 @@ class ParentLoop:
             failure = supervisor.wait(0.02) or (self.agent.failure() if self.agent is not None else None)
             if failure is not None:
                 return failure
-            if supervisor.all_exited():
-                return "every worker exited before training started"
+            if supervisor.all_exited():  # the last one may have exited since wait() looked: name its failure
+                return supervisor.failure() or "every worker exited before training started"
             now = time.monotonic()
             ready = counters.ready_count()
             if now >= next_note:

@@ -25,3 +25,30 @@ def test_the_time_limit_bounds_a_slow_start(monkeypatch, capfd, tmp_path):
     assert multiprocessing.active_children() == []
     err = capfd.readouterr().err
     assert re.search(r"^starting workers: [01]/2 ready after 0 s$", err, re.M), err
+
+
+class _LastWorkerFailsBetweenLooks:
+    """A supervisor whose worker exits, having failed, between wait()'s look and all_exited()'s (a race a loaded
+    machine shows: bench_gpu's failing worker was reported as 'every worker exited before training started')."""
+
+    def __init__(self):
+        self.exited = False
+
+    def wait(self, timeout):
+        self.exited = True  # it exits just after this look
+        return None
+
+    def all_exited(self):
+        return self.exited
+
+    def failure(self):
+        return "worker 0 (cpu, pid 1) failed: RuntimeError: no graph" if self.exited else None
+
+
+def test_a_worker_that_fails_as_the_last_one_exits_during_start_up_is_named():
+    loop = object.__new__(parent_loop.ParentLoop)
+    loop.counters = type("Counters", (), {"workers": 1, "all_ready": lambda self: False,
+                                          "ready_count": lambda self: 0})()
+    loop.control = type("Control", (), {"stop_reason": None})()
+    loop.config, loop.agent, loop.supervisor = hogwild.Config(workers=1), None, _LastWorkerFailsBetweenLooks()
+    assert loop.wait_until_ready() == "worker 0 (cpu, pid 1) failed: RuntimeError: no graph"
