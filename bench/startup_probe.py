@@ -78,13 +78,18 @@ def folder_bytes(path: str | os.PathLike) -> int:
     return total
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The probe's own flags; run.py's arguments pass through untouched after them."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--report", required=True, help="JSON file written when every worker is ready")
     parser.add_argument("--since", type=float, required=True, help="launch time (time.time()) to count from")
     parser.add_argument("--repo", default=None, help="the checkout whose run.py runs (default: this one)")
     parser.add_argument("run_args", nargs=argparse.REMAINDER, help="run.py's arguments, after --")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.repo:
         sys.path.insert(0, str(Path(args.repo).resolve()))
     from hogwild.parent import parent_loop

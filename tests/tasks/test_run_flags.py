@@ -106,7 +106,8 @@ def _copies_in_parser(path: Path) -> list[str]:
     generated = set(run_option_actions(parser).values())
     copies = [flag for action in parser._actions if action not in generated for flag in action.option_strings
               if flag in RUN_PY_FLAGS and not (flag == "--config" and action.dest == "config")]
-    assert "--config" in parser._option_string_actions, f"{path}: no --config FILE"
+    passes_through = any(action.nargs == argparse.REMAINDER for action in parser._actions)  # run.py's own, untouched
+    assert passes_through or "--config" in parser._option_string_actions, f"{path}: no --config FILE"
     return copies
 
 
