@@ -270,8 +270,10 @@ def test_non_finite_steps_are_skipped_one_step_late_and_max_steps_stays_exact(ov
                              max_steps=8, shuffle=False, overlap_update=overlap) for graphs in ("off", "on")]
     (eager, expected), (graphed, got) = runs
     assert graphed.updates == eager.updates == 8 and graphed.skipped_updates == eager.skipped_updates == 2
-    if overlap and not (one_step_behind(graphed) and one_step_behind(eager)):
-        return  # a pull read beside an update still landing: the runs' arithmetic may differ (the skips may not)
+    assert all(torch.isfinite(t).all() for t in (*got, *expected))  # no NaN gradient ever written
+    if overlap:  # a pull may read beside an update still landing: the arithmetic may differ, the skips may not.
+        return  # The staleness histogram cannot rule that out here: a skipped update is not counted as landed, so a
+        # pull issued early and followed by a skip still reads as one step behind (seen on a loaded machine)
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, **ULPS)
 
