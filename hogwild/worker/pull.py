@@ -79,6 +79,7 @@ class PrefetchPull:
         self.next = {i: torch.empty_like(targets[i]) for i in self.whole}  # the second device buffer
         self.next_buffers = [torch.empty_like(t) for t in target_buffers]
         self.slot = 0  # the host staging slot of the rows' next prefetch
+        self.prefetched: tuple[Any, Tensor] | None = None  # (batch, its ids) of the last prefetch by rows
         if self.cuda:
             self.stream, self.buffer_stream = torch.cuda.Stream(device), torch.cuda.Stream(device)
             self.event = torch.cuda.Event()  # recorded after the last prefetch's parameter copies
@@ -96,6 +97,7 @@ class PrefetchPull:
         buffer: on a GPU asynchronously, beside the step that is computing. version None (Config.pull_every): only
         the sparse tables' rows. batch: the host batch the step will train on (its ids pick the rows)."""
         ids = batch_ids(batch) if self.tables else None
+        self.prefetched = (batch, ids) if self.tables else None
         for table in self.tables.values():
             if self.cuda:
                 self.staged[self.slot].synchronize()  # this host slot's rows of two prefetches ago have left
@@ -128,6 +130,13 @@ class PrefetchPull:
         self.slot = 1 - self.slot
         if dense:
             self.pending = version
+
+    def ids_of(self, batch: Any) -> Tensor:
+        """batch_ids(batch), from the prefetch that pulled its rows when it did (the worker's loop pulls and trains on
+        the same batch object): computed once a step, not twice."""
+        if self.prefetched is not None and self.prefetched[0] is batch:
+            return self.prefetched[1]
+        return batch_ids(batch)
 
     @torch.no_grad()
     def make_current(self) -> int:

@@ -91,10 +91,10 @@ def graph_shapes(batches: list, limit: int | None, epochs: int | None) -> list[t
     """The signatures the step captures, as (signature, index of its first batch): the `limit` most frequent
     (Config.graph_limit), or with None every signature the run uses at least GRAPH_MIN_USES times (its batches
     times Config.epochs, one epoch when the run stops otherwise): a rarer one costs more to capture than it saves."""
-    ranked = shape_counts(batches)
     if limit is not None:
-        return [(signature, first) for signature, first, _ in ranked[:limit]]
-    return [(signature, first) for signature, first, count in ranked if count * (epochs or 1) >= GRAPH_MIN_USES]
+        return shape_buckets(batches, limit)
+    return [(signature, first) for signature, first, count in shape_counts(batches)
+            if count * (epochs or 1) >= GRAPH_MIN_USES]
 
 
 def host_count(batch: Any) -> int:
@@ -265,7 +265,7 @@ class StepGraphs:
     def run(self, batch: Any, slot: int, clock: PhaseClock) -> StepResult:
         """Queue one step on the host batch `batch` (graph replay, or eager when its shape has none), then its
         copy-out to host slot `slot`; nothing here waits for the device."""
-        ids = self.outbox.step_ids(batch_ids(batch) if self.tables else None, slot)
+        ids = self.outbox.step_ids(self.pull.ids_of(batch) if self.tables else None, slot)
         captured = self.graphs.get(batch_signature(batch)) if self.graphs else None
         if captured is None:
             present, count = self._body(move_batch(batch, self.device, self.cuda))
