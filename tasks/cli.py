@@ -292,8 +292,7 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
             _refuse_closed_streams(parser, args, closed)
     else:
         parser, command = train_parser(prog), _train
-        refuse_prefixes(parser, argv)
-        args = run_options(parser, argv)
+        args = run_options(parser, argv)  # refuses flag prefixes too (run_flags.parse_run_options)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C that run.py held is raised here

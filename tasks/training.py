@@ -192,8 +192,9 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f} s of training"
         f"{_rate(summary, result.updates - start_updates)}, final train loss {_number(result.final_loss)}, best "
         f"held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
-    if eager_note(summary):  # the graphed step ran eagerly for a share of the run
-        say(eager_note(summary))
+    note = eager_note(summary)
+    if note:  # the graphed step ran eagerly for a share of the run
+        say(note)
     if heldout:
         say("final held-out: " + "; ".join(f"{part} {_format(values, job.metric)}"
                                            for part, values in heldout.items()))
