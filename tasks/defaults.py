@@ -34,6 +34,17 @@ _PLAIN_SGD_LR = {"pos": 0.03, "nmt": 0.1}  # the papers' SGD rates
 _MOMENTUM_LR = {"pos": 0.01, "nmt": 0.03}  # a third of the paper's rate
 _ADAPTIVE_LR = {"adam": 1e-3, "adamax": 2e-3, "rmsprop": 1e-3, "adagrad": 0.05, "adadelta": 1.0}  # torch's usual
 
+
+def check_rates(optimizers: tuple[str, ...]) -> None:
+    """Every optimizer of hogwild/shared_optim.py has a default rate here: a new one is named at once."""
+    missing = [name for name in optimizers if name not in ("sgd", *MOMENTUM_OPTIMIZERS, *_ADAPTIVE_LR)]
+    if missing:
+        raise ImportError(f"tasks/defaults.py: no default learning rate for optimizer {', '.join(missing)} of "
+                          f"hogwild/shared_optim.py's OPTIMIZERS; add its usual rate to _ADAPTIVE_LR")
+
+
+check_rates(OPTIMIZERS)
+
 # --- per-task values (the paper's where it gives one) ---
 TASK_DEFAULTS = {
     "pos": {"batch_size": 1, "synthetic_batch_size": 1, "clip_norm": None, "eval_sentences": None,

@@ -8,9 +8,11 @@ import pytest
 
 from hogwild import Config
 from hogwild.lr_schedule import make_schedule
+from hogwild.shared_optim import OPTIMIZERS
 from hogwild.tasks import defaults
-from hogwild.tasks.defaults import (DECAY_UPDATES, RECIPES, default_decay_updates, default_lr, default_lr_decay,
-                                    default_optimizer, default_word_min_freq, resolve_recipe, schedule_fields)
+from hogwild.tasks.defaults import (DECAY_UPDATES, RECIPES, check_rates, default_decay_updates, default_lr,
+                                    default_lr_decay, default_optimizer, default_word_min_freq, resolve_recipe,
+                                    schedule_fields)
 from hogwild.tasks.options import OptionError, RunOptions
 from tests.tasks.helpers import run_py
 
@@ -169,6 +171,16 @@ def test_bad_recipe_flags_name_the_flag(kwargs, message):
 def test_the_engine_refuses_a_decay_unit_without_a_decay_naming_the_flag(kwargs, message):
     with pytest.raises(OptionError, match=message):
         engine(**kwargs)
+
+
+def test_a_new_optimizer_without_a_default_rate_is_named_at_once():
+    """An optimizer added to hogwild/shared_optim.py alone: `import hogwild.tasks` (which runs this check on
+    OPTIMIZERS) names the second file to edit; it raised KeyError: 'lion' from a --help text."""
+    check_rates(OPTIMIZERS)
+    with pytest.raises(ImportError) as error:
+        check_rates((*OPTIMIZERS, "lion"))
+    assert str(error.value) == ("tasks/defaults.py: no default learning rate for optimizer lion of "
+                                "hogwild/shared_optim.py's OPTIMIZERS; add its usual rate to _ADAPTIVE_LR")
 
 
 def test_help_texts_come_from_the_tables(monkeypatch):
