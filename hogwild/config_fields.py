@@ -120,13 +120,13 @@ def shown(value: Any) -> str:
 
 
 def describe(cls: type, width: int = 116) -> str:
-    """The declared fields by group, one `- name = default: help` each (with its choices and what None means), for
-    the class's docstring."""
+    """The fields by group, one `- name = default: help` each (with its choices and what None means), for the
+    class's docstring. A field declared without `setting` is refused, naming it."""
     groups: dict[str, list[str]] = {}
     for f in dataclasses.fields(cls):
         declared = f.metadata.get("setting")
         if declared is None:
-            continue
+            raise TypeError(f"{cls.__name__}.{f.name} is not declared: give it setting(default, help, group=...)")
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
         text = f"- {f.name} = {shown(default)}: {declared.help}"
         if declared.choices is not None and not all(str(choice) in declared.help for choice in declared.choices):

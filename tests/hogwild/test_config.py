@@ -26,6 +26,20 @@ def test_the_docstring_describes_every_field_with_its_default():
         assert documented[name] == ('"%s"' % default if isinstance(default, str) else repr(default)), name
 
 
+def test_a_field_without_its_declaration_is_named():
+    """A field added to Config as a plain default would have no help, no check and no run.py flag."""
+    import dataclasses
+
+    from hogwild.config_fields import describe
+
+    @dataclasses.dataclass
+    class Plain(Config):
+        prefetch_depth: int = 2
+
+    with pytest.raises(TypeError, match=r"^Plain\.prefetch_depth is not declared: give it setting\(default, help, "):
+        describe(Plain)
+
+
 def test_workers_shorthand_and_devices():
     assert Config(workers=3).devices == ["cpu", "cpu", "cpu"]
     config = Config(devices=["cpu-replica", "cpu"])
