@@ -14,8 +14,9 @@ import sys
 import warnings
 from typing import Callable
 
+from hogwild.shared_optim import MOMENTUM_OPTIMIZERS
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_MAX_LEN
-from hogwild.tasks.options import MOMENTUM_OPTIMIZERS, OptionError, RunOptions, declared, flag
+from hogwild.tasks.options import OptionError, RunOptions, declared, flag
 from hogwild.tasks.run_flags import add_run_options, given_options, parse_run_options, refuse_prefixes
 from hogwild.tasks.text_stream import MAX_LINE_BYTES, ReaderGone
 

@@ -1,6 +1,6 @@
 """What the docs and help texts claim, checked against the code: every test docs/reliability.md names exists, the
-TrainResult fields docs/library.md lists are the dataclass's, and Config's and --help's words for the fused step and
-the batch queues match what the engine does."""
+TrainResult fields docs/library.md lists are the dataclass's, and Config's and --help's words for the fused step, the
+batch queues and where the graphed step is on match what the engine does."""
 import dataclasses
 import pathlib
 import re
@@ -46,3 +46,13 @@ def test_config_and_help_describe_the_fused_step_and_the_queues_as_they_are():
     assert "workers' own queues" in queues and "share one" not in queues
     help_text = " ".join(train_parser().format_help().split())
     assert "dealt, in a seeded order, to the workers' own queues (each batch to one worker)" in help_text
+
+
+def test_the_graphs_help_says_where_auto_is_on_as_config_decides_it():
+    """--graphs' help said 'auto: on with --gpus unless --compile is set' and omitted that sync mode has none."""
+    entry = " ".join(train_parser().format_help().split("\n  --graphs {auto,on,off}\n", 1)[1].split("\n  --")[0].split())
+    assert "auto: on for 'cuda' workers unless compile is set, off in mode sync" in entry
+    gpus = ["cuda:0", "cuda:1"]
+    assert hogwild.Config(devices=gpus).graphed("cuda:0") and not hogwild.Config(devices=gpus, mode="sync").graphed(
+        "cuda:0") and not hogwild.Config(devices=gpus, compile="default").graphed("cuda:0")
+    assert not hogwild.Config(devices=["cpu-replica"]).graphed("cpu-replica")

@@ -164,7 +164,7 @@ class ParentLoop:
         start = self.counters.global_updates()
         next_log = start + config.log_every
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
-        period = config.checkpoint_minutes * 60 if config.checkpoint_minutes else None
+        period = config.checkpoint_minutes * 60 if config.checkpoint_minutes is not None else None  # None: off
         checkpoint_at = time.monotonic() + period if period else None  # by time: a hard stop loses at most that
         records = []
         while True:
