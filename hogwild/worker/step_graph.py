@@ -110,7 +110,8 @@ def integer_elements(batch: Any) -> int:
 
 
 class NotGraphable(RuntimeError):
-    """The step reads a value of the device on the host (a GPU sync; a graph would freeze its value)."""
+    """The step cannot be replayed as a graph: it reads a value of the device on the host (a GPU sync; a graph would
+    freeze its value), or its loss counts something else than the batch's host-side count."""
 
 
 class HostReads(TorchDispatchMode):
@@ -203,7 +204,7 @@ class StepGraphs:
         self.graphs: dict[tuple, Captured] = {}
         self.outbox: GradientOutbox | None = None
         self.pull: PrefetchPull | None = None
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.pool = torch.cuda.MemPool() if self.capture else None  # every graph's: capture.py counts its uses
 
     def prepare(self, batches: list, shapes: list[tuple[tuple, int]] | None = None) -> int:
         """Build the pull and the outbox (sized by the batches' ids), then, with graphs, capture `shapes` ((signature,
@@ -249,7 +250,7 @@ class StepGraphs:
                                f"a CUDA graph cannot replay that; give the workers a loss without host reads (the "
                                f"models' padded=True losses)")
         if count != host_count(batch):
-            raise ValueError(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
+            raise NotGraphable(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
                              f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays without "
                              f"calling the loss, so its count must be that one")
         if self.capture:

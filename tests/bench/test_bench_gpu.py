@@ -202,7 +202,7 @@ def test_a_graphed_plain_loop_whose_capture_fails_leaves_the_process_able_to_go_
     def graphed_loop():
         step = P.PlainStep(model, loss, P.plain_optimizers(model, "sgd", 0.1, torch.device("cpu")), clip_norm=1.0)
         graphs = P.BucketGraphs(step, torch.device("cpu"), (4, 8))
-        graphs.capture, graphs.pool = True, torch.cuda.graph_pool_handle()  # capture on the model of CUDA
+        graphs.capture, graphs.pool = True, torch.cuda.MemPool()  # capture on the model of CUDA
         return graphs
 
     with pytest.raises(CaptureFailed, match="operation not permitted when stream is capturing"):
