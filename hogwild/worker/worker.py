@@ -119,9 +119,9 @@ def make_step(spec: WorkerSpec, batches: list) -> Step:
 
 def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], step: Step, batches: list) -> None:
     """Config.compile: compile the step for every batch shape now, in start-up (before ready: outside the training
-    clock and the hang watch, inside the parent's start-up bound), one forward and backward each, no update. Workers
-    after the first wait for it and then find its kernels in the run's inductor cache (in the batch store's scratch
-    directory). Buffers that forward writes into the shared model (in place) are put back."""
+    clock, the time limit and the hang watch, inside the bound of preparing a step), one forward and backward each, no
+    update. Workers after the first wait for it and then find its kernels in the run's inductor cache (in the batch
+    store's scratch directory). Buffers that forward writes into the shared model (in place) are put back."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.path.dirname(spec.store.path), "inductor")
     while spec.worker and 0 in spec.counters.not_ready() and not stopped():
         time.sleep(0.05)  # worker 0 fills the cache first

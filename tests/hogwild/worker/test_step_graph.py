@@ -5,6 +5,7 @@ device), whole runs within a few ulps (ULPS), POS's sparse rows within float rou
 the device (every host read patched to raise); a batch shape without a graph runs eager, counted. On a GPU (marked
 cuda): the captured worker against the eager one, and the step under torch's sync debug mode 'error'."""
 import functools
+import json
 
 import pytest
 import torch
@@ -232,14 +233,17 @@ def test_a_graphed_pos_worker_with_sparse_tables_and_adam_ends_near_the_eager_on
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
-def test_shapes_past_the_graph_limit_run_eager_and_are_counted():
+def test_shapes_past_the_graph_limit_run_eager_and_are_counted(tmp_path):
     sizes = list(range(1, 19)) + [1, 2]  # 18 shapes; sizes 1 and 2 twice, so ranked first
     batches = [(torch.randn(n, 4), torch.randn(n, 1)) for n in sizes]
     eager, expected = final_parameters(H.regression_model, H.mse_loss, batches, graphs="off", epochs=1,
                                        shuffle=False)
     graphed, got = final_parameters(H.regression_model, H.mse_loss, batches, graphs="on", epochs=1, shuffle=False,
-                                    graph_limit=16)
+                                    graph_limit=16, checkpoint_dir=str(tmp_path))
     assert graphed.graphs == 16 and graphed.eager_steps == 2  # sizes 17 and 18
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    (prepared,) = [r for r in records if r["kind"] == "graphs"]  # per graphed worker, before training started
+    assert prepared["workers"] == [0] and prepared["graphs"] == [16] and prepared["capture_seconds"][0] >= 0
     assert graphed.eager_share == pytest.approx(2 / 20) and eager.eager_share is None
     assert "eager_share" not in eager.records[-1]  # no graphed worker: no eager share in metrics.jsonl
     for a, b in zip(got, expected):
