@@ -57,7 +57,7 @@ def pos_batches(steps: int, quick: bool, seed: int = 0) -> tuple[list[dict], str
 
 
 def prepared_step(preset: str, batches: list[dict]) -> tuple[StepGraphs, Updater]:
-    """The worker's device step on the CPU (uncaptured) over a shared POS tagger, and a serial Updater with plain SGD."""
+    """The worker's device step on the CPU (uncaptured) over a shared POS tagger; a serial Updater with plain SGD."""
     torch.manual_seed(0)
     model = POSTagger(pos_preset(preset, **POS_VOCAB, sparse_embeddings=True)).share_memory()
     config = Config(devices=["cpu-replica"], optimizer="sgd", lr=1e-6, sparse_pull=True, progress=False,

@@ -1,7 +1,8 @@
 """A device worker's gradient copy-out (step_graph.py's step, graphed or eager): the gradients gathered on the device
-into one flat buffer (the outbox), the norm, clipping and finiteness decided there too, then one device->host copy into a page-locked slot that the update
-thread reads after the copy's event. No Python hook runs in backward and the worker's main thread never waits for the
-device: the skip is decided one step late, by whoever reads the slot (updates.py).
+into one flat buffer (the outbox), the norm, clipping and finiteness decided there too, then a device->host copy into
+a page-locked slot that the update thread reads after the copy's event. No Python hook runs in backward and the
+worker's main thread never waits for the device: the skip is decided one step late, by whoever reads the slot
+(updates.py).
 
 The outbox, one tensor of the parameters' dtype on the device, holds in order:
   - every dense gradient, flattened;
@@ -12,8 +13,9 @@ The outbox, one tensor of the parameters' dtype on the device, holds in order:
   - three step statistics: finite (1/0), the loss, and missing (1 if a table read a row outside the host's ids).
 The replica's tables give dense gradients (sparse gradients drop the padding row with a data-dependent shape, which
 no CUDA graph can hold); the rows and the mask make them the sparse gradient the eager step pushes: the same rows,
-the same values, coalesced (what torch's sparse gradient gives). Clipping multiplies the gradient part by min(1, clip/(norm+1e-6)) computed in float64
-from the same norms as gradients.global_norm, so the clipped values are an in-place step's bit for bit (dense).
+the same values, coalesced (what torch's sparse gradient gives). Clipping multiplies the gradient part by
+min(1, clip/(norm+1e-6)) computed in float64 from the same norms as gradients.global_norm, so the clipped values are an
+in-place step's bit for bit (dense).
 
 A step's copy-out moves only what its update reads: the dense gradients, the first n rows of each sparse table (n: the
 ids the host chose for this batch, at most its capacity; the rest of the capacity holds no row of this step), the row
@@ -131,8 +133,9 @@ class GradientOutbox:
             rows = self.params[entry.index].shape[0]
             ids = host_ids[(host_ids >= 0) & (host_ids < rows)] if host_ids is not None else host_ids
             if ids is None or len(ids) > entry.capacity:
-                raise RuntimeError(f"a device worker's step: a batch holds {0 if ids is None else len(ids)} distinct ids for "
-                                   f"a sparse table whose capacity is {entry.capacity}")
+                held = 0 if ids is None else len(ids)
+                raise RuntimeError(f"a device worker's step: a batch holds {held} distinct ids for a sparse table "
+                                   f"whose capacity is {entry.capacity}")
             buffer = staging[slot]
             buffer[:len(ids)] = ids
             buffer[len(ids):entry.capacity] = ids[0] if len(ids) else 0  # repeats, masked out on the device
@@ -233,9 +236,9 @@ class GradientOutbox:
         host = self.host[slot]
         finite, loss, missing = host[self.stats].tolist()
         if missing:
-            raise RuntimeError("a device worker's step: the model read a row of a sparse embedding whose id is not among "
-                               "its batch's integer tensors, so its gradient would be lost; make that table dense "
-                               "(nn.Embedding(sparse=False)) or train on 'cpu' workers")
+            raise RuntimeError("a device worker's step: the model read a row of a sparse embedding whose id is not "
+                               "among its batch's integer tensors, so its gradient would be lost; make that table "
+                               "dense (nn.Embedding(sparse=False)) or train on 'cpu' workers")
         grads: list[Tensor | None] = [None] * len(self.params)
         for i in present:
             if i in self.dense_slices:
