@@ -259,8 +259,8 @@ class StepGraphs:
                                f"models' padded=True losses)")
         if count != host_count(batch):
             raise NotGraphable(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
-                             f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays without "
-                             f"calling the loss, so its count must be that one")
+                               f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays "
+                               f"without calling the loss, so its count must be that one")
         if self.capture:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream())
