@@ -147,10 +147,13 @@ def largest_gap(a: list, b: list) -> tuple[float, float]:
 def equality(task: str, model, batches: tuple[dict, dict, dict], device: torch.device, rtol: float) -> bool:
     """One captured step (replayed on the second batch of the bucket) against the eager padded step."""
     _, first, second = batches
-    finite, grads = graphed_grads(graphed(model, task, device, None, [first]), second, device)
+    step = graphed(model, task, device, None, [first])
+    finite, grads = graphed_grads(step, second, device)
     worst, scale = largest_gap(grads, eager_grads(task, model, second, device))
     ok = finite and worst <= rtol * scale
-    print(f"equal {task}: max |graphed - eager| {worst:.3e}, largest gradient {scale:.3e}: {'OK' if ok else 'FAIL'}")
+    rows = f"; rows pulled by the batch's ids: {len(step.pull.tables)} tables" if step.pull.tables else ""
+    print(f"equal {task}: max |graphed - eager| {worst:.3e}, largest gradient {scale:.3e}{rows}: "
+          f"{'OK' if ok else 'FAIL'}")
     return ok
 
 

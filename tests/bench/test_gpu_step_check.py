@@ -17,6 +17,7 @@ def test_quick_cpu_run_checks_equality_dropout_and_fallback_then_times_every_con
     checks = re.findall(r"^(equal \w+|dropout \w+|pool|fallback): .*: (OK|FAIL)$", done.stdout, re.M)
     assert checks == [("equal nmt", "OK"), ("equal pos", "OK"), ("dropout nmt", "OK"), ("dropout pos", "OK"),
                       ("pool", "OK"), ("fallback", "OK")]
+    assert re.search(r"^equal pos: .*; rows pulled by the batch's ids: 2 tables: OK$", done.stdout, re.M)
     assert "pool: not exercised on the CPU (nothing is captured); the step was made with its static inputs" \
         in done.stdout
     assert "fallback: not exercised on the CPU (nothing is captured); the child trained 6 of 6 batches" in done.stdout
