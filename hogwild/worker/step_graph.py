@@ -42,7 +42,7 @@ from ..config import Config
 from ..share.run_state import PhaseClock
 from ..shared_optim import trainable_parameters
 from .capture import capture_graph
-from .copy_out import GradientOutbox
+from .copy_out import GradientOutbox, SlotEvents
 from .gradients import batch_examples, forward_backward
 from .pull import PrefetchPull
 from .replica import batch_ids, move_batch, sparse_tables
@@ -110,7 +110,8 @@ def integer_elements(batch: Any) -> int:
 
 
 class NotGraphable(RuntimeError):
-    """The step reads a value of the device on the host (a GPU sync; a graph would freeze its value)."""
+    """The step cannot be replayed as a graph: it reads a value of the device on the host (a GPU sync; a graph would
+    freeze its value), or its loss counts something else than the batch's host-side count."""
 
 
 class HostReads(TorchDispatchMode):
@@ -200,10 +201,11 @@ class StepGraphs:
         self.autocast = (torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
                          if config.amp == "bf16" else nullcontext())
         self.clocks = [PhaseClock(device), PhaseClock(device)]
+        self.staged = SlotEvents(self.cuda)  # the page-locked inputs and ids a step writes, per slot (copy_out.py)
         self.graphs: dict[tuple, Captured] = {}
         self.outbox: GradientOutbox | None = None
         self.pull: PrefetchPull | None = None
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.pool = torch.cuda.MemPool() if self.capture else None  # every graph's: capture.py counts its uses
 
     def prepare(self, batches: list, shapes: list[tuple[tuple, int]] | None = None) -> int:
         """Build the pull and the outbox (sized by the batches' ids), then, with graphs, capture `shapes` ((signature,
@@ -223,8 +225,15 @@ class StepGraphs:
 
     def warm_up(self, batch: Any) -> None:
         """One forward and backward on `batch`, no update (Config.compile compiles every shape in start-up)."""
-        self.outbox.step_ids(batch_ids(batch) if self.tables else None, 0)
+        self._stage_ids(batch_ids(batch) if self.tables else None, 0)
         self._body(move_batch(batch, self.device, self.cuda))
+
+    def _stage_ids(self, host_ids: Tensor | None, slot: int) -> list[Tensor]:
+        """The batch's ids through host slot `slot` (outbox.step_ids), once that slot's last copies have run."""
+        self.staged.writable(slot)
+        ids = self.outbox.step_ids(host_ids, slot)
+        self.staged.queued(slot)
+        return ids
 
     def _body(self, batch: Any) -> tuple[tuple[int, ...], int]:
         """One step on the device, no host read: forward, backward, gather into the outbox; grads dropped again."""
@@ -241,7 +250,7 @@ class StepGraphs:
         staging = [[torch.empty_like(t, device="cpu").pin_memory() for t in inputs] for _ in range(2)] \
             if self.cuda else []
         captured = Captured(static, inputs, staging)
-        self.outbox.step_ids(batch_ids(batch) if self.tables else None, 0)
+        self._stage_ids(batch_ids(batch) if self.tables else None, 0)
         with HostReads() as probe:
             _, count = self._body(static)  # also the warm-up's first step
         if probe.reads:
@@ -249,9 +258,9 @@ class StepGraphs:
                                f"a CUDA graph cannot replay that; give the workers a loss without host reads (the "
                                f"models' padded=True losses)")
         if count != host_count(batch):
-            raise ValueError(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
-                             f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays without "
-                             f"calling the loss, so its count must be that one")
+            raise NotGraphable(f"Config.graphs: the loss counts {count} for a batch whose host-side count is "
+                               f"{host_count(batch)} (batch['tokens'], else its leading size); a graph replays "
+                               f"without calling the loss, so its count must be that one")
         if self.capture:
             side = torch.cuda.Stream(self.device)
             side.wait_stream(torch.cuda.current_stream())
@@ -264,19 +273,22 @@ class StepGraphs:
 
     def run(self, batch: Any, slot: int, clock: PhaseClock) -> StepResult:
         """Queue one step on the host batch `batch` (graph replay, or eager when its shape has none), then its
-        copy-out to host slot `slot`; nothing here waits for the device."""
+        copy-out to host slot `slot`; nothing here waits for the device but the page-locked staging of `slot`, for
+        the copies two steps ago (SlotEvents: normally long done)."""
+        self.staged.writable(slot)
         ids = self.outbox.step_ids(self.pull.ids_of(batch) if self.tables else None, slot)
         captured = self.graphs.get(batch_signature(batch)) if self.graphs else None
+        for index, (static, (_, source)) in enumerate(zip(captured.inputs, tensor_fields(batch)) if captured else ()):
+            if self.cuda:  # through page-locked memory: an asynchronous copy
+                staged = captured.staging[slot][index]
+                staged.copy_(source)
+                static.copy_(staged, non_blocking=True)
+            else:
+                static.copy_(source)
+        self.staged.queued(slot)
         if captured is None:
             present, count = self._body(move_batch(batch, self.device, self.cuda))
         else:
-            for index, (static, (_, source)) in enumerate(zip(captured.inputs, tensor_fields(batch))):
-                if self.cuda:  # through page-locked memory: an asynchronous copy
-                    staged = captured.staging[slot][index]
-                    staged.copy_(source)
-                    static.copy_(staged, non_blocking=True)
-                else:
-                    static.copy_(source)
             if captured.graph is not None:
                 captured.graph.replay()
                 present = captured.present
@@ -285,6 +297,6 @@ class StepGraphs:
             count = host_count(batch)
         clock.mark()
         self.pull.push_buffers()
-        self.outbox.send(slot)
+        self.outbox.send(slot, [len(chosen) for chosen in ids])
         clock.mark(self.outbox.copy_stream)
         return StepResult(self.outbox, slot, present, ids, clock, count, captured is None)
