@@ -14,6 +14,7 @@ Modules (data flows down this list; none imports one below it):
 - ``vocab``      Vocabulary (pad 0, unk 1, bos 2, eos 3), top-K, min_freq, JSON.
 - ``features``   prefix/suffix character ids for the POS tagger.
 - ``mapped``     id arrays on disk: memory maps pickled by file name, written chunk by chunk, the smallest dtype.
+- ``buckets``    LengthBuckets: the one rule padding a batch's lengths to a few shapes; a training run's buckets.
 - ``batching``   TaggedData/ParallelData arrays, PosBatcher/NmtBatcher -> batch dicts (the contract: its docstring).
 - ``batch_set``  BatchSet: a batcher's batches as a torch Dataset each worker indexes (what the engine is handed).
 - ``encoders``   NmtEncoder/PosEncoder: text <-> ids for training, held-out and new text; saved in a run directory.

@@ -1,18 +1,19 @@
 """A batcher's training batches as a map-style torch Dataset that each worker indexes itself: what a task hands
 ``hogwild.train`` instead of a list of batch dicts, so that no batch is built, pickled or copied in the parent.
 
-``BatchSet(batcher)[i] == batcher.batches()[i]`` (after ``transform``), built when asked for from the batcher's
-arrays. Pickled, it carries the batcher's settings, its arrays by file name when they are memory maps (data/mapped.py:
-the cache's arrays; a worker maps the same file) and the plan as two index tensors (hogwild's batch store packs them
-into the one file every worker maps), so its pickle is small whatever the corpus size. The engine sends any
-``torch.utils.data.Dataset`` to the workers as the object itself (hogwild/share/batch_store.py), as DataLoader does.
+``BatchSet(batcher)[i] == batcher.batches()[i]``, built when asked for from the batcher's arrays (padded by the
+batcher's length buckets: data/buckets.py). Pickled, it carries the batcher's settings, its arrays by file name when
+they are memory maps (data/mapped.py: the cache's arrays; a worker maps the same file) and the plan as two index
+tensors (hogwild's batch store packs them into the one file every worker maps), so its pickle is small whatever the
+corpus size. The engine sends any ``torch.utils.data.Dataset`` to the workers as the object itself
+(hogwild/share/batch_store.py), as DataLoader does.
 
-Usage: ``batches = BatchSet(dataset.train, functools.partial(pad_lengths, multiple=8))``; ``len(batches)``;
+Usage: ``batches = BatchSet(dataset.train.with_buckets(LengthBuckets(multiple=8)))``; ``len(batches)``;
 ``batches[0]`` -> a batch dict; ``batches[1::2]`` -> a BatchSet of every other batch.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,11 @@ from torch.utils.data import Dataset
 
 
 class BatchSet(Dataset):
-    """The batches of ``batcher`` in plan order (data/batching.py), each built on demand, then ``transform(batch)``
-    when given (a picklable callable, e.g. a functools.partial of a module-level function)."""
+    """The batches of ``batcher`` in plan order (data/batching.py), each built on demand."""
 
-    def __init__(self, batcher: Any, transform: Callable[[dict], dict] | None = None):
+    def __init__(self, batcher: Any):
         order, starts = batcher.flat_plan()
-        self.batcher, self.transform = batcher, transform
+        self.batcher = batcher
         index = np.int32 if len(order) < 2**31 else np.int64  # 4 bytes a pair: held by the parent, mapped by workers
         self.order = torch.from_numpy(np.ascontiguousarray(order, dtype=index))       # (N,) examples in plan order
         self.starts = torch.from_numpy(np.ascontiguousarray(starts, dtype=np.int64))  # (B,) batch i's first in order
@@ -42,8 +42,7 @@ class BatchSet(Dataset):
         if not -len(self) <= index < len(self):
             raise IndexError(f"batch {index} of {len(self)}")
         start = int(self.starts[int(index) % len(self)])
-        batch = self.batcher.batch(self.order[start:start + self.batcher.batch_size].numpy())
-        return self.transform(batch) if self.transform is not None else batch
+        return self.batcher.batch(self.order[start:start + self.batcher.batch_size].numpy())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(len(self)))
