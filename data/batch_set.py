@@ -8,11 +8,17 @@ tensors (hogwild's batch store packs them into the one file every worker maps), 
 corpus size. The engine sends any ``torch.utils.data.Dataset`` to the workers as the object itself
 (hogwild/share/batch_store.py), as DataLoader does.
 
+``batch_shapes()`` tells the shapes of its batches and how many batches have each, read from the batcher's offsets
+and plan (fairseq's bucketing reads a sizes array the same way) without building a batch: a device worker asks it
+for the shapes it captures and the size of its sparse-row buffers (hogwild/worker/step_graph.py; docs/library.md
+names this protocol for any Dataset).
+
 Usage: ``batches = BatchSet(dataset.train.with_buckets(LengthBuckets(multiple=8)))``; ``len(batches)``;
-``batches[0]`` -> a batch dict; ``batches[1::2]`` -> a BatchSet of every other batch.
+``batches[0]`` -> a batch dict; ``batches[1::2]`` -> a BatchSet of every other batch; ``batches.batch_shapes()``.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,3 +52,24 @@ class BatchSet(Dataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(len(self)))
+
+    def batch_shapes(self) -> list[tuple[int, int, dict[str, torch.Tensor]]]:
+        """(index of the first batch of a shape, batches of that shape, a batch of that shape whose tensors are on
+        the meta device) for each shape of these batches, in order of first appearance; built from the batcher's
+        offsets (``padded_sizes``), no batch built."""
+        sizes = self.batcher.padded_sizes(self.order.numpy(), self.starts.numpy())  # (B, 1 + k): rows, lengths
+        _, first, counts = np.unique(_row_keys(sizes), return_index=True, return_counts=True)
+        ranked = np.argsort(first)
+        return [(int(first[i]), int(counts[i]), self.batcher.layout(*map(int, sizes[first[i]]))) for i in ranked]
+
+
+def _row_keys(sizes: np.ndarray) -> np.ndarray:
+    """(B,) int64, equal where the rows of ``sizes`` (B, C) of non-negative integers are: one number per row, so that
+    np.unique sorts integers (a million rows in about 0.1 s; unique rows of a 2-D array sort far slower)."""
+    ranges = [int(column.max()) + 1 for column in sizes.T]
+    if math.prod(ranges) >= 2**63:  # past int64 (not for lengths and rows of real batches): the slow way
+        return np.unique(sizes, axis=0, return_inverse=True)[1].reshape(-1)
+    keys = np.zeros(len(sizes), dtype=np.int64)
+    for column, size in zip(sizes.T, ranges):
+        keys = keys * size + column
+    return keys

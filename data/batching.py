@@ -30,7 +30,9 @@ without reading the device. Code that cuts a batch's rows or lengths recomputes 
 Length buckets: with ``buckets`` (data/buckets.py's LengthBuckets, e.g. edges (8, 16, 24, 32, 48, 64)) a batcher pads
 each batch's time dimensions (POS: T; NMT: S and T, each on its own) by that rule, so an epoch's batches fall into a
 few fixed shapes: what a CUDA graph or a compiled step needs, one per shape. Off (None) by default: T = the batch's
-own longest. ``pad_lengths`` pads a built NMT batch by the same rule (a library user's list of batches).
+own longest. ``padded_sizes`` reads every batch's rows and padded lengths from the offsets alone, and ``layout``
+gives a batch of that shape with no data (meta tensors): how a BatchSet tells its shapes without building a batch.
+``pad_lengths`` pads a built NMT batch by the same rule (a library user's list of batches).
 """
 from __future__ import annotations
 
@@ -154,8 +156,15 @@ def ragged_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, wid
     return out
 
 
+def _meta(*shape: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """A tensor of that shape and dtype holding no data (the meta device): a batch's layout."""
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
 class _Batcher:
     """Shared logic: ``plan`` (the batches as arrays of example indices) and ``batches`` (the batch dicts)."""
+
+    RUN_CHUNK = 1 << 20  # examples read at a time by padded_sizes: memory bounded whatever the corpus size
 
     def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int, buckets: LengthBuckets | None = None):
         if batch_size < 1:
@@ -201,6 +210,30 @@ class _Batcher:
         batcher.buckets = buckets
         return batcher
 
+    def padded_sizes(self, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """(len(starts), 1 + k) int64: the rows and padded time lengths (POS: T; NMT: S, T) of the batch of examples
+        ``order[start:start + batch_size]`` for each start (a multiple of batch_size, as ``flat_plan`` cuts them),
+        read from the offsets alone: ``batch`` builds exactly these shapes."""
+        size, n = self.batch_size, len(order)
+        starts = np.asarray(starts, dtype=np.int64)
+        if (starts % size).any():
+            raise ValueError(f"padded_sizes: batch starts must be multiples of batch_size {size}")
+        runs, step = [], size * max(1, self.RUN_CHUNK // size)  # whole runs of batch_size per chunk
+        for begin in range(0, n, step):
+            lengths = self.example_lengths(order[begin:begin + step])  # (m, k)
+            runs.append(np.maximum.reduceat(lengths, np.arange(0, len(lengths), size), axis=0))
+        longest = np.concatenate(runs)[starts // size]  # (B, k) each batch's longest, per time dimension
+        padded = longest if self.buckets is None else self.buckets.lengths(longest)
+        return np.column_stack([np.minimum(size, n - starts), padded]).astype(np.int64)
+
+    def example_lengths(self, indices: np.ndarray) -> np.ndarray:
+        """(len(indices), k) int64: each example's length in each time dimension of its batch, before padding."""
+        raise NotImplementedError
+
+    def layout(self, rows: int, *lengths: int) -> dict[str, torch.Tensor]:
+        """A batch of ``rows`` examples padded to ``lengths`` as its meta tensors (dtypes and shapes, no data)."""
+        raise NotImplementedError
+
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
@@ -214,6 +247,14 @@ class PosBatcher(_Batcher):
         super().__init__(len(data), batch_size, shuffle, seed, buckets)
         self.data = data
         self.num_tokens = data.num_tokens
+
+    def example_lengths(self, indices: np.ndarray) -> np.ndarray:
+        return (self.data.offsets[indices + 1] - self.data.offsets[indices])[:, None].astype(np.int64)  # (n, 1): T
+
+    def layout(self, rows: int, *lengths: int) -> dict[str, torch.Tensor]:
+        (t,), affix = lengths, self.data.prefixes.shape[1]
+        return {"words": _meta(rows, t), "prefixes": _meta(rows, t, affix), "suffixes": _meta(rows, t, affix),
+                "tags": _meta(rows, t), "lengths": _meta(rows)}
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
@@ -262,6 +303,17 @@ class NmtBatcher(_Batcher):
             order[start:start + size] = pool[np.argsort(key, kind="stable")]
         starts = np.arange(0, self.size, self.batch_size)
         return order, starts[rng.permutation(len(starts))]
+
+    def example_lengths(self, indices: np.ndarray) -> np.ndarray:
+        d = self.data
+        src = d.src_offsets[indices + 1] - d.src_offsets[indices] + 1  # ids + eos
+        tgt = d.tgt_offsets[indices + 1] - d.tgt_offsets[indices] + 2  # bos + ids + eos
+        return np.column_stack([src, tgt]).astype(np.int64)  # (n, 2): S, T
+
+    def layout(self, rows: int, *lengths: int) -> dict[str, torch.Tensor]:
+        s, t = lengths
+        return {"src": _meta(rows, s), "src_mask": _meta(rows, s, dtype=torch.bool), "tgt": _meta(rows, t),
+                "tgt_mask": _meta(rows, t, dtype=torch.bool)}
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
