@@ -5,7 +5,7 @@ Usage: ``meta = prepare_nmt(config, folder)`` writes ``train.src.npy``, ``train.
 (and the sentencepiece models) into ``folder`` (data/cache.py's ArrayCache.build gives it) and returns the entry's meta.
 
 The steps (the in-memory pipeline this replaces gave the same arrays, vocabularies, dev split and counts:
-tests/data/test_streamed_nmt.py holds it to the values recorded from it):
+tests/data/test_reference_data.py holds it to the values recorded from it):
 1. read both files a chunk of CHUNK_PAIRS pairs at a time (data/parallel.py's parallel_chunks);
 2. encode each chunk in a spawn pool (data/chunk_ids.py: tokenize, drop empty and long pairs, number each side's
    units), both sides in one task, at most IN_FLIGHT chunks per process submitted ahead; a corpus of at most
