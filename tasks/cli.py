@@ -290,6 +290,9 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
         _positive_ints(parser, args, ("beam", "batch_size"))
         if argv[0] in ("tag", "translate"):
             _refuse_closed_streams(parser, args, closed)
+            from hogwild.tasks.inference import output_clash
+            if clash := output_clash(args.output, args.checkpoint, args.files):  # nothing read or written yet
+                parser.error(clash)
     else:
         parser, command = train_parser(prog), _train
         args = run_options(parser, argv)  # refuses flag prefixes too (run_flags.parse_run_options)

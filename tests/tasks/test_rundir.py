@@ -149,3 +149,14 @@ def test_run_py_tag_on_a_crafted_best_pt_runs_nothing_and_exits_1(tmp_path):
         f"run.py tag: error: {tmp_path}/best.pt: not a hogwild checkpoint (it needs io.open unpickled; refused: "
         f"loading it could run code)")
     assert not marker.exists()
+
+
+def test_a_damaged_summary_or_model_json_is_named_with_its_line(tmp_path):
+    _write(tmp_path / "metrics.jsonl", [{"kind": "train", "elapsed": 1.0, "updates": 5, "loss": 2.0}])
+    (tmp_path / "summary.json").write_text('{"best": \n')
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/summary\.json:2:1: not valid JSON \(Expecting value\)$"):
+        read_curves(tmp_path)
+    (tmp_path / "model.json").write_text("ta/DET lavial/VERB\n")
+    torch.save({"format": 1, "model": {"w": torch.ones(2)}}, tmp_path / "last.pt")
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/model\.json:1:1: not valid JSON \(Expecting value\)$"):
+        load_trained(tmp_path)
