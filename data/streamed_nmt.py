@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+
+from hogwild._lifeline import die_with_parent
 
 from .chunk_ids import ChunkIds, SideIds, encode_chunk
 from .compressed import numbered_lines
@@ -99,8 +102,8 @@ class ChunkEncoder:
             for src, tgt in itertools.chain(head, chunks):
                 yield src, tgt, encode_chunk((self.text, max_len, src, tgt))
             return
-        if self.pool is None:
-            self.pool = multiprocessing.get_context("spawn").Pool(self.processes)
+        if self.pool is None:  # its processes die with this one (kill -9): no BrokenPipeError from their results
+            self.pool = multiprocessing.get_context("spawn").Pool(self.processes, die_with_parent, (os.getpid(),))
         pending: deque = deque()
         for src, tgt in itertools.chain(head, chunks):
             pending.append((src, tgt, self.pool.apply_async(encode_chunk, ((self.text, max_len, src, tgt),))))

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from hogwild.data.cache import cache_root
 from hogwild.data.errors import read_json
 from hogwild.files import RecordLog, update_sections
 from hogwild.share.checkpoint import CheckpointError, load_file
@@ -45,6 +46,11 @@ def check_out(run_dir: Path, resume: bool, writer: bool = True, locked: bool = F
         raise RunDirError(f"--out {run_dir}: is a file, not a directory")
     if run_dir.parent.exists() and not run_dir.parent.is_dir():
         raise RunDirError(f"--out {run_dir}: {run_dir.parent} is a file, not a directory")
+    cache, out = cache_root().resolve(), run_dir.resolve()
+    if cache == out or cache.is_relative_to(out) or out.is_relative_to(cache):  # the data would land in the run
+        raise RunDirError(f"--out {run_dir}: {'is' if cache == out else 'overlaps'} the data cache {cache_root()} "
+                          f"($HOGWILD_CACHE): the prepared data and the run's files would mix; give them separate "
+                          f"folders")
     holder = live_holder(run_dir) if writer and not locked and run_dir.is_dir() else None
     if holder is not None:  # a run still writing there: not "already holds a run" nor "no last.pt" (not yet)
         raise busy(run_dir, holder)

@@ -9,7 +9,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -47,6 +49,27 @@ def test_key_follows_file_size_mtime_and_settings(tmp_path):
     assert cache.key("nmt", [source], {"vocab_size": 100}) != key
 
 
+def test_a_corpus_edited_with_its_size_and_mtime_put_back_gets_another_key(tmp_path):
+    """`sed -i` then `touch -r` (a new file renamed over the corpus), or an edit in place with its mtime put back,
+    reused the old entry: the key had path, size and mtime only. The inode and the change time tell them apart."""
+    cache = ArrayCache(tmp_path)
+    source = tmp_path / "corpus.txt"
+    source.write_text("le chat\n")
+    before = source.stat()
+    key = cache.key("nmt", [source], {})
+    edited = tmp_path / "sed-tmp"
+    edited.write_text("le chien\n"[:len("le chat\n")])
+    os.replace(edited, source)  # what sed -i does
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))  # touch -r
+    assert source.stat().st_size == before.st_size and source.stat().st_mtime_ns == before.st_mtime_ns
+    assert cache.key("nmt", [source], {}) != key
+    key = cache.key("nmt", [source], {})
+    time.sleep(0.05)  # the change time moves by the kernel's tick
+    source.write_text("la pomme\n")
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert cache.key("nmt", [source], {}) != key
+
+
 def test_damaged_entry_is_a_miss_and_disabled_cache_does_nothing(tmp_path):
     cache = ArrayCache(tmp_path)
     folder = cache.store("k", {"a": np.zeros(3)}, {})
@@ -55,7 +78,8 @@ def test_damaged_entry_is_a_miss_and_disabled_cache_does_nothing(tmp_path):
         assert cache.load("k") is None
     assert not folder.exists() and list(tmp_path.iterdir()) == []  # removed, so that the next store replaces it
     assert cache.store("k", {"a": np.zeros(3)}, {}) == folder
-    assert cache.load("k")[1] == {"__arrays__": ["a"], "__version__": CACHE_VERSION}
+    assert cache.load("k")[1] == {"__arrays__": ["a"], "__crc32__": {"a": zlib.crc32((folder / "a.npy").read_bytes())},
+                                  "__version__": CACHE_VERSION}
     off = ArrayCache(tmp_path / "off", enabled=False)
     assert off.store("k", {"a": np.zeros(3)}, {}) is None and off.load("k") is None
     assert not (tmp_path / "off").exists()
@@ -186,21 +210,28 @@ def test_a_read_only_or_full_cache_trains_from_the_corpus(tmp_path, kind):
 
 
 def test_an_entry_of_the_older_format_is_never_read_and_named_when_the_data_are_prepared_again(tmp_path):
-    """Format 1 (int64 arrays, no __version__ in meta.json) had other keys, so a load misses it; a meta.json naming
-    no format at a current key is a damaged entry; a build that follows says once what the old entries take."""
+    """Formats 1 (int64 arrays, no __version__ in meta.json) and 2 (no checksums) had other keys, so a load misses
+    them; a meta.json naming another format at a current key is a damaged entry; a build that follows says once what
+    the old entries take."""
     cache = ArrayCache(tmp_path)
     old = tmp_path / "nmt-0123456789abcdef01234567"
     old.mkdir()
     np.save(old / "train.src.npy", np.arange(2**18))  # 2 MiB of int64
     (old / "meta.json").write_text(json.dumps({"info": {}, "__arrays__": ["train.src"]}), encoding="utf-8")
+    second = tmp_path / "nmt-89abcdef0123456789abcdef"
+    second.mkdir()
+    np.save(second / "train.src.npy", np.arange(2**17, dtype=np.uint16))  # 0.25 MiB: 2.25 in all
+    (second / "meta.json").write_text(json.dumps({"info": {}, "__arrays__": ["train.src"], "__version__": 2}))
     with pytest.warns(CacheWarning) as caught:
         folder, stored = cache.build("nmt-new", lambda tmp: np.save(tmp / "a.npy", np.arange(3)) or {"x": 1})
     assert stored and [str(w.message) for w in caught] == [
-        f"1 cache entries under {tmp_path} are of an older format (2 MiB), which this version never reads: delete "
-        f"them to free the space ({old.name})"]
-    assert read_entry(folder)[1] == {"x": 1, "__arrays__": ["a"], "__version__": CACHE_VERSION}
+        f"2 cache entries under {tmp_path} are of an older format (2 MiB), which this version never reads: delete "
+        f"them to free the space ({old.name}, {second.name})"]
+    crc32 = zlib.crc32((folder / "a.npy").read_bytes())
+    assert read_entry(folder)[1] == {"x": 1, "__arrays__": ["a"], "__crc32__": {"a": crc32}, "__version__": 3}
     assert cache.load("nmt-new")[1]["x"] == 1 and (old / "meta.json").exists()  # left for the user to delete
-    with pytest.warns(CacheWarning) as caught:
-        assert cache.load(old.name) is None  # an old entry at a current key (a copy by hand): not misread
-    assert [str(w.message) for w in caught] == [
-        f"damaged cache entry {old / 'meta.json'} (ValueError: cache format 1, not 2): rebuilding it"]
+    for entry, version in ((old, 1), (second, 2)):
+        with pytest.warns(CacheWarning) as caught:
+            assert cache.load(entry.name) is None  # an old entry at a current key (a copy by hand): not misread
+        assert [str(w.message) for w in caught] == [
+            f"damaged cache entry {entry / 'meta.json'} (ValueError: cache format {version}, not 3): rebuilding it"]
