@@ -255,6 +255,8 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
     """The final evaluation and last.pt, then the TrainResult (or WorkerFailed / EvaluationFailed after the
     checkpoint)."""
     config, evaluator, checkpoints = shared.config, run.evaluator, shared.checkpoints
+    if run.failure and run.periodic is not None:
+        run.periodic.abandon()  # no one reads it now; left running, it would abort the process at its exit
     wall = time.time() - run.started
     snapshot = shared.counters.snapshot()
     run.records.append(metrics.record(snapshot))
