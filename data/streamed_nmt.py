@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import signal
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +93,13 @@ class ChunkEncoder:
         return self
 
     def __exit__(self, *exc) -> None:
+        """The pool's processes finish the chunks in flight (a second or two) and exit: terminating them instead (a
+        SIGTERM each) could end one while it held the pool's task queue lock, waiting for its next chunk, and
+        Pool.terminate then waits on that lock for good (as after a SIGTERM to the whole process group)."""
         if self.pool is not None:
-            self.pool.terminate()
+            self.pool.close()
+            self.pool.join()
+            self.pool.terminate()  # the pool's threads; its processes have exited
 
     def encode(self, chunks: Iterator[tuple[list[str], list[str]]], max_len: int | None) \
             -> Iterator[tuple[list[str], list[str], ChunkIds]]:
@@ -102,8 +108,8 @@ class ChunkEncoder:
             for src, tgt in itertools.chain(head, chunks):
                 yield src, tgt, encode_chunk((self.text, max_len, src, tgt))
             return
-        if self.pool is None:  # its processes die with this one (kill -9): no BrokenPipeError from their results
-            self.pool = multiprocessing.get_context("spawn").Pool(self.processes, die_with_parent, (os.getpid(),))
+        if self.pool is None:
+            self.pool = _start_pool(self.processes)
         pending: deque = deque()
         for src, tgt in itertools.chain(head, chunks):
             pending.append((src, tgt, self.pool.apply_async(encode_chunk, ((self.text, max_len, src, tgt),))))
@@ -113,6 +119,30 @@ class ChunkEncoder:
         while pending:
             src, tgt, result = pending.popleft()
             yield src, tgt, result.get()
+
+
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # this process's to act on: Ctrl-C, kill, hang-up
+
+
+def _start_pool(processes: int):
+    """A spawn pool whose processes die with this one (kill -9: no BrokenPipeError traceback from each as it sends a
+    result to no one) and leave the stopping signals to it (a terminal sends SIGINT and SIGHUP to the whole process
+    group, `kill -- -PGID` SIGTERM: no KeyboardInterrupt traceback from each, no process killed while it holds the
+    pool's queue); this process stops and closes the pool. The signals are blocked while they start, so that none
+    takes one in the seconds of its imports."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
+    try:
+        return multiprocessing.get_context("spawn").Pool(processes, _pool_process, (os.getpid(),))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _pool_process(parent: int) -> None:
+    """What each process of the pool runs first (the mask it inherited holds the stopping signals blocked)."""
+    die_with_parent(parent)
+    for number in STOPPING_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
 
 
 @dataclass

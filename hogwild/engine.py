@@ -68,6 +68,8 @@ class TrainResult:
     eager_steps: int = 0  # steps of graphed workers run eagerly: no graph for the batch shape, or the capture failed
     eager_share: float | None = None  # eager_steps over the graphed workers' steps (None: no graphed worker)
     restarts: int = 0  # workers replaced after dying or hanging (Config.max_restarts)
+    late_signal: str | None = None  # 'signal SIGTERM': the run's first signal came after training ended (its stop,
+    # final evaluation and last.pt went on): the run is whole, and a caller may skip what it would do next
 
 
 def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, config: Config,
@@ -105,9 +107,13 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
                              config.tensorboard, shared.counters.snapshot(), graphed)
         # from the first worker to last.pt: SIGINT/SIGTERM/SIGHUP request a graceful stop, and a repeated one
         # (a second Ctrl-C) does not abort the stop: the checkpoint is written all the same
-        with graceful_signals(functools.partial(_stop_on_signal, shared.control)):
+        late: list[str] = []  # the signals that came once the stop was under way
+        with graceful_signals(functools.partial(_stop_on_signal, shared.control, late)):
             run = _supervise(shared, supervisor, metrics, store, feed, evaluate, agent)
-            return _result(shared, run, metrics, supervisor)
+            result = _result(shared, run, metrics, supervisor)
+        if late and not result.stop_reason.startswith("signal"):
+            result.late_signal = f"signal {late[0]}"  # the first signal the run received, after training ended
+        return result
     finally:
         if feed is not None:
             feed.close()  # again (it is idempotent) for a start-up that failed before supervising
@@ -116,11 +122,16 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         remove_scratch(scratch)
 
 
-def _stop_on_signal(control: RunControl, name: str) -> None:
-    if control.stopping:
+def _stop_on_signal(control: RunControl, late: list[str], name: str) -> None:
+    """A signal stops training; one that comes once the stop is under way (training reached its end, or an earlier
+    signal stopped it) changes nothing here but is kept (TrainResult.late_signal); only a repeated one is "again"."""
+    if not control.stopping:
+        control.request_stop(f"signal {name}")
+        return
+    if late or str(control.stop_reason).startswith("signal"):
         print(f"hogwild: {name} again: already stopping; last.pt is being written, a moment", file=sys.stderr,
               flush=True)
-    control.request_stop(f"signal {name}")
+    late.append(name)
 
 
 def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config) -> Sequence:

@@ -261,3 +261,42 @@ def test_a_preparation_killed_half_way_leaves_no_traceback_and_the_next_load_rem
     assert left.name.startswith(".nmt-") and (left / ".owner").exists()
     assert ArrayCache(cache).load("nmt-another") is None
     assert list(cache.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_whole_process_group_during_a_pooled_preparation_ends_run_py_cleanly(tmp_path, signum):
+    """Ctrl-C reaches every process of the terminal's group: each process of the tokenization pool printed a
+    KeyboardInterrupt traceback. A SIGTERM to the group (`kill -- -PGID`) killed them, one of them while it held the
+    pool's task queue lock, and run.py then waited on that lock for good when it terminated the pool. The pool
+    leaves these signals to run.py, which stops ("interrupted", exit 130) and closes it; the next load removes the
+    half-built entry."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.tasks.helpers import REPO, write_parallel
+
+    write_parallel(tmp_path / "train", 30_000, 0)  # over POOL_PAIRS: encoded in a pool of 2 processes
+    cache = tmp_path / "cache"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HOGWILD_CACHE": str(cache)}
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), "--task", "nmt", "--train",
+                                str(tmp_path / "train"), "--src-lang", "fr", "--tgt-lang", "en", "--steps", "1",
+                                "--out", str(tmp_path / "run")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(path.stat().st_size for path in cache.glob(".nmt-*/train.src.ids")):  # the pool is at work
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        os.killpg(process.pid, getattr(signal, signum))
+        _, errors = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert (process.returncode, errors.splitlines()[-1]) == (130, "run.py: interrupted"), errors
+    assert "Traceback" not in errors and not (tmp_path / "run").exists()
+    assert ArrayCache(cache).load("nmt-another") is None and list(cache.iterdir()) == []
