@@ -150,15 +150,20 @@ class ArrayCache:
             self._unwritable(self.path(key), error)
             return None
 
-    def build(self, key: str, write: Callable[[Path], dict]) -> tuple[Path, bool]:
+    def build(self, key: str, write: Callable[[Path], dict], need: int = 0) -> tuple[Path, bool]:
         """A new entry written in place: ``write(folder)`` fills an empty folder with ``<name>.npy`` arrays and other
         files, then returns the meta; the folder is renamed into place (its .npy files are the entry's arrays; read
         them with ``read_entry(folder)``). Returns ``(folder, stored)``. A cache that is off gets a temporary folder
         instead, removed when this process exits (stored False); so does one that cannot be written, after one
-        warning naming the entry, with ``write`` run again there. An OSError there (no room anywhere) is raised."""
+        warning naming the entry, with ``write`` run again there. An OSError there (no room anywhere) is raised.
+        need: bytes ``write`` takes at least; a cache with less room free is not tried (a full disk ran a whole
+        preparation twice: until the disk filled, then again outside the cache)."""
         if self.enabled:
             self._note_older_entries()
+            free = _free_bytes(self.root)
             try:
+                if free is not None and free < need:
+                    raise OSError(errno.ENOSPC, f"No space left on device for the about {need:,} bytes it needs")
                 return self._write(self.path(key), write), True
             except OSError as error:
                 self._unwritable(self.path(key), error)
@@ -219,6 +224,17 @@ class ArrayCache:
             shutil.rmtree(tmp, ignore_errors=True)
             release(str(tmp))
         return folder
+
+
+def _free_bytes(root: Path) -> int | None:
+    """Bytes free on the disk of root (or of its nearest folder that exists); None when that cannot be told."""
+    for folder in (root, *root.parents):
+        if folder.exists():
+            try:
+                return shutil.disk_usage(folder).free
+            except OSError:
+                return None
+    return None
 
 
 def _fill(folder: Path, write: Callable[[Path], dict]) -> None:

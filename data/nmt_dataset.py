@@ -26,7 +26,7 @@ from .cache import ArrayCache, read_entry
 from .encoders import SIDES, NmtEncoder, NmtText
 from .holdout import MIN_SPLIT_PAIRS, held_out_size  # noqa: F401 - part of this module's face
 from .parallel import ParallelCorpus, parallel_files, read_parallel
-from .streamed_nmt import nmt_text, prepare_nmt
+from .streamed_nmt import nmt_text, prepare_nmt, preparation_bytes
 from .subwords import MODEL_TYPES
 from .synthetic import synthetic_parallel
 from .vocab import Vocabulary
@@ -174,7 +174,7 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
                         _bounds)
     if cached is not None:
         return cached
-    folder, _ = cache.build(key, lambda folder: prepare_nmt(config, folder))
+    folder, _ = cache.build(key, lambda folder: prepare_nmt(config, folder), need=preparation_bytes(files))
     return _mapped(config, *read_entry(folder), folder, cached=False)
 
 

@@ -295,6 +295,10 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
                 parser.error(clash)
     else:
         parser, command = train_parser(prog), _train
+        if argv and not argv[0].startswith("-"):  # `run.py prepare ...` was blamed on its first flag (--src)
+            prepare = "; corpora are prepared with `python -m hogwild.data.prepare`" if argv[0] == "prepare" else ""
+            parser.error(f"{argv[0]!r} is not a command: {prog}'s commands are {', '.join(SUBCOMMANDS)}, and "
+                         f"training takes flags only{prepare}")
         args = run_options(parser, argv)  # refuses flag prefixes too (run_flags.parse_run_options)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:

@@ -123,8 +123,8 @@ def checkpoint_note(run_dir: str | Path, path: Path) -> tuple[str, str | None]:
     holder = live_holder(run_dir)
     if holder is None:
         return note, None
-    return note, (f"{run_dir} is still training ({describe_holder(holder)}): {path.name} is the checkpoint of update "
-                  f"{update}, not of the finished run")
+    return note, (f"{run_dir} is still training, by {describe_holder(holder)}: {path.name} is the checkpoint of "
+                  f"update {update}, not of the finished run")  # not "(pid N (started ...))"
 
 
 def tag_lines(tagger, lines: Sequence[str], output_format: str = "slash", batch_size: int = 32,

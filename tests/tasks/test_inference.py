@@ -131,8 +131,8 @@ def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
         assert len(done.stdout.splitlines()) == 1
         note, warning = done.stderr.splitlines()
         assert note == f"run.py tag: using {out / 'best.pt'} (update 0)"
-        assert re.fullmatch(rf"run\.py tag: warning: {re.escape(str(out))} is still training \(pid {training.pid} "
-                            rf"\(started [0-9: -]+\)\): best\.pt is the checkpoint of update 0, not of the finished "
+        assert re.fullmatch(rf"run\.py tag: warning: {re.escape(str(out))} is still training, by pid {training.pid} "
+                            rf"\(started [0-9: -]+\): best\.pt is the checkpoint of update 0, not of the finished "
                             rf"run", warning), warning
         training.send_signal(signal.SIGINT)
         assert training.wait(120) == 130
