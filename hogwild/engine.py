@@ -34,10 +34,10 @@ from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start
 from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
 from .share.feed import BatchFeed, as_sequence
-from .share.stream import ArrivingBatches, StreamFeed, is_streamed
 from .share.run_state import RunControl, StepBudget
 from .share.scratch import make_scratch, remove_scratch
 from .share.shared_run import SharedRun, share
+from .share.stream import ArrivingBatches, StreamFeed, is_streamed
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
 from .worker.replica import sparse_tables
@@ -86,7 +86,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: CPU batches -
     tensors, tuples or dicts of tensors - as a sequence or a map-style Dataset (stored, indexed in each worker), or
     any other iterable (streamed to the workers as they train: an IterableDataset, a generator; an epoch is one
-    pass; share/feed.py). evaluate(model) -> dict of metrics,
+    pass; share/stream.py). evaluate(model) -> dict of metrics,
     or evaluate(model, final) (final=False: periodic check, True: the run's last evaluation), run in this process
     on a snapshot, on a thread beside the parent's loop (evaluation.py). Raises WorkerFailed when a worker fails and
     EvaluationFailed when evaluate raises, both after writing last.pt.
