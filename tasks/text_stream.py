@@ -148,10 +148,10 @@ def _decoded(raw: bytes, source: _Lines, encoding: str, max_words: int | None) -
 class TextOutput:
     """Where the answers go, chunk by chunk: stdout, flushed after each chunk, or --output FILE, written beside it and
     put in its place whole when the command succeeds (a failure leaves the previous file; a symbolic link's target
-    is the file; the file keeps its permissions, a new one gets the umask's). --output that is a stream (a FIFO, a device: /dev/stdout) is written as it goes, never replaced:
-    a file renamed over it replaced /dev/full itself. conll: each chunk is a list of CoNLL blocks (each ending in a
-    newline), separated by a blank line. A write that fails names stdout or the file; a closed stdout pipe raises
-    ReaderGone."""
+    is the file; the file keeps its permissions, a new one gets the umask's). --output that is a stream (a FIFO, a
+    device: /dev/stdout) is written as it goes, never replaced: a file renamed over it replaced /dev/full itself.
+    conll: each chunk is a list of CoNLL blocks (each ending in a newline), separated by a blank line. A write that
+    fails names stdout or the file; a closed stdout pipe raises ReaderGone."""
 
     def __init__(self, path: str | None = None, conll: bool = False):
         self.path, self.conll = path, conll

@@ -243,8 +243,9 @@ def test_a_read_only_or_full_cache_trains_from_the_corpus(tmp_path, kind):
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     reason = "Read-only file system" if kind == "read-only" and os.geteuid() == 0 else \
-        "Permission denied" if kind == "read-only" else r"(No space left on device( for the about [\d,]+ bytes it " \
-                                                        r"needs)?|\d+ requested and \d+ written); [\d,]+ bytes free there"
+        "Permission denied" if kind == "read-only" else \
+        r"(No space left on device( for the about [\d,]+ bytes it needs)?|\d+ requested and \d+ written); [\d,]+ " \
+        r"bytes free there"
     assert len(result["warnings"]) == 1, result
     assert re.fullmatch(rf"cannot write the cache entry {re.escape(str(cache))}/nmt-\w+ \({reason}\): "
                         r"training from the corpus without caching it \(set HOGWILD_CACHE to a writable folder to "

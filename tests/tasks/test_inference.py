@@ -208,7 +208,8 @@ def test_an_output_on_a_file_of_the_run_or_on_the_input_is_refused_by_any_path(t
     (tmp_path / "alias").symlink_to(run)
     refused = {str(run / "last.pt"): "", str(run / "metrics.jsonl"): "", str(run / "host0" / "last.pt"): "",
                str(run / "summary.json"): "",  # not written yet: the run writes it at its end
-               str(tmp_path / "link.pt"): f"is {run / 'last.pt'}, ", str(tmp_path / "hard.pt"): f"is {run / 'best.pt'}, ",
+               str(tmp_path / "link.pt"): f"is {run / 'last.pt'}, ",
+               str(tmp_path / "hard.pt"): f"is {run / 'best.pt'}, ",
                str(tmp_path / "alias" / "vocab.words.json"): f"is {run / 'vocab.words.json'}, ",
                str(tmp_path / "alias" / "best.pt"): f"is {run / 'best.pt'}, ",  # best.pt is run/best.pt and hard.pt
                str(tmp_path / "alias" / "summary.json"): f"is {run / 'summary.json'}, "}
@@ -273,9 +274,9 @@ def test_a_run_file_that_cannot_be_parsed_is_named_with_its_path(nmt_run, tmp_pa
     spec = (run / "model.json").read_text()
     (run / "model.json").write_text(json.dumps({**json.loads(spec), "config": {**json.loads(spec)["config"],
                                                                                "readout": 7}}))
-    with pytest.raises(RunDirError, match=rf"^{run}/model\.json and {run}/best\.pt do not make one model \(RuntimeError: "
-                                          r"Error\(s\) in loading state_dict for AttentionNMT: size mismatch for "
-                                          r".*\); is one of them from another run\?$"):
+    with pytest.raises(RunDirError, match=rf"^{run}/model\.json and {run}/best\.pt do not make one model "
+                                          r"\(RuntimeError: Error\(s\) in loading state_dict for AttentionNMT: size "
+                                          r"mismatch for .*\); is one of them from another run\?$"):
         load_translator(run)
     (run / "model.json").write_text(spec)
     (run / "vocab.src.json").write_text("x")
