@@ -31,7 +31,8 @@ from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .parent.metrics import MetricsLog, eager_share
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
-from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start_resource_tracker
+from .parent.supervisor import Supervisor, WorkerFailed
+from .process_signals import graceful_signals, start_resource_tracker
 from .share.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
 from .share.feed import BatchFeed, as_sequence

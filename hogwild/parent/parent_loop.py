@@ -13,12 +13,13 @@ import time
 from typing import Any, Callable
 
 from ..config import Config
+from ..process_signals import parent_signals_blocked
 from ..share.shared_run import SharedRun
 from .agent import AttachedAgent
 from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
 from .progress_watch import ProgressWatch
-from .supervisor import Supervisor, parent_signals_blocked
+from .supervisor import Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches

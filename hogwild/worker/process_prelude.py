@@ -23,7 +23,7 @@ from tqdm.std import TqdmDefaultWriteLock
 
 from ..config import Config
 from .._lifeline import die_with_parent
-from ..parent.supervisor import PARENT_SIGNALS, outlive_closed_output
+from ..process_signals import PARENT_SIGNALS, outlive_closed_output
 from ..share.batch_store import BatchStore
 from ..share.run_state import RunControl, SharedCounters, StepBudget
 from .gradients import use_tf32
