@@ -84,7 +84,7 @@ class ParentLoop:
 
     def _replaced(self, failure: str) -> bool:
         """While Config.max_restarts allows, replace the worker that failed (died, raised or hung: killed) with a
-        fresh process on its device, its unfinished batches dealt again (share/feed.py); the restart is a metrics
+        fresh process on its device, its unfinished batches dealt again (feed/tickets.py); the restart is a metrics
         record. False when the run must stop instead (no restart left, an agent's failure, a stop requested)."""
         supervisor, worker = self.supervisor, self.supervisor.failed_worker
         if worker < 0 or supervisor.restarts >= self.config.max_restarts or self.control.stopping:

@@ -170,7 +170,7 @@ def check_resumable(state: dict[str, Any], path: str, n_batches: int, data_assig
     worker count - before anything is written or started."""
     position = state["data_position"]
     if position["n_batches"] != n_batches:
-        stream = "a stream of batches (an iterable that cannot be indexed)"  # 0 batches: hogwild/share/stream.py
+        stream = "a stream of batches (an iterable that cannot be indexed)"  # 0 batches: hogwild/feed/stream.py
         trained = stream if position["n_batches"] == 0 else f"{position['n_batches']} batches"
         now = f"it is {stream}" if n_batches == 0 else f"there are {n_batches}"
         raise CheckpointMismatch(f"cannot resume {path}: it was trained on {trained}, now {now} (same data, batch "

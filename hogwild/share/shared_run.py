@@ -14,7 +14,7 @@ from torch import nn
 
 from ..config import Config
 from ..shared_optim import SharedOptimizer, trainable_parameters, unique_nbytes
-from .batch_store import opens_in_worker
+from ..feed.batch_store import opens_in_worker
 from .checkpoint import RunCheckpoints, StartPosition, resume
 from .resources import check_resources, check_shared_memory, removing_leaked_shm, shared_memory_need, tensor_nbytes
 from .run_state import RunControl, SharedCounters, StepBudget

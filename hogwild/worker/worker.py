@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ..config import Config
-from ..share.feed import PartitionReader, QueueReader
+from ..feed.tickets import PartitionReader, QueueReader
 from ..shared_optim import FUSED_OPTIMIZERS, FUSED_WHEN_SHARED
 from .capture import CaptureFailed, describe
 from .gradients import NonFiniteStreak, batch_seed, compiled_loss, seed_batch

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import hogwild
-from hogwild.share.batch_store import BatchStore
+from hogwild.feed.batch_store import BatchStore
 from hogwild.worker.step_graph import batch_signature, shape_counts
 
 DOC = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "library.md").read_text(encoding="utf-8")

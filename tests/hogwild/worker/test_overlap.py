@@ -46,7 +46,7 @@ def test_the_next_pull_reads_the_parameters_while_the_previous_update_lands():
     import threading
     from types import SimpleNamespace
 
-    from hogwild.share.feed import PartitionReader
+    from hogwild.feed.tickets import PartitionReader
     from hogwild.worker.gradients import NonFiniteStreak
     from hogwild.worker.step_graph import StepGraphs
     from hogwild.worker.updates import SkipRule
