@@ -6,9 +6,9 @@ This file holds only the five steps; each module under it says in its docstring 
 1. validate  the arguments here; config.py; share/resources.py, share/checkpoint.py (a resumed last.pt, checked
              before anything is written)
 2. share     share/ (shared_run.py's `share`: shared model and optimizer state, the run state, the resumed run)
-3. spawn     feed/batch_store.py, feed/tickets.py; in each process worker/ (process_prelude.py, then worker.py or
-             sync.py; the step: in_place.py, or step_graph.py with pull.py, copy_out.py, capture.py; gradients.py,
-             replica.py, updates.py)
+3. spawn     feed/ (batch_store.py in scratch.py's folder; tickets.py, or stream.py for a stream); in each process
+             worker/ (process_prelude.py, then worker.py or sync.py; the step: in_place.py, or step_graph.py with
+             pull.py, copy_out.py, capture.py; gradients.py, replica.py, updates.py)
 4. supervise parent/ (parent_loop.py with supervisor.py, metrics.py, evaluation.py, checkpoints and an agent.py agent)
 5. result    the final evaluation and last.pt, then a TrainResult
 """
@@ -27,19 +27,20 @@ from torch import nn
 
 from ._lifeline import WORKER_NAMES
 from .config import Config
+from .feed.batch_store import BatchStore, opens_in_worker
+from .feed.scratch import make_scratch, remove_scratch
+from .feed.stream import ArrivingBatches, StreamFeed, is_streamed
+from .feed.tickets import BatchFeed, as_sequence
 from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .parent.metrics import MetricsLog, eager_share
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
 from .parent.supervisor import Supervisor, WorkerFailed
 from .process_signals import graceful_signals, start_resource_tracker
-from .feed.batch_store import BatchStore
 from .share.checkpoint import load_resume_state, prepare_run_dir
-from .feed.tickets import BatchFeed, as_sequence
+from .share.resources import tensor_nbytes
 from .share.run_state import RunControl, StepBudget
-from .feed.scratch import make_scratch, remove_scratch
 from .share.shared_run import SharedRun, share
-from .feed.stream import ArrivingBatches, StreamFeed, is_streamed
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
 from .worker.replica import sparse_tables
@@ -97,7 +98,8 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     batches = _validate(model, batches, config, stream is not None)
     saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
     run_dir = prepare_run_dir(config)
-    shared = share(model, config, saved, run_dir, batches)
+    held = 0 if opens_in_worker(batches) else tensor_nbytes(list(batches))  # a Dataset is indexed in each worker
+    shared = share(model, config, saved, run_dir, len(batches), held)
     scratch = make_scratch()  # and removes the scratch folders of runs killed with kill -9
     metrics = feed = None
     try:

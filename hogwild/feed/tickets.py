@@ -1,4 +1,4 @@
-"""Batch feed: which batch each worker trains on next, exactly once per epoch, in a seeded order.
+"""Tickets: which batch each worker trains on next, exactly once per epoch, in a seeded order.
 
 Batches never travel through a queue: every worker maps the same batch store (batch_store.py), and the parent's
 dealer thread only sends tickets `(seq, epoch, index)`, up to 32 consecutive tickets per queue item on larger data

@@ -1,6 +1,6 @@
 """The engine's folders import one way, as docs/architecture.md says: read from the source (ast), every import of
 every module counted, a function's lazy one and a TYPE_CHECKING one too. worker/ used to import the signal rules from
-parent/supervisor.py, so that a worker process sat above the parent's code."""
+parent/supervisor.py, so that a worker process sat above the parent's code, and share/ held the feed too."""
 import ast
 import pathlib
 
@@ -40,6 +40,14 @@ def test_the_import_reader_sees_relative_absolute_and_lazy_imports():
 def test_worker_imports_nothing_from_parent():
     """A worker process runs worker/ and what it imports; the parent's supervision, loop and metrics stay above it."""
     assert imports_into("worker", ("hogwild.parent",)) == []
+
+
+def test_the_shared_state_and_the_feed_import_neither_each_other_nor_the_processes():
+    """share/ (the shared run state and its saved form) and feed/ (which batch a worker trains next) sit side by
+    side under worker/ and parent/: the feed reads and writes the counters handed to it."""
+    assert imports_into("share", ("hogwild.feed", "hogwild.parent", "hogwild.worker")) == []
+    assert imports_into("feed", ("hogwild.share", "hogwild.parent", "hogwild.worker")) == []
+    assert "hogwild.feed.tickets" in hogwild_imports(ENGINE / "worker" / "worker.py")
 
 
 def test_the_signal_rules_are_a_leaf_every_process_can_import():

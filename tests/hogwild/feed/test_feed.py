@@ -1,5 +1,6 @@
 """hogwild.feed.tickets: seeded epoch orders, exactly-once tickets through each worker's bounded queue, a dead
-worker's tickets dealt again once, max_steps dealt exactly, shards, resume positions."""
+worker's tickets dealt again once, max_steps dealt exactly, shards, resume positions; hogwild.feed.stream: what is
+streamed, a pass per epoch, read as the queues have room."""
 import threading
 import time
 from collections import Counter
