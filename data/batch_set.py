@@ -10,7 +10,7 @@ corpus size. The engine sends any ``torch.utils.data.Dataset`` to the workers as
 
 ``batch_shapes()`` tells the shapes of its batches and how many batches have each, read from the batcher's offsets
 and plan (fairseq's bucketing reads a sizes array the same way) without building a batch: a device worker asks it
-for the shapes it captures and the size of its sparse-row buffers (hogwild/worker/step_graph.py; docs/library.md
+for the shapes it captures and the size of its sparse-row buffers (hogwild/worker/device_step.py; docs/library.md
 names this protocol for any Dataset).
 
 Usage: ``batches = BatchSet(dataset.train.with_buckets(LengthBuckets(multiple=8)))``; ``len(batches)``;

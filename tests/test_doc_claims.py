@@ -134,7 +134,7 @@ def test_every_test_file_the_code_and_docs_name_exists():
 
 
 def test_the_engine_lists_every_worker_module_under_the_step_it_serves():
-    """hogwild/engine.py's step 3 omitted the device step's files (in_place.py, step_graph.py, pull.py, ...)."""
+    """hogwild/engine.py's step 3 omitted the device step's files (in_place.py, device_step.py, pull.py, ...)."""
     step3 = " ".join(hogwild.engine.__doc__.split("3. spawn", 1)[1].split("4. supervise", 1)[0].split())
     modules = {path.name for path in (ROOT / "hogwild" / "worker").glob("*.py") if path.name != "__init__.py"}
     assert modules and sorted(name for name in modules if name not in step3) == []

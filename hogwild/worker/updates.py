@@ -17,7 +17,7 @@ bit-identical whatever the thread count (tests/hogwild/worker/test_update_thread
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
-A worker's step (step_graph.py on a device, in_place.py for 'cpu') submits its update before the device has
+A worker's step (device_step.py on a device, in_place.py for 'cpu') submits its update before the device has
 finished it: the Update carries the step's `result`, and whoever applies it (the background thread, or the worker
 itself when serial) first waits for the step's copy to the host, then reads its finiteness and loss there - the skip
 of a non-finite step is decided then, by the SkipRule, and the worker's main thread never waits for the device.
@@ -73,7 +73,7 @@ class Update:
     loss: float
     phases: list[float]  # seconds of pull, compute, push
     clip_scale: float | None = None  # multiply the gradients by this first (clip_norm)
-    result: Any = None  # the step's result, maybe still on the device (step_graph.StepResult, graphed or eager; or
+    result: Any = None  # the step's result, maybe still on the device (device_step.StepResult, graphed or eager; or
     #                     in_place.py's): grads, loss, phases and the skip come from it once it has finished
 
 

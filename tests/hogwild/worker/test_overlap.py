@@ -48,14 +48,14 @@ def test_the_next_pull_reads_the_parameters_while_the_previous_update_lands():
 
     from hogwild.feed.tickets import PartitionReader
     from hogwild.worker.gradients import NonFiniteStreak
-    from hogwild.worker.step_graph import StepGraphs
+    from hogwild.worker.device_step import DeviceStep
     from hogwild.worker.updates import SkipRule
     from hogwild.worker.worker import train_steps
 
     batches, run = H.regression_batches(n=5), config(overlap_update=True, epochs=1, shuffle=False, lr=0.05)
     model = H.regression_model().share_memory()
     view = SharedCounters(1).worker_view(0)
-    step = StepGraphs(model, H.mse_loss, torch.device("cpu"), run, graphs=False)
+    step = DeviceStep(model, H.mse_loss, torch.device("cpu"), run, graphs=False)
     step.prepare(batches)
     pulls = threading.Condition()
     counts = {"pulls": 0, "at_release": []}  # pulls issued so far; their count when each update was released
