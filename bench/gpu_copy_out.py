@@ -90,7 +90,7 @@ def measure(step: DeviceStep, updater: Updater, batch: dict, rounds: int) -> dic
             outbox.send(0, counts[mode])
             out[mode].append(time.perf_counter() - start)
     start = time.perf_counter()
-    updater.submit(Update(None, 0, 0, result.count, 0.0, [], result=result))
+    updater.submit(Update(result, 0, 0))
     out["update"] = [time.perf_counter() - start]
     out.update({f"{mode} elements": [sum(p.stop - p.start for p in outbox.segments(counts[mode]))] for mode in MODES})
     return out

@@ -178,7 +178,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         steps += 1
         reader.done()
         # serial: lands now, and the next pull sees it (the paper's order); overlapped: held until the next step starts
-        updater.submit(Update(None, read_version, epoch, result.count, 0.0, [], result=result))
+        updater.submit(Update(result, read_version, epoch))
         ticket = next_ticket(spec, reader, stopped, deadline, idle)
         batch = _prefetch(step, view, config, steps, batches, ticket)  # overlapped: beside the update in flight
         if overlap:

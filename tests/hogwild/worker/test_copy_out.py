@@ -61,7 +61,7 @@ def trained(sparse: bool, batches: list, lr: float = 0.5, epochs: int = 2) -> li
             version = step.pull.make_current()
             clock.mark()
             result = step.run(batch, 0, clock)
-            updater.submit(Update(None, version, epoch, result.count, 0.0, [], result=result))
+            updater.submit(Update(result, version, epoch))
     assert view.global_updates() == epochs * len(batches)
     return [p.detach().clone() for p in model.parameters()]
 
