@@ -38,8 +38,9 @@ def test_the_import_reader_sees_relative_absolute_and_lazy_imports():
 
 
 def test_worker_imports_nothing_from_parent():
-    """A worker process runs worker/ and what it imports; the parent's supervision, loop and metrics stay above it."""
+    """A worker process runs worker/ and what it imports; the parent's supervision, loop and metrics sit beside it."""
     assert imports_into("worker", ("hogwild.parent",)) == []
+    assert imports_into("parent", ("hogwild.worker",)) == []
 
 
 def test_the_shared_state_and_the_feed_import_neither_each_other_nor_the_processes():
