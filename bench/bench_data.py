@@ -49,7 +49,7 @@ from hogwild.data.corpora import corpora_dir
 from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
 from hogwild.data.synthetic import synthetic_parallel
 from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
-from hogwild.worker.step_graph import shape_counts
+from hogwild.worker.device_step import shape_counts
 
 from bench import command_line
 from bench.startup_probe import descendants, folder_bytes

@@ -25,7 +25,7 @@ from hogwild.share.resources import usable_cores
 from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
-from hogwild.worker.updates import Update, Updater, update_threads
+from hogwild.worker.updates import HostGradients, Update, Updater, update_threads
 
 BENCH_DEFAULTS = {"preset": "paper", "steps": 20}  # this benchmark's defaults of run.py's options
 OPTIMIZERS = (("sgd", False), ("adam", True))  # (name, fused): the paper's SGD; Adam as GPU workers step it
@@ -42,7 +42,7 @@ def update_ms(params: list[torch.Tensor], grads: list[torch.Tensor], name: str, 
     try:
         for step in range(steps + 1):  # the first one starts the thread: not timed
             start = time.perf_counter()
-            updater.submit(Update(grads, step, 0, 1, 0.0, [0.0, 0.0, 0.0]))
+            updater.submit(Update(HostGradients(grads), step, 0))
             updater.release()
             updater.wait()
             times.append(time.perf_counter() - start)

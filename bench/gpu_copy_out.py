@@ -38,8 +38,8 @@ from hogwild.models import POSTagger, pos_loss, pos_preset
 from hogwild.share.run_state import PhaseClock, SharedCounters
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.worker.device_step import DeviceStep
 from hogwild.worker.gradients import NonFiniteStreak
-from hogwild.worker.step_graph import StepGraphs
 from hogwild.worker.updates import SkipRule, Update, Updater
 
 BENCH_DEFAULTS = {"preset": "paper", "steps": 8}  # this benchmark's defaults of run.py's options
@@ -56,13 +56,13 @@ def pos_batches(steps: int, quick: bool, seed: int = 0) -> tuple[list[dict], str
     return [pad_to_edges(make_batch("pos", lens, 0, g), LENGTH_EDGES["pos"]) for lens in plan], source
 
 
-def prepared_step(preset: str, batches: list[dict]) -> tuple[StepGraphs, Updater]:
+def prepared_step(preset: str, batches: list[dict]) -> tuple[DeviceStep, Updater]:
     """The worker's device step on the CPU (uncaptured) over a shared POS tagger; a serial Updater with plain SGD."""
     torch.manual_seed(0)
     model = POSTagger(pos_preset(preset, **POS_VOCAB, sparse_embeddings=True)).share_memory()
     config = Config(devices=["cpu-replica"], optimizer="sgd", lr=1e-6, sparse_pull=True, progress=False,
                     tensorboard=False)
-    step = StepGraphs(model, functools.partial(pos_loss, padded=True), torch.device("cpu"), config, graphs=False)
+    step = DeviceStep(model, functools.partial(pos_loss, padded=True), torch.device("cpu"), config, graphs=False)
     step.prepare(batches)
     optimizer = SharedOptimizer(step.shared, "sgd")
     optimizer.attach(step.shared)
@@ -72,7 +72,7 @@ def prepared_step(preset: str, batches: list[dict]) -> tuple[StepGraphs, Updater
     return step, updater
 
 
-def measure(step: StepGraphs, updater: Updater, batch: dict, rounds: int) -> dict[str, list[float]]:
+def measure(step: DeviceStep, updater: Updater, batch: dict, rounds: int) -> dict[str, list[float]]:
     """One real step on `batch`, then its copy to the host `rounds` times per mode (order rotating) and its update:
     seconds, and the elements each copy moves."""
     clock = PhaseClock(torch.device("cpu"))
@@ -90,7 +90,7 @@ def measure(step: StepGraphs, updater: Updater, batch: dict, rounds: int) -> dic
             outbox.send(0, counts[mode])
             out[mode].append(time.perf_counter() - start)
     start = time.perf_counter()
-    updater.submit(Update(None, 0, 0, result.count, 0.0, [], result=result))
+    updater.submit(Update(result, 0, 0))
     out["update"] = [time.perf_counter() - start]
     out.update({f"{mode} elements": [sum(p.stop - p.start for p in outbox.segments(counts[mode]))] for mode in MODES})
     return out

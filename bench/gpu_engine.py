@@ -23,8 +23,8 @@ import hogwild
 from bench.gpu_report import Measurement
 from bench.gpu_timing import sampler_for, steady_records
 from hogwild.tasks.options import RunOptions
+from hogwild.worker.device_step import graph_shapes, shape_counts
 from hogwild.worker.replica import torch_device
-from hogwild.worker.step_graph import graph_shapes, shape_counts
 
 ENGINE = {"engine": {}, "engine-bf16": {"amp": "bf16"},
           "engine-compiled": {"compile": "reduce-overhead", "hang_timeout": None}}  # Config fields per variant

@@ -1,4 +1,4 @@
-"""The graphed worker step (Config.graphs, hogwild/worker/step_graph.py) on one GPU, with the real models, answering
+"""The graphed worker step (Config.graphs, hogwild/worker/device_step.py) on one GPU, with the real models, answering
 first what a first GPU run must know, then what a step costs:
   1. equality: per task, one captured step (replayed on another batch of its bucket) against the eager padded loss
      and backward on that batch, clipped as the eager worker clips; every gradient within --rtol of the largest;
@@ -52,8 +52,8 @@ from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_lo
 from hogwild.models.host_fields import to_device
 from hogwild.share.run_state import PhaseClock, SharedCounters
 from hogwild.tasks.run_flags import parse_run_options
+from hogwild.worker.device_step import DeviceStep
 from hogwild.worker.gradients import gradient_norm, seed_batch
-from hogwild.worker.step_graph import StepGraphs
 from hogwild.worker.worker import make_step
 
 from bench import command_line
@@ -98,20 +98,20 @@ def padded(task: str):
     return functools.partial(LOSS[task], padded=True)
 
 
-def graphed(model, task: str, device: torch.device, amp: str | None, batches: list[dict]) -> StepGraphs:
+def graphed(model, task: str, device: torch.device, amp: str | None, batches: list[dict]) -> DeviceStep:
     """The worker's graphed step for `model`, captured for every shape of the batches, its parameters pulled (POS:
     its embedding rows by each step's batch, Config.sparse_pull)."""
     config = hogwild.Config(devices=["cuda:0" if device.type == "cuda" else "cpu-replica"], clip_norm=CLIP[task],
                             amp=amp, graphs="on", graph_limit=len(batches), sparse_pull=task == "pos",
                             progress=False, tensorboard=False)
-    step = StepGraphs(model, padded(task), device, config)
+    step = DeviceStep(model, padded(task), device, config)
     step.prepare(batches)  # graph_limit: a graph for each shape, however often it is used
     step.pull.prefetch(0)
     step.pull.make_current()
     return step
 
 
-def graphed_grads(step: StepGraphs, batch: dict, device: torch.device, seed: int = 0) -> tuple[bool, list]:
+def graphed_grads(step: DeviceStep, batch: dict, device: torch.device, seed: int = 0) -> tuple[bool, list]:
     """One step of `step` on `batch` under batch seed `seed`, the batch's embedding rows pulled first (POS, sparse_pull;
     the rest was pulled by `graphed`), waited for: (finite, host gradients, copied out of the outbox's slot, which the
     next step overwrites)."""

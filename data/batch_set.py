@@ -6,11 +6,11 @@ batcher's length buckets: data/buckets.py). Pickled, it carries the batcher's se
 they are memory maps (data/mapped.py: the cache's arrays; a worker maps the same file) and the plan as two index
 tensors (hogwild's batch store packs them into the one file every worker maps), so its pickle is small whatever the
 corpus size. The engine sends any ``torch.utils.data.Dataset`` to the workers as the object itself
-(hogwild/share/batch_store.py), as DataLoader does.
+(hogwild/feed/batch_store.py), as DataLoader does.
 
 ``batch_shapes()`` tells the shapes of its batches and how many batches have each, read from the batcher's offsets
 and plan (fairseq's bucketing reads a sizes array the same way) without building a batch: a device worker asks it
-for the shapes it captures and the size of its sparse-row buffers (hogwild/worker/step_graph.py; docs/library.md
+for the shapes it captures and the size of its sparse-row buffers (hogwild/worker/device_step.py; docs/library.md
 names this protocol for any Dataset).
 
 Usage: ``batches = BatchSet(dataset.train.with_buckets(LengthBuckets(multiple=8)))``; ``len(batches)``;

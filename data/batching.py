@@ -9,7 +9,7 @@ tensors. A batcher forms its batches once: ``plan()`` is a pure function of the 
 examples in a seeded order) or the file order (``shuffle=False``: held-out sets); ``flat_plan()`` is the same plan as
 two index arrays, what data/batch_set.py's BatchSet hands the engine so that each worker builds its own batches from
 the mapped arrays. Pickled, TaggedData and ParallelData name their mapped files instead of copying them. The order in
-which the batches are trained, epoch after epoch, is the engine's alone (``hogwild.share.feed.epoch_order``): one
+which the batches are trained, epoch after epoch, is the engine's alone (``hogwild.feed.tickets.epoch_order``): one
 shuffling mechanism, which ``scripts/train_serial.py``'s serial loop follows too.
 
 The batch contract (what ``models.pos_loss`` / ``models.nmt_loss`` read; every tensor on the CPU, int64 unless said):

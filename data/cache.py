@@ -36,7 +36,7 @@ from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
-from hogwild.share.scratch import make_scratch, release, remove_abandoned
+from hogwild.feed.scratch import make_scratch, release, remove_abandoned
 
 from .mapped import open_array, scan_array
 

@@ -25,7 +25,7 @@ AMP_DTYPES = ("bf16",)  # Config.amp: autocast dtypes of the forward (None: fp32
 # Config.compile: torch.compile modes of a worker's step; 'aot_eager' captures the same graphs without generating
 # code (seconds instead of minutes to compile: tests, and checking that a model captures).
 COMPILE_MODES = ("off", "default", "reduce-overhead", "aot_eager")
-# Config.graphs: the graphed step of device workers (hogwild/worker/step_graph.py); 'auto' is on for 'cuda' workers.
+# Config.graphs: the graphed step of device workers (hogwild/worker/device_step.py); 'auto' is on for 'cuda' workers.
 GRAPH_MODES = ("auto", "on", "off")
 # 'cpu' trains directly on the shared parameters; 'cpu-replica' runs the GPU pull/compute/push path on the CPU.
 _DEVICE = re.compile(r"^(cpu|cpu-replica|cuda(:\d+)?)$")
@@ -106,7 +106,7 @@ class Config:
     # there and copied to the host in one copy; whoever applies the update reads the result (a skipped step is
     # counted then); the next step's parameters are copied from the shared ones while the step computes. So the
     # step needs every trained parameter in one floating dtype, and a sparse table read only at ids of its batch's
-    # integer tensors (hogwild/worker/step_graph.py) ---
+    # integer tensors (hogwild/worker/device_step.py) ---
     overlap_update: bool | None = setting(
         None, "apply update k on the CPU in a background thread while step k+1 computes and the pull of step k+2 "
               "reads the parameters, neither waiting for the other (one or two more steps of staleness, counted; "
@@ -342,7 +342,7 @@ class Config:
             _fail("graphs", f"captures the eager step; with compile={self.compile!r} use graphs='off' (or 'auto')")
 
     def graphed(self, device: str) -> bool:
-        """Whether a worker on `device` runs the graphed step (hogwild/worker/step_graph.py)."""
+        """Whether a worker on `device` runs the graphed step (hogwild/worker/device_step.py)."""
         if self.graphs == "auto":
             return device.startswith("cuda") and self.mode != "sync" and self.compile == "off"
         return self.graphs == "on"

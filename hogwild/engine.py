@@ -6,10 +6,11 @@ This file holds only the five steps; each module under it says in its docstring 
 1. validate  the arguments here; config.py; share/resources.py, share/checkpoint.py (a resumed last.pt, checked
              before anything is written)
 2. share     share/ (shared_run.py's `share`: shared model and optimizer state, the run state, the resumed run)
-3. spawn     share/batch_store.py, share/feed.py; in each process worker/ (process_prelude.py, then worker.py or
-             sync.py; the step: in_place.py, or step_graph.py with pull.py, copy_out.py, capture.py; gradients.py,
-             replica.py, updates.py)
-4. supervise parent/ (parent_loop.py with supervisor.py, metrics.py, evaluation.py, checkpoints and an agent.py agent)
+3. spawn     feed/ (batch_store.py in scratch.py's folder; tickets.py, or stream.py for a stream); in each process
+             worker/ (process_prelude.py, then worker.py or sync.py; the step: in_place.py, or device_step.py with
+             pull.py, copy_out.py, capture.py; gradients.py, replica.py, updates.py)
+4. supervise parent/ (parent_loop.py with supervisor.py, metrics.py, evaluation.py, checkpoints and an agent.py agent);
+             process_signals.py (a signal to the process group stops the run gracefully)
 5. result    the final evaluation and last.pt, then a TrainResult
 """
 from __future__ import annotations
@@ -27,18 +28,20 @@ from torch import nn
 
 from ._lifeline import WORKER_NAMES
 from .config import Config
+from .feed.batch_store import BatchStore, opens_in_worker
+from .feed.scratch import make_scratch, remove_scratch
+from .feed.stream import ArrivingBatches, StreamFeed, is_streamed
+from .feed.tickets import BatchFeed, as_sequence
 from .parent.agent import AttachedAgent, CommunicationAgent, SharedTrainingState
 from .parent.evaluation import EvaluationFailed, Evaluator, PeriodicEvaluation
 from .parent.metrics import MetricsLog, eager_share
 from .parent.parent_loop import ParentLoop, natural_reason, start_workers, total_updates
-from .parent.supervisor import Supervisor, WorkerFailed, graceful_signals, start_resource_tracker
-from .share.batch_store import BatchStore
+from .parent.supervisor import Supervisor, WorkerFailed
+from .process_signals import graceful_signals, start_resource_tracker
 from .share.checkpoint import load_resume_state, prepare_run_dir
-from .share.feed import BatchFeed, as_sequence
+from .share.resources import tensor_nbytes
 from .share.run_state import RunControl, StepBudget
-from .share.scratch import make_scratch, remove_scratch
 from .share.shared_run import SharedRun, share
-from .share.stream import ArrivingBatches, StreamFeed, is_streamed
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
 from .worker.replica import sparse_tables
@@ -87,7 +90,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: CPU batches -
     tensors, tuples or dicts of tensors - as a sequence or a map-style Dataset (stored, indexed in each worker), or
     any other iterable (streamed to the workers as they train: an IterableDataset, a generator; an epoch is one
-    pass; share/stream.py). evaluate(model) -> dict of metrics,
+    pass; feed/stream.py). evaluate(model) -> dict of metrics,
     or evaluate(model, final) (final=False: periodic check, True: the run's last evaluation), run in this process
     on a snapshot, on a thread beside the parent's loop (evaluation.py). Raises WorkerFailed when a worker fails and
     EvaluationFailed when evaluate raises, both after writing last.pt.
@@ -96,7 +99,8 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     batches = _validate(model, batches, config, stream is not None)
     saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
     run_dir = prepare_run_dir(config)
-    shared = share(model, config, saved, run_dir, batches)
+    held = 0 if opens_in_worker(batches) else tensor_nbytes(list(batches))  # a Dataset is indexed in each worker
+    shared = share(model, config, saved, run_dir, len(batches), held)
     scratch = make_scratch()  # and removes the scratch folders of runs killed with kill -9
     metrics = feed = None
     try:

@@ -14,7 +14,7 @@ from --corpora (default: hogwild.data.corpora.corpora_dir(), i.e. $HOGWILD_CORPO
 checkout). The data and the model come from run.py's job builders (tasks.pos_task, tasks.nmt_task) and the
 learning-rate schedule from its rule (tasks.defaults). --loop engine (default) trains through hogwild.train with
 one worker (mode 'single'); --loop plain uses the loop in this file, which trains on exactly the engine's sequence:
-the same fixed batches, in the engine's seeded order each epoch (hogwild.share.feed.epoch_order), each batch under the
+the same fixed batches, in the engine's seeded order each epoch (hogwild.feed.tickets.epoch_order), each batch under the
 engine's RNG seed (hogwild.worker.gradients.batch_seed), so both loops end with the same parameters
 (tests/models/test_train_serial.py).
 """
@@ -37,7 +37,7 @@ import torch
 from hogwild.data.corpora import corpora_dir
 from hogwild.lr_schedule import make_schedule
 from hogwild.models import evaluate_nmt, heldout_loss, nmt_loss
-from hogwild.share.feed import epoch_order
+from hogwild.feed.tickets import epoch_order
 from hogwild.tasks import nmt_task
 from hogwild.tasks import pos_task
 from hogwild.tasks.defaults import schedule_fields
@@ -109,7 +109,7 @@ class Job:
 
     model: torch.nn.Module
     loss_fn: Callable
-    batches: list[dict]  # the training batches; both loops take them in hogwild.share.feed.epoch_order each epoch
+    batches: list[dict]  # the training batches; both loops take them in hogwild.feed.tickets.epoch_order each epoch
     evaluate: Callable[[torch.nn.Module], dict[str, float]]  # quick dev evaluation of a model during training
     finish: Callable[[torch.nn.Module, Path], dict]  # final evaluation; may write files into the run folder
     info: dict

@@ -153,7 +153,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _train(options: RunOptions) -> int:
-    from hogwild.parent.supervisor import start_resource_tracker
+    from hogwild.process_signals import start_resource_tracker
     from hogwild.tasks.final_signals import stops_as_interrupt
     from hogwild.tasks.training import run_training
     start_resource_tracker()  # before any data-loading pool starts it: a closed terminal must not end it
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
     """Parse, run, and turn expected failures into `PROG: error: ...` on stderr with exit status 1 or 2. prog: the
     command's name in messages, --help and a run's command.txt (`run.py`, or `hogwild` installed)."""
     global _argv, _prog
-    from hogwild.parent.supervisor import outlive_closed_output
+    from hogwild.process_signals import outlive_closed_output
     argv = list(sys.argv[1:] if argv is None else argv)
     closed = _closed_streams()  # before they are reopened on /dev/null
     # `run.py ... | head`, `>&-`, `>/dev/full`: a run needs no terminal to go on (tag and translate write their own

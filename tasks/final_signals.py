@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Callable, TypeVar
 
-from hogwild.parent.supervisor import PARENT_SIGNALS, detach_terminal
+from hogwild.process_signals import PARENT_SIGNALS, detach_terminal
 
 T = TypeVar("T")
 SIGNALS = PARENT_SIGNALS  # SIGINT, SIGTERM, SIGHUP: those that stop a run while it trains

@@ -2,7 +2,7 @@
 TrainResult fields docs/library.md lists are the dataclass's, and Config's and --help's words for the fused step, the
 batch queues and where the graphed step is on match what the engine does; the figures the README quotes are those of
 docs/benchmarks.md's tables; every test file the code and docs name exists; engine.py's steps list the worker's
-modules."""
+modules; docs/architecture.md's engine file map lists the files of hogwild/ as they are."""
 import dataclasses
 import pathlib
 import re
@@ -134,7 +134,24 @@ def test_every_test_file_the_code_and_docs_name_exists():
 
 
 def test_the_engine_lists_every_worker_module_under_the_step_it_serves():
-    """hogwild/engine.py's step 3 omitted the device step's files (in_place.py, step_graph.py, pull.py, ...)."""
+    """hogwild/engine.py's step 3 omitted the device step's files (in_place.py, device_step.py, pull.py, ...)."""
     step3 = " ".join(hogwild.engine.__doc__.split("3. spawn", 1)[1].split("4. supervise", 1)[0].split())
     modules = {path.name for path in (ROOT / "hogwild" / "worker").glob("*.py") if path.name != "__init__.py"}
     assert modules and sorted(name for name in modules if name not in step3) == []
+
+
+def test_the_engine_file_map_lists_every_file_of_the_tree_in_its_folder():
+    """docs/architecture.md's engine file map left out _checkout.py and the package's __init__.py: every file under
+    hogwild/ is a row (a folder's __init__.py excepted; multihost/'s files are named in its row), and every row is a
+    file that exists."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = table_rows(text, "### Engine file map")
+    listed = [re.fullmatch(r"`([\w/.]+)`", row[1]).group(1) for row in rows]
+    folders = [path for path in listed if path.endswith("/")]
+    files = [path for path in listed if not path.endswith("/")]
+    for folder in folders:  # a folder's row names its files in its third column
+        files += [folder + name for name in re.findall(r"`([\w.]+\.py)`", rows[listed.index(folder)][2])]
+    tree = [str(path.relative_to(ROOT / "hogwild")) for path in (ROOT / "hogwild").rglob("*.py")
+            if "__pycache__" not in path.parts and not (path.name == "__init__.py" and path.parent.name != "hogwild")]
+    unlisted, absent = sorted(set(tree) - set(files)), sorted(set(files) - set(tree))
+    assert len(tree) > 40 and len(files) == len(set(files)) and (unlisted, absent) == ([], [])

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("hogwild", "hogwild/share", "hogwild/worker", "hogwild/parent", "hogwild/multihost", "hogwild/models",
-            "hogwild/data", "hogwild/tasks")
+PACKAGES = ("hogwild", "hogwild/feed", "hogwild/share", "hogwild/worker", "hogwild/parent", "hogwild/multihost",
+            "hogwild/models", "hogwild/data", "hogwild/tasks")
 
 INSIDE_THE_VENV = textwrap.dedent("""
     import builtins, importlib, importlib.util, math, os, sys

@@ -13,12 +13,13 @@ import time
 from typing import Any, Callable
 
 from ..config import Config
+from ..process_signals import parent_signals_blocked
 from ..share.shared_run import SharedRun
 from .agent import AttachedAgent
 from .evaluation import PeriodicEvaluation
 from .metrics import MetricsLog
 from .progress_watch import ProgressWatch
-from .supervisor import Supervisor, parent_signals_blocked
+from .supervisor import Supervisor
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
@@ -83,7 +84,7 @@ class ParentLoop:
 
     def _replaced(self, failure: str) -> bool:
         """While Config.max_restarts allows, replace the worker that failed (died, raised or hung: killed) with a
-        fresh process on its device, its unfinished batches dealt again (share/feed.py); the restart is a metrics
+        fresh process on its device, its unfinished batches dealt again (feed/tickets.py); the restart is a metrics
         record. False when the run must stop instead (no restart left, an agent's failure, a stop requested)."""
         supervisor, worker = self.supervisor, self.supervisor.failed_worker
         if worker < 0 or supervisor.restarts >= self.config.max_restarts or self.control.stopping:

@@ -1,6 +1,8 @@
-"""Checkpoints and the run directory: the file format (atomic write-then-rename files holding everything needed to
-resume at the exact step), and the run directory of one `hogwild.train` call (config.json, resume from its last.pt,
-writing last.pt / best.pt with the data position).
+"""Checkpoints and the run directory: the shared run state saved - the file format (atomic write-then-rename files
+holding everything needed to resume at the exact step) - and the run directory of one `hogwild.train` call
+(config.json, resume from its last.pt, writing last.pt / best.pt with the data position). It lives in share/ because
+it is that state at rest: step 2 loads it into the shared model, optimizer and counters, and the parent writes it
+from them (docs/architecture.md, "The engine").
 
 Serves step 1 of `hogwild.train` (validate: a resumed last.pt is read and checked before anything is written), step 2
 (share: it is loaded into the shared model, optimizer and counters) and steps 4-5 (supervise, result: last.pt and
@@ -11,9 +13,9 @@ the shared optimizer state (of the trained parameters only), the worker counters
 the data position (epoch and next batch, or every worker's shard position), the RNG states of the parent and the
 config. Loading into a model of a different shape is refused naming the tensor.
 A missing, truncated or foreign file is refused naming it (CheckpointError), as is resuming with other data.
-Every tensor is written as a CPU tensor. Checkpoints are read with `torch.load(weights_only=True)`: tensors, plain containers and numbers, plus the numpy
-array of the RNG state (`SAFE_GLOBALS`); a file that needs any other Python object unpickled (a crafted file whose
-loading would run code) is refused, naming it, without running anything.
+Every tensor is written as a CPU tensor. Checkpoints are read with `torch.load(weights_only=True)`: tensors, plain
+containers and numbers, plus the numpy array of the RNG state (`safe_globals()`); a file that needs any other Python
+object unpickled (a crafted file whose loading would run code) is refused, naming it, without running anything.
 
 Usage: `save_checkpoint(path, state)`; `state = load_checkpoint(path, model)`; any .pt of ours:
 `state = load_file(path)`. In engine.py:
@@ -170,7 +172,7 @@ def check_resumable(state: dict[str, Any], path: str, n_batches: int, data_assig
     worker count - before anything is written or started."""
     position = state["data_position"]
     if position["n_batches"] != n_batches:
-        stream = "a stream of batches (an iterable that cannot be indexed)"  # 0 batches: hogwild/share/stream.py
+        stream = "a stream of batches (an iterable that cannot be indexed)"  # 0 batches: hogwild/feed/stream.py
         trained = stream if position["n_batches"] == 0 else f"{position['n_batches']} batches"
         now = f"it is {stream}" if n_batches == 0 else f"there are {n_batches}"
         raise CheckpointMismatch(f"cannot resume {path}: it was trained on {trained}, now {now} (same data, batch "

@@ -2,11 +2,10 @@
 counters and the run control, and load a resumed run into them (after checking /dev/shm and the machine can hold
 it). The `SharedRun` it returns is what the parent and every worker share.
 
-Usage (engine.py): `shared = share(model, config, saved, run_dir, batches)`
+Usage (engine.py): `shared = share(model, config, saved, run_dir, len(batches), batch_bytes)`
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,9 +13,8 @@ from torch import nn
 
 from ..config import Config
 from ..shared_optim import SharedOptimizer, trainable_parameters, unique_nbytes
-from .batch_store import opens_in_worker
 from .checkpoint import RunCheckpoints, StartPosition, resume
-from .resources import check_resources, check_shared_memory, removing_leaked_shm, shared_memory_need, tensor_nbytes
+from .resources import check_resources, check_shared_memory, removing_leaked_shm, shared_memory_need
 from .run_state import RunControl, SharedCounters, StepBudget
 
 
@@ -34,15 +32,14 @@ class SharedRun:
     budget: StepBudget | None = None  # with max_steps; held here, as its lock must outlive the workers' start-up
 
 
-def share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | None, batches: Sequence) -> SharedRun:
-    """Move the model and the optimizer state to shared memory and load a resumed run into them."""
+def share(model: nn.Module, config: Config, saved: dict | None, run_dir: str | None, n_batches: int,
+          batch_bytes: int) -> SharedRun:
+    """Move the model and the optimizer state to shared memory and load a resumed run into them. n_batches: those
+    of an epoch (the checkpoint's data position); batch_bytes: what the parent holds of them, in the memory check."""
     for param in model.parameters():
         param.grad = None  # a .grad would otherwise be moved to shared memory and summed into by every worker
     params = trainable_parameters(model)  # frozen parameters are shared with the model but get no optimizer state
-    n_batches = len(batches)
     optimizer_bytes = SharedOptimizer.state_nbytes(params, config.optimizer, **config.optimizer_args)
-    # a Dataset is indexed in each worker (batch_store.py): the parent holds no list of batches to count
-    batch_bytes = 0 if opens_in_worker(batches) else tensor_nbytes(list(batches))
     check_resources(config.devices, config.threads_per_worker, unique_nbytes(model.state_dict()), optimizer_bytes,
                     batch_bytes)
     if config.check_shm:

@@ -4,7 +4,7 @@ Each process gets a `WorkerSpec` and runs process_prelude.py first (ignore the p
 parent, threads, device; a failure's traceback goes back to the parent), then the Hogwild worker's loop
 (worker.py's `worker_main`) or, for `mode="sync"`, the synchronous data-parallel worker (sync.py's `sync_main`,
 imported when used). The Hogwild loop drives one step object: in place on the shared parameters for 'cpu' workers
-(in_place.py), on a device replica otherwise (step_graph.py: its pull prefetched by pull.py, its gradients gathered,
+(in_place.py), on a device replica otherwise (device_step.py: its pull prefetched by pull.py, its gradients gathered,
 clipped and copied out by copy_out.py, its frequent batch shapes captured as CUDA graphs by capture.py with
 Config.graphs); updates.py lands its updates (at once or one step behind). Both workers take a step's arithmetic
 from gradients.py (batch seeds, forward and backward, norm, clipping, finiteness; the compiled loss and TF32); the

@@ -1,5 +1,5 @@
 """Capturing a callable into a CUDA graph, or, when the capture fails, leaving the process as healthy as before it and
-saying why: the one capture of the graphed worker step (step_graph.py) and of the bench's graphed plain loop.
+saying why: the one capture of the graphed worker step (device_step.py) and of the bench's graphed plain loop.
 
 Why not `with torch.cuda.graph(...)`: its __exit__ calls capture_end() first. When the capture was invalidated (an op
 that CUDA graphs refuse, in this thread or in autograd's), cudaStreamEndCapture fails and capture_end raises, and

@@ -1,4 +1,4 @@
-"""A device worker's gradient copy-out (step_graph.py's step, graphed or eager): the gradients gathered on the device
+"""A device worker's gradient copy-out (device_step.py's step, graphed or eager): the gradients gathered on the device
 into one flat buffer (the outbox), the norm, clipping and finiteness decided there too, then a device->host copy into
 a page-locked slot that the update thread reads after the copy's event. No Python hook runs in backward and the
 worker's main thread never waits for the device: the skip is decided one step late, by whoever reads the slot
@@ -24,10 +24,10 @@ touched travel, and its update writes only the rows the table read, as a 'cpu' w
 On a GPU those parts are first copied device->device into one of two staging buffers (microseconds on HBM), so the
 next step may overwrite the outbox while the copy to the host of this one runs on the copy stream. Two host slots
 alternate: update k reads slot k % 2 while step k+1 fills the other. On the CPU the same code copies in place.
-Page-locked staging that the host writes for a step (its ids here, its inputs in step_graph.py) is reused every other
+Page-locked staging that the host writes for a step (its ids here, its inputs in device_step.py) is reused every other
 step; `SlotEvents` makes each rewrite wait for the copies that read that slot two steps ago.
 
-Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (step_graph.py builds it).
+Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (device_step.py builds it).
 
 Usage: `outbox = GradientOutbox(params, tables, capacities, device)`; `ids = outbox.step_ids(host_ids, slot)`; inside
 the step: `outbox.begin()` before the forward, `outbox.gather(loss, clip_norm, check)` after backward; then

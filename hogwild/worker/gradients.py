@@ -58,7 +58,7 @@ def call_loss(loss_fn: Callable, model: nn.Module, batch: Any) -> tuple[torch.Te
 def forward_backward(loss_fn: Callable, model: nn.Module, batch: Any,
                      autocast: contextlib.AbstractContextManager = contextlib.nullcontext()) -> tuple[torch.Tensor, int]:
     """A step's forward (under `autocast`: Config.amp) and backward, the gradients left in the parameters' .grad;
-    returns (loss, examples or tokens). The one call of backward() of every worker step (step_graph.py, in_place.py,
+    returns (loss, examples or tokens). The one call of backward() of every worker step (device_step.py, in_place.py,
     sync.py)."""
     with autocast:
         loss, count = call_loss(loss_fn, model, batch)

@@ -1,6 +1,6 @@
 """A 'cpu' worker's step: forward and backward on the shared parameters themselves (Hogwild's original form), so
 there is nothing to pull or copy out; the gradients stay on the shared parameters' process-private .grad, where the
-shared optimizer reads them. The same face as a device worker's step (step_graph.py), so that one loop drives both
+shared optimizer reads them. The same face as a device worker's step (device_step.py), so that one loop drives both
 (worker.py): a pull that only records the version the step reads, and a result the updater resolves.
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.

@@ -23,8 +23,8 @@ from tqdm.std import TqdmDefaultWriteLock
 
 from ..config import Config
 from .._lifeline import die_with_parent
-from ..parent.supervisor import PARENT_SIGNALS, outlive_closed_output
-from ..share.batch_store import BatchStore
+from ..process_signals import PARENT_SIGNALS, outlive_closed_output
+from ..feed.batch_store import BatchStore
 from ..share.run_state import RunControl, SharedCounters, StepBudget
 from .gradients import use_tf32
 from .replica import torch_device
@@ -43,7 +43,7 @@ class WorkerSpec:
     store: BatchStore
     counters: SharedCounters
     control: RunControl  # the run's stop and start flags
-    tickets: Any  # share.feed.Mailbox: this worker's queue of tickets; None in partition and sync modes
+    tickets: Any  # feed.tickets.Mailbox: this worker's queue of tickets; None in partition and sync modes
     error_file: str  # where a failure's traceback goes (a file: a queue's lock could be held by a killed worker)
     parent_pid: int
     budget: StepBudget | None = None  # partition mode with max_steps: the shared count of claimed update slots

@@ -5,7 +5,7 @@ A 'cpu' sync worker trains in place on the shared parameters: forward reads them
 private `.grad`. A device sync worker ('cuda:N', or 'cpu-replica' which runs the same path on the CPU so it is tested
 without a GPU) holds a replica: every step it pulls the shared parameters host->device, computes on the replica, and,
 once the ranks have averaged the gradients on the device, copies them device->host into page-locked buffers for the
-shared optimizer. (A Hogwild worker's device step is step_graph.py's, with its prefetched pull and one copy-out.)
+shared optimizer. (A Hogwild worker's device step is device_step.py's, with its prefetched pull and one copy-out.)
 
 Only the parameters that require grad are pulled and pushed, each tied Parameter once
 (shared_optim.trainable_parameters). Frozen parameters reach a replica when it is made (a copy of the shared model,

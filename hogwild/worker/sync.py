@@ -33,7 +33,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..share.feed import epoch_order
+from ..feed.tickets import epoch_order
 from .gradients import NonFiniteStreak, batch_seed, forward_backward, seed_batch, usable_gradients
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import (DeviceReplica, PageLocked, SharedParameters, make_parameters, move_batch, sparse_tables,

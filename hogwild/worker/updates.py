@@ -17,7 +17,7 @@ bit-identical whatever the thread count (tests/hogwild/worker/test_update_thread
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes.
 
-A worker's step (step_graph.py on a device, in_place.py for 'cpu') submits its update before the device has
+A worker's step (device_step.py on a device, in_place.py for 'cpu') submits its update before the device has
 finished it: the Update carries the step's `result`, and whoever applies it (the background thread, or the worker
 itself when serial) first waits for the step's copy to the host, then reads its finiteness and loss there - the skip
 of a non-finite step is decided then, by the SkipRule, and the worker's main thread never waits for the device.
@@ -39,7 +39,7 @@ from torch import Tensor
 from ..config import Config
 from ..share.run_state import StepBudget, WorkerView
 from ..share.resources import usable_cores
-from .gradients import NonFiniteStreak, scale_gradients
+from .gradients import NonFiniteStreak
 from .process_prelude import bind_device
 
 
@@ -61,20 +61,29 @@ def start_update_thread(device: torch.device, threads: int) -> None:
     torch.set_num_threads(threads)  # this thread's OpenMP team; the worker's main thread keeps its own count
 
 
-@dataclass
+@dataclass(frozen=True)
 class Update:
-    """One gradient, on the host, ready to apply."""
+    """One step's update, submitted before the device has finished the step: whoever applies it reads the gradients,
+    the loss, the phases and the finiteness from its `result` (`resolve()`, which waits for a device's copy to the
+    host), and the examples or tokens from `result.count`."""
 
-    grads: list[Tensor | None] | None  # one per shared parameter (None: no gradient this step); None: already
-    #                                     on the shared parameters' .grad ('cpu' workers)
+    result: Any  # device_step.StepResult (graphed or eager), in_place.InPlaceResult, or HostGradients
     read_version: int  # global update count when its parameters were pulled
     epoch: int
-    examples: int
-    loss: float
-    phases: list[float]  # seconds of pull, compute, push
-    clip_scale: float | None = None  # multiply the gradients by this first (clip_norm)
-    result: Any = None  # the step's result, maybe still on the device (step_graph.StepResult, graphed or eager; or
-    #                     in_place.py's): grads, loss, phases and the skip come from it once it has finished
+
+
+@dataclass
+class HostGradients:
+    """A result already on the host: gradients as tensors, finite (a caller of the Updater outside a worker's step:
+    tests/hogwild/worker/test_update_threads.py, bench/bench_update_threads.py)."""
+
+    grads: list[Tensor | None]  # one per shared parameter (None: no gradient this step)
+    count: int = 1  # examples or tokens
+    loss: float = 0.0
+    phases: tuple[float, ...] = (0.0, 0.0, 0.0)  # seconds of pull, compute, push
+
+    def resolve(self) -> tuple[bool, float, list[Tensor | None], list[float]]:
+        return True, self.loss, self.grads, list(self.phases)
 
 
 @dataclass
@@ -103,7 +112,7 @@ class Updater:
                  view: WorkerView, background: bool, device: torch.device = torch.device("cpu"), threads: int = 1,
                  skip: SkipRule | None = None):
         self.optimizer, self.shared, self.schedule, self.view = optimizer, shared, schedule, view
-        self.skip = skip  # decides the late skips of the steps' results (Update.result)
+        self.skip = skip  # counts the skipped (non-finite) results and their streak; None: not counted
         self.executor = None
         if background:
             # The main thread fixes its own thread count now: a thread's count is set lazily from the last
@@ -149,21 +158,19 @@ class Updater:
             self.executor.shutdown(wait=True)
 
     def _apply(self, update: Update) -> None:
-        if update.result is not None:  # a step's result: wait for its copy to the host (a device's), then read it
-            finite, loss, grads, phases = update.result.resolve()
-            if not finite:
+        finite, loss, grads, phases = update.result.resolve()  # a device's: once its copy to the host has run
+        if not finite:  # never written into the shared parameters
+            if self.skip is not None:
                 self.skip.skipped()
-                return
+            return
+        if self.skip is not None:
             self.skip.applied()
-            update.grads, update.loss, update.phases = grads, loss, phases
         start = time.perf_counter()
-        if update.grads is not None:  # setting .grad checks shape, dtype and device: skipped when already there
-            for param, grad in zip(self.shared, update.grads):
+        if grads is not None:  # None: already on the shared parameters' .grad ('cpu' workers); setting .grad checks
+            for param, grad in zip(self.shared, grads):  # shape, dtype and device
                 param.grad = grad
-        if update.clip_scale is not None:
-            scale_gradients([param.grad for param in self.shared], update.clip_scale)
         lr = self.schedule(update.read_version, update.epoch)
         staleness = self.view.global_updates() - update.read_version  # updates that landed since the pull
         self.optimizer.step(lr)  # lock-free, in place on the shared parameters and state
-        phases = (*update.phases, time.perf_counter() - start)
-        self.view.applied(staleness, update.examples, update.loss, lr, phases)
+        phases = (*phases, time.perf_counter() - start)
+        self.view.applied(staleness, update.result.count, loss, lr, phases)

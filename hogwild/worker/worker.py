@@ -2,7 +2,7 @@
 
 Serves step 3 of `hogwild.train` (spawn): the process the engine spawns per device (sync.py in mode='sync').
 One loop (`train_steps`) drives every Hogwild worker's step: a 'cpu' worker's in place on the shared parameters
-(in_place.py), a device worker's on its replica (step_graph.py: prefetched pull, forward and backward, copy-out;
+(in_place.py), a device worker's on its replica (device_step.py: prefetched pull, forward and backward, copy-out;
 its frequent batch shapes captured as CUDA graphs with Config.graphs, run eagerly otherwise). The step never waits
 for the device: its result is read by whoever applies its update (updates.py: at once, or on a device one step
 later in a background thread while the next step computes). The steps' one backward() is gradients.forward_backward.
@@ -24,17 +24,17 @@ from typing import Any
 import torch
 
 from ..config import Config
-from ..share.feed import PartitionReader, QueueReader
+from ..feed.tickets import PartitionReader, QueueReader
 from ..shared_optim import FUSED_OPTIMIZERS, FUSED_WHEN_SHARED
 from .capture import CaptureFailed, describe
+from .device_step import DeviceStep, NotGraphable, graph_shapes, shape_buckets, shape_counts
 from .gradients import NonFiniteStreak, batch_seed, compiled_loss, seed_batch
 from .in_place import InPlaceStep
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import PageLocked, torch_device
-from .step_graph import NotGraphable, StepGraphs, graph_shapes, shape_buckets, shape_counts
 from .updates import SkipRule, Update, Updater, update_threads
 
-Step = InPlaceStep | StepGraphs
+Step = InPlaceStep | DeviceStep
 
 
 def device_options(config: Config, device: str, optimizer: str) -> dict[str, bool]:
@@ -90,12 +90,12 @@ def make_step(spec: WorkerSpec, batches: list) -> Step:
     if spec.device == "cpu":
         return InPlaceStep(spec.model, loss_fn, config)
     if not config.graphed(spec.device):
-        step = StepGraphs(spec.model, loss_fn, device, config, graphs=False)
+        step = DeviceStep(spec.model, loss_fn, device, config, graphs=False)
         step.prepare(batches)
         return step
     view, began = spec.counters.worker_view(spec.worker), time.perf_counter()
     counts = shape_counts(batches)  # a BatchSet tells them: no batch built (a graph's capture builds one)
-    step = StepGraphs(spec.model, loss_fn, device, config)
+    step = DeviceStep(spec.model, loss_fn, device, config)
     try:
         count = step.prepare(batches, counts, graph_shapes(counts, config.graph_limit, config.epochs))
     except (NotGraphable, CaptureFailed) as error:
@@ -112,7 +112,7 @@ def make_step(spec: WorkerSpec, batches: list) -> Step:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # before the eager step is made; capture.py left no capture under way
     warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
-    step = StepGraphs(spec.model, loss_fn, device, config, graphs=False)
+    step = DeviceStep(spec.model, loss_fn, device, config, graphs=False)
     step.prepare(batches, counts)
     view.graphs_captured(0, time.perf_counter() - began)
     return step
@@ -178,7 +178,7 @@ def train_steps(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped
         steps += 1
         reader.done()
         # serial: lands now, and the next pull sees it (the paper's order); overlapped: held until the next step starts
-        updater.submit(Update(None, read_version, epoch, result.count, 0.0, [], result=result))
+        updater.submit(Update(result, read_version, epoch))
         ticket = next_ticket(spec, reader, stopped, deadline, idle)
         batch = _prefetch(step, view, config, steps, batches, ticket)  # overlapped: beside the update in flight
         if overlap:

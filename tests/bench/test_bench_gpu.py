@@ -29,7 +29,7 @@ from bench import plain_loop as P
 from bench.gpu_timing import StepSpans, steady_records, steady_tokens, steady_window
 from hogwild.models import nmt_loss
 from hogwild.worker.capture import CaptureFailed
-from hogwild.worker.step_graph import batch_signature, graph_shapes, shape_counts
+from hogwild.worker.device_step import batch_signature, graph_shapes, shape_counts
 from tests.bench.usage_errors import assert_refused
 from tests.hogwild.worker.fake_cuda import FakeCuda
 

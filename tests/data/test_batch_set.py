@@ -1,5 +1,5 @@
 """data/batch_set.py's BatchSet tells its batches' shapes from the batcher's offsets and plan, without building a
-batch: the same signatures, first batches and counts as building every batch finds (hogwild/worker/step_graph.py's
+batch: the same signatures, first batches and counts as building every batch finds (hogwild/worker/device_step.py's
 shape_counts, what a device worker captures graphs for) and the same largest batch (its sparse-row buffers), on
 seeded corpora, with and without length buckets, for a slice too."""
 import numpy as np
@@ -11,7 +11,7 @@ from hogwild.data.batching import PosBatcher
 from hogwild.data.buckets import LengthBuckets, training_buckets
 from hogwild.data.nmt_dataset import synthetic_nmt_dataset
 from hogwild.data.pos_dataset import synthetic_pos_dataset
-from hogwild.worker.step_graph import id_capacity, shape_counts
+from hogwild.worker.device_step import id_capacity, shape_counts
 
 BUCKETS = [None, LengthBuckets((8, 16)), LengthBuckets((6, 9, 14), multiple=4), LengthBuckets(multiple=5)]
 

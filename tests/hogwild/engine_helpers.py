@@ -8,7 +8,7 @@ import time
 import torch
 from torch import nn
 
-from hogwild.share.feed import epoch_order
+from hogwild.feed.tickets import epoch_order
 from hogwild.worker.gradients import batch_seed
 
 

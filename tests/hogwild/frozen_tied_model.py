@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hogwild.share.feed import epoch_order
+from hogwild.feed.tickets import epoch_order
 from hogwild.worker.gradients import batch_seed
 
 VOCAB, DIM, LENGTH = 12, 8, 6

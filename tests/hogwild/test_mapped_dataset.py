@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import hogwild
-from hogwild.share.batch_store import BatchStore
-from hogwild.worker.step_graph import batch_signature, shape_counts
+from hogwild.feed.batch_store import BatchStore
+from hogwild.worker.device_step import batch_signature, shape_counts
 
 DOC = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "library.md").read_text(encoding="utf-8")
 EXAMPLE = next(block for block in re.findall(r"```python\n(.*?)```", DOC, re.S) if "class TokenWindows" in block)

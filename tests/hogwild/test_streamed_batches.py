@@ -1,4 +1,4 @@
-"""hogwild.train on a stream of batches (an IterableDataset, a generator: share/feed.py's StreamFeed): the parent
+"""hogwild.train on a stream of batches (an IterableDataset, a generator: feed/stream.py's StreamFeed): the parent
 reads it as the workers' queues have room (an endless one trains in bounded memory), an epoch is one pass, one worker
 trains exactly what the same batches as a list train, a resume continues after the batches already taken, a stream
 that raises fails the run naming it, and what needs every batch up front is refused."""

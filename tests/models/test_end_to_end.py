@@ -8,7 +8,7 @@ from hogwild.data.nmt_dataset import synthetic_nmt_dataset
 from hogwild.data.pos_dataset import synthetic_pos_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, POSConfig, POSTagger, evaluate_nmt, evaluate_pos, nmt_loss, pos_loss,
                     tag_sentences)
-from hogwild.share.feed import epoch_order
+from hogwild.feed.tickets import epoch_order
 
 
 def fit(model, loss_fn, batcher, epochs, lr=0.01):

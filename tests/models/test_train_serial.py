@@ -87,7 +87,7 @@ def test_bad_arguments_exit_with_a_message(tmp_path):
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_one_engine_worker_and_the_plain_loop_are_the_same_run(tmp_path, optimizer):
-    """Both loops train on the same fixed batches in the engine's order (hogwild.share.feed.epoch_order) and per-batch
+    """Both loops train on the same fixed batches in the engine's order (hogwild.feed.tickets.epoch_order) and per-batch
     RNG seeds, over 2 epochs of 5 batches (so the order changes between epochs) with dropout on and sgd's decaying
     rate."""
     from scripts import train_serial

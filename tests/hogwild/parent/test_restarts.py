@@ -1,7 +1,7 @@
 """Config.max_restarts with real workers and real signals: a worker killed (`kill -9`) or stopped (`kill -STOP`, found
 hung) is replaced by a fresh process and the run ends at exactly its update count, with a restart record in
 metrics.jsonl; a worker that dies at once on every start uses up the restarts and the run stops naming it, last.pt
-whole. The bookkeeping behind it (a dead worker's tickets dealt again once): tests/hogwild/share/test_feed.py."""
+whole. The bookkeeping behind it (a dead worker's tickets dealt again once): tests/hogwild/feed/test_feed.py."""
 import json
 import multiprocessing
 import os

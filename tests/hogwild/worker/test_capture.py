@@ -4,7 +4,7 @@ CUDA graph and allocator bookkeeping (fake_cuda.py) under each order of torch's 
 counted under way (so empty_cache works), the pool holds exactly the uses it held before (none leaked, none given back
 twice), and the error says what the capture met; a sticky CUDA error is raised as itself, never as a failed capture.
 The same model shows what torch.cuda.graph's own exit leaves behind (why capture.py does not use it). Only a GPU shows
-that CUDA and torch's C++ behave as their source reads: the `cuda` tests of test_step_graph.py and
+that CUDA and torch's C++ behave as their source reads: the `cuda` tests of test_device_step.py and
 bench/gpu_step_check.py's forced failure (with torch.cuda.memory_reserved before and after it)."""
 import pytest
 import torch

@@ -8,11 +8,11 @@ import torch
 from hogwild.models.pos_tagger import POSConfig, POSTagger
 from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer, trainable_parameters
-from hogwild.worker import step_graph
+from hogwild.worker import device_step
+from hogwild.worker.device_step import DeviceStep, shape_buckets, shape_counts
 from hogwild.worker.gradients import NonFiniteStreak
-from hogwild.worker.step_graph import StepGraphs, shape_buckets, shape_counts
 from hogwild.worker.updates import SkipRule, Update, Updater
-from tests.hogwild.worker.test_step_graph import PADDED_POS, config, pos_batches, prepared, run_one
+from tests.hogwild.worker.test_device_step import PADDED_POS, config, pos_batches, prepared, run_one
 
 
 def tagger(sparse: bool):
@@ -45,7 +45,7 @@ def trained(sparse: bool, batches: list, lr: float = 0.5, epochs: int = 2) -> li
     """A device worker's serial loop in this process, as worker.train_steps runs it: the prefetched pull (sparse tables
     pulled by rows), the step uncaptured, its copy-out, the shared optimizer's update (Updater, plain SGD)."""
     model = tagger(sparse).share_memory()
-    step = StepGraphs(model, PADDED_POS, torch.device("cpu"), config(lr=lr, sparse_pull=True))
+    step = DeviceStep(model, PADDED_POS, torch.device("cpu"), config(lr=lr, sparse_pull=True))
     step.prepare(batches, shapes=shape_buckets(shape_counts(batches), 8))
     shared = trainable_parameters(model)
     optimizer = SharedOptimizer(shared, "sgd")
@@ -61,7 +61,7 @@ def trained(sparse: bool, batches: list, lr: float = 0.5, epochs: int = 2) -> li
             version = step.pull.make_current()
             clock.mark()
             result = step.run(batch, 0, clock)
-            updater.submit(Update(None, version, epoch, result.count, 0.0, [], result=result))
+            updater.submit(Update(result, version, epoch))
     assert view.global_updates() == epochs * len(batches)
     return [p.detach().clone() for p in model.parameters()]
 
@@ -97,7 +97,7 @@ def test_a_staging_slot_is_written_after_its_last_copies_and_marked_once_they_ar
     _, step, _ = prepared(lambda: tagger(True), PADDED_POS, batches)
     monkeypatch.setattr(torch.cuda, "Event", LoggedEvent)
     LoggedEvent.log = []
-    step.staged = step_graph.SlotEvents(cuda=True)
+    step.staged = device_step.SlotEvents(cuda=True)
     writes = []
     step_ids = step.outbox.step_ids
     monkeypatch.setattr(step.outbox, "step_ids", lambda ids, slot: writes.append(slot) or step_ids(ids, slot))

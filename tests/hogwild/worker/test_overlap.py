@@ -1,13 +1,15 @@
 """Overlapped updates (Config.overlap_update) on the 'cpu-replica' device: update k lands in a background thread
 while step k+1 computes and the pull of step k+2 reads the parameters, neither waiting for the other; the delay shows
 in the staleness counters."""
+import dataclasses
+
 import pytest
 import torch
 
 import hogwild
 from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer
-from hogwild.worker.updates import Update, Updater
+from hogwild.worker.updates import HostGradients, Update, Updater
 from tests.hogwild import engine_helpers as H
 
 
@@ -46,16 +48,16 @@ def test_the_next_pull_reads_the_parameters_while_the_previous_update_lands():
     import threading
     from types import SimpleNamespace
 
-    from hogwild.share.feed import PartitionReader
+    from hogwild.feed.tickets import PartitionReader
     from hogwild.worker.gradients import NonFiniteStreak
-    from hogwild.worker.step_graph import StepGraphs
+    from hogwild.worker.device_step import DeviceStep
     from hogwild.worker.updates import SkipRule
     from hogwild.worker.worker import train_steps
 
     batches, run = H.regression_batches(n=5), config(overlap_update=True, epochs=1, shuffle=False, lr=0.05)
     model = H.regression_model().share_memory()
     view = SharedCounters(1).worker_view(0)
-    step = StepGraphs(model, H.mse_loss, torch.device("cpu"), run, graphs=False)
+    step = DeviceStep(model, H.mse_loss, torch.device("cpu"), run, graphs=False)
     step.prepare(batches)
     pulls = threading.Condition()
     counts = {"pulls": 0, "at_release": []}  # pulls issued so far; their count when each update was released
@@ -123,15 +125,34 @@ def test_updater_holds_an_update_until_released_and_reraises_its_error():
     view = SharedCounters(1).worker_view(0)
     updater = Updater(optimizer, [param], lambda step, epoch: 0.5, view, background=True)
     try:
-        updater.submit(Update([torch.ones(2)], 0, 0, 4, 1.0, [0.0, 0.0, 0.0]))
+        updater.submit(Update(HostGradients([torch.ones(2)], count=4, loss=1.0), 0, 0))
         assert updater.in_flight() == 1 and torch.equal(param.detach(), torch.zeros(2))  # held back
         updater.release()
         updater.wait()
         assert updater.in_flight() == 0 and torch.equal(param.detach(), torch.full((2,), -0.5))
         assert view.global_updates() == 1
-        updater.submit(Update([torch.ones(3)], 1, 0, 4, 1.0, [0.0, 0.0, 0.0]))  # wrong shape: fails in the thread
+        updater.submit(Update(HostGradients([torch.ones(3)]), 1, 0))  # wrong shape: fails in the thread
         updater.release()
         with pytest.raises(RuntimeError):
             updater.wait()
     finally:
         updater.shutdown()
+
+
+def test_an_update_holds_its_result_and_whoever_applies_it_reads_the_rest_from_there():
+    """Update carried placeholders (no gradients, loss 0.0, no phases) that the updater overwrote from the step's
+    result; it holds the result, the version read and the epoch, and is never written."""
+    param = torch.nn.Parameter(torch.zeros(2))
+    param.data.share_memory_()
+    counters = SharedCounters(1)
+    updater = Updater(SharedOptimizer([param], "sgd"), [param], lambda step, epoch: 0.5, counters.worker_view(0),
+                      background=False)
+    update = Update(HostGradients([torch.ones(2)], count=3, loss=2.0, phases=(0.25, 0.5, 0.75)), 0, 0)
+    updater.submit(update)
+    snapshot = counters.snapshot()
+    assert torch.equal(param.detach(), torch.full((2,), -0.5))
+    assert (snapshot.examples(), snapshot.mean_loss()) == (3, 2.0)
+    assert [snapshot.phase_milliseconds()[name] for name in ("pull", "compute", "push")] == [250.0, 500.0, 750.0]
+    assert [field.name for field in dataclasses.fields(Update)] == ["result", "read_version", "epoch"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        update.epoch = 1

@@ -54,12 +54,12 @@ def test_sparse_pull_copies_only_the_rows_the_batch_uses_and_a_row_read_outside_
     tensors) and the dense parameters whole; a rows-only prefetch (pull_every) moves the rows alone. A model that
     reads another row (stale in the replica) fails when its gradient is read."""
     import hogwild
-    from hogwild.worker.step_graph import StepGraphs
+    from hogwild.worker.device_step import DeviceStep
     from tests.hogwild import engine_helpers as H
 
     model = H.Tagger(vocab=50).share_memory()
     batch = {"words": torch.tensor([[1, 2]]), "tags": torch.tensor([[0, 1]])}  # ids in the batch: 0, 1, 2
-    step = StepGraphs(model, H.tagger_loss, torch.device("cpu"), hogwild.Config(
+    step = DeviceStep(model, H.tagger_loss, torch.device("cpu"), hogwild.Config(
         devices=["cpu-replica"], sparse_pull=True, progress=False, tensorboard=False), graphs=False)
     step.prepare([batch])
     replica = step.replica

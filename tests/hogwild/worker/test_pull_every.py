@@ -8,7 +8,7 @@ import torch
 
 import hogwild
 from hogwild.config import ConfigError
-from hogwild.share.feed import epoch_order
+from hogwild.feed.tickets import epoch_order
 from hogwild.worker.gradients import batch_seed
 from tests.hogwild import engine_helpers as H
 

@@ -1,4 +1,4 @@
-"""A device worker (run on the CPU as 'cpu-replica': step_graph.py's step, pulled by pull.py, copied out by
+"""A device worker (run on the CPU as 'cpu-replica': device_step.py's step, pulled by pull.py, copied out by
 copy_out.py) trains as the direct path does; hogwild.worker.replica: the sync worker's pull and push."""
 import pytest
 import torch

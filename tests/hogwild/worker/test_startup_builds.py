@@ -15,9 +15,9 @@ from hogwild.data.batching import PosBatcher
 from hogwild.data.buckets import training_buckets
 from hogwild.data.pos_dataset import synthetic_pos_dataset
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
+from hogwild.worker.device_step import DeviceStep, graph_shapes, shape_counts
 from hogwild.worker.replica import batch_ids
-from hogwild.worker.step_graph import StepGraphs, graph_shapes, shape_counts
-from tests.hogwild.worker.test_step_graph import PADDED_POS, config, pos_batches, run_one, tiny_tagger
+from tests.hogwild.worker.test_device_step import PADDED_POS, config, pos_batches, run_one, tiny_tagger
 
 
 class LoggedBatcher(PosBatcher):
@@ -103,7 +103,7 @@ def test_a_dataset_that_tells_too_small_a_shape_stops_the_step_naming_the_capaci
             return [(0, len(batches), small)]
 
     model = tiny_tagger().share_memory()
-    step = StepGraphs(model, PADDED_POS, torch.device("cpu"), config(sparse_pull=True), graphs=False)
+    step = DeviceStep(model, PADDED_POS, torch.device("cpu"), config(sparse_pull=True), graphs=False)
     step.prepare(Undersold())
     assert len(batch_ids(batches[1])) > 5
     with pytest.raises(RuntimeError, match=r"a batch holds \d+ distinct ids for a sparse table whose capacity is 5"):

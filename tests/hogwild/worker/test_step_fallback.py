@@ -15,9 +15,9 @@ import hogwild
 from hogwild.models.nmt import nmt_loss
 from hogwild.share.run_state import SharedCounters
 from hogwild.worker import worker
-from hogwild.worker.step_graph import StepGraphs
+from hogwild.worker.device_step import DeviceStep
 from tests.hogwild.worker.fake_cuda import ORDERS, FakeCuda
-from tests.hogwild.worker.test_step_graph import EVERY_SHAPE, PADDED_NMT, config, nmt_batches, tiny_nmt
+from tests.hogwild.worker.test_device_step import EVERY_SHAPE, PADDED_NMT, config, nmt_batches, tiny_nmt
 
 REFUSED = (r"capturing the step failed \(AcceleratorError: CUDA error: operation not permitted when stream is "
            r"capturing\)")
@@ -33,7 +33,7 @@ def captured_on_fake_cuda(monkeypatch, order="after"):
     cuda = FakeCuda.install(monkeypatch, order)
     as_for_a_gpu_worker(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(worker, "StepGraphs", functools.partial(StepGraphs, capture=True))
+    monkeypatch.setattr(worker, "DeviceStep", functools.partial(DeviceStep, capture=True))
     return cuda
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import hogwild
-from hogwild.share.feed import epoch_order
+from hogwild.feed.tickets import epoch_order
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.worker.gradients import batch_seed
 from tests.hogwild import engine_helpers as H

@@ -8,7 +8,7 @@ from hogwild.config import ConfigError
 from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer
 from hogwild.worker.process_prelude import bound_device
-from hogwild.worker.updates import Update, Updater, update_threads
+from hogwild.worker.updates import HostGradients, Update, Updater, update_threads
 from tests.hogwild import engine_helpers as H
 
 # Shapes like the paper NMT model's large tensors, scaled down; each spans several of torch's parallel chunks.
@@ -56,7 +56,7 @@ def _steps(name: str, fused: bool, threads: int, steps: int = 3) -> tuple[list[t
     try:
         for step in range(steps):
             grads = [torch.randn(shape, generator=generator) for shape in SHAPES]
-            updater.submit(Update(grads, step, 0, 1, 1.0, [0.0, 0.0, 0.0], clip_scale=0.5))
+            updater.submit(Update(HostGradients(grads, loss=1.0), step, 0))
             updater.release()
             updater.wait()
     finally:

@@ -49,7 +49,7 @@ def test_non_finite_gradients_are_skipped_and_counted():
     assert all(torch.isfinite(p).all() for p in model.parameters())
     clean = [(x, y) if not poison else (x, y * torch.nan) for x, y, poison in batches]
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
-    for index in hogwild.share.feed.epoch_order(8, 3, 0, True):  # the serial loop, skipping the poisoned batches
+    for index in hogwild.feed.tickets.epoch_order(8, 3, 0, True):  # the serial loop, skipping the poisoned batches
         if index in (2, 5):
             continue
         torch.manual_seed(batch_seed(3, 0, int(index)))
@@ -82,7 +82,7 @@ def test_the_learning_rate_schedule_is_applied_per_epoch():
     for epoch, lr in enumerate([0.05, 0.03, 0.01]):
         for group in optimizer.param_groups:
             group["lr"] = lr
-        for index in hogwild.share.feed.epoch_order(6, 3, epoch, True):
+        for index in hogwild.feed.tickets.epoch_order(6, 3, epoch, True):
             torch.manual_seed(batch_seed(3, epoch, int(index)))
             optimizer.zero_grad()
             H.mse_loss(reference, batches[int(index)]).backward()

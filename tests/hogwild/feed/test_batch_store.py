@@ -1,4 +1,4 @@
-"""hogwild.share.batch_store: batches come back exactly (values, dtypes, shapes, structure), their plain tensors as
+"""hogwild.feed.batch_store: batches come back exactly (values, dtypes, shapes, structure), their plain tensors as
 views of one mapped flat tensor per dtype, everything else pickled as usual; the mapping outlives the files."""
 import os
 from collections import namedtuple
@@ -6,7 +6,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from hogwild.share.batch_store import BatchStore
+from hogwild.feed.batch_store import BatchStore
 
 Pair = namedtuple("Pair", "source target")
 

@@ -1,7 +1,7 @@
 """A device worker's step ('cuda:N', 'cpu-replica'): a private replica, its pull prefetched beside the step (pull.py),
 forward and backward, the gradient copy-out (copy_out.py). With Config.graphs the step is captured as one CUDA graph
 per batch shape, replayed on static input buffers; without, the same step runs eagerly on the batch moved to the
-device (`StepGraphs(..., graphs=False)`): one step object, the capture an option of it.
+device (`DeviceStep(..., graphs=False)`): one step object, the capture an option of it.
 
 During start-up, before the worker reports ready (outside the training clock and the hang watch), the batches' shape
 signatures (the dtype and shape of every tensor field; host-side fields such as `tokens` do not count) are counted once
@@ -23,7 +23,7 @@ else the leading dimension), checked against the loss's own count at capture. Dr
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (worker.py's loop).
 
-Usage: `step = StepGraphs(spec.model, spec.loss_fn, device, config)`; `counts = shape_counts(batches)`;
+Usage: `step = DeviceStep(spec.model, spec.loss_fn, device, config)`; `counts = shape_counts(batches)`;
 `step.prepare(batches, counts, graph_shapes(counts, limit, epochs))` before ready (it builds one batch per graph);
 per step `step.pull.prefetch(version, batch)`, `step.pull.make_current()`, `result = step.run(batch, slot, clock)`;
 whoever applies the update `result.resolve()` -> (finite, loss, grads, phases).
@@ -195,7 +195,7 @@ def _static_copy(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-class StepGraphs:
+class DeviceStep:
     """A device worker's step on its private replica: prefetched pull, forward and backward, copy-out. With graphs
     (Config.graphed) its frequent batch shapes run as captured CUDA graphs on static inputs (on a CPU device: the same
     step called on the static inputs); without, every step runs eagerly on the batch moved to the device."""

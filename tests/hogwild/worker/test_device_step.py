@@ -1,4 +1,4 @@
-"""The graphed step (Config.graphs, hogwild/worker/step_graph.py, copy_out.py, pull.py) in its CPU form: the same
+"""The graphed step (Config.graphs, hogwild/worker/device_step.py, copy_out.py, pull.py) in its CPU form: the same
 static inputs, gradient copy-out, device-side clipping and late skip as on a GPU, without the capture. Whole runs on
 'cpu-replica' against the eager step (graphs='off', the reference): one step's gradients bit for bit (clipped on the
 device), whole runs within a few ulps (ULPS), POS's sparse rows within float rounding; the step reads nothing from
@@ -16,8 +16,8 @@ from hogwild.data.batching import pad_lengths
 from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
 from hogwild.share.run_state import PhaseClock
-from hogwild.worker.step_graph import (GRAPH_MIN_USES, NotGraphable, StepGraphs, batch_signature, graph_shapes,
-                                       host_count, shape_buckets, shape_counts)
+from hogwild.worker.device_step import (GRAPH_MIN_USES, DeviceStep, NotGraphable, batch_signature, graph_shapes,
+                                        host_count, shape_buckets, shape_counts)
 from tests.hogwild import engine_helpers as H
 from tests.models.conftest import nmt_batch, pos_batch
 
@@ -100,7 +100,7 @@ EVERY_SHAPE = 8  # a graph_limit above the shapes of these few batches: each get
 
 def prepared(make, loss_fn, batches, limit=EVERY_SHAPE, **kwargs):
     model = make().share_memory()
-    step = StepGraphs(model, loss_fn, torch.device("cpu"), config(**kwargs))
+    step = DeviceStep(model, loss_fn, torch.device("cpu"), config(**kwargs))
     return model, step, step.prepare(batches, shapes=shape_buckets(shape_counts(batches), limit))
 
 
@@ -323,7 +323,7 @@ def test_the_captured_step_never_synchronises_the_gpu(task):
     make, loss_fn, batches = (tiny_nmt, PADDED_NMT, nmt_batches()) if task == "nmt" else \
         (tiny_tagger, PADDED_POS, pos_batches())
     model = make().share_memory()
-    step = StepGraphs(model, loss_fn, torch.device("cuda:0"), config(devices=["cuda:0"], clip_norm=1.0))
+    step = DeviceStep(model, loss_fn, torch.device("cuda:0"), config(devices=["cuda:0"], clip_norm=1.0))
     assert step.prepare(batches) == len({batch_signature(b) for b in batches})
     clock = PhaseClock(torch.device("cuda:0"))
     step.pull.prefetch(0)

@@ -1,4 +1,4 @@
-"""Batch feed: which batch each worker trains on next, exactly once per epoch, in a seeded order.
+"""Tickets: which batch each worker trains on next, exactly once per epoch, in a seeded order.
 
 Batches never travel through a queue: every worker maps the same batch store (batch_store.py), and the parent's
 dealer thread only sends tickets `(seq, epoch, index)`, up to 32 consecutive tickets per queue item on larger data
@@ -17,7 +17,7 @@ its data position, the first ticket not known to be done (`resume_seq`): a resum
 with the same order. In 'partition' mode each worker walks its own fixed shard (`indices[w::W]`, reshuffled within
 the shard every epoch) and no queue is used.
 
-A streamed run's tickets bring their batch (share/stream.py's StreamFeed deals them): QueueReader keeps it for the
+A streamed run's tickets bring their batch (feed/stream.py's StreamFeed deals them): QueueReader keeps it for the
 worker's step to take (`take_arrived`).
 
 Serves step 3 of `hogwild.train` (spawn): the feed is built before spawning, its dealer started in step 4.
@@ -68,7 +68,7 @@ def partition_order(n: int, workers: int, worker: int, seed: int, epoch: int, sh
 
 
 def as_sequence(batches: Sequence) -> Sequence:
-    """Indexable batches (share/stream.py's `is_streamed` is False), checked not to be empty."""
+    """Indexable batches (feed/stream.py's `is_streamed` is False), checked not to be empty."""
     if len(batches) == 0:
         raise ValueError("batches is empty: nothing to train on")
     return batches

@@ -23,7 +23,7 @@ from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset
 
-from .feed import BatchFeed, take_arrived
+from .tickets import BatchFeed, take_arrived
 
 STREAM_EPOCH = 1 << 40  # a streamed ticket's seq: epoch * STREAM_EPOCH + its position in the pass
 _END = object()  # next(iterator, _END): the pass is over

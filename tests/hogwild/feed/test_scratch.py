@@ -1,15 +1,15 @@
-"""hogwild/share/scratch.py: a run's scratch folder is locked while its process lives; the folders of runs that are
+"""hogwild/feed/scratch.py: a run's scratch folder is locked while its process lives; the folders of runs that are
 gone (their lock free) are removed by the next run, anything else in $TMPDIR is left alone."""
 import os
 import subprocess
 import sys
 
-from hogwild.share import scratch
+from hogwild.feed import scratch
 
 
 def test_only_the_folders_of_runs_that_are_gone_are_removed(tmp_path, monkeypatch):
     monkeypatch.setattr(scratch.tempfile, "tempdir", str(tmp_path))
-    code = "from hogwild.share.scratch import make_scratch; print(make_scratch())"  # exits without removing it
+    code = "from hogwild.feed.scratch import make_scratch; print(make_scratch())"  # exits without removing it
     gone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "TMPDIR": str(tmp_path)}).stdout.strip()
     (tmp_path / gone / "batches.bin").write_bytes(b"x" * 10)

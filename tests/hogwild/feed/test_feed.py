@@ -1,5 +1,6 @@
-"""hogwild.share.feed: seeded epoch orders, exactly-once tickets through each worker's bounded queue, a dead
-worker's tickets dealt again once, max_steps dealt exactly, shards, resume positions."""
+"""hogwild.feed.tickets: seeded epoch orders, exactly-once tickets through each worker's bounded queue, a dead
+worker's tickets dealt again once, max_steps dealt exactly, shards, resume positions; hogwild.feed.stream: what is
+streamed, a pass per epoch, read as the queues have room."""
 import threading
 import time
 from collections import Counter
@@ -9,9 +10,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from hogwild.share.feed import (BatchFeed, PartitionReader, QueueReader, as_sequence, epoch_order, partition_order,
+from hogwild.feed.tickets import (BatchFeed, PartitionReader, QueueReader, as_sequence, epoch_order, partition_order,
                                 tickets_per_item)
-from hogwild.share.stream import STREAM_EPOCH, ArrivingBatches, StreamFeed, is_streamed
+from hogwild.feed.stream import STREAM_EPOCH, ArrivingBatches, StreamFeed, is_streamed
 from hogwild.share.run_state import IN_PROGRESS, LAST_SEQ, TAKEN, UPDATES, SharedCounters
 
 
