@@ -19,9 +19,10 @@ import numpy as np
 
 from .dist_config import DistConfig, ranks_with
 from .math import DownpourTracker, FlatParams, elastic_difference, pair_average_delta, partition_bounds, ring_pairing
-from .protocol import BYE, ELASTIC, FETCH, MIX, POLL_SECONDS, PUSH, TAG_MIX, TAG_MIX_REPLY, TAG_REPLY, TAG_SERVER, \
-    TAG_STOP, TAG_TESTER, TAG_TESTER_REPLY, message
+from .protocol import BYE, ELASTIC, FETCH, MIX, POLL_SECONDS, PUSH, TAG_MIX, TAG_MIX_REPLY, TAG_PAYLOAD, TAG_REPLY, \
+    TAG_SERVER, TAG_STOP, TAG_TESTER, TAG_TESTER_REPLY, message
 from .transport import TransportFailure
+
 
 class _Exchange:
     """One exchange in flight: its requests, what to do when they complete, and a name for error messages.
@@ -29,12 +30,13 @@ class _Exchange:
     deadline=True: the peers answer from their agent loops, so the exchange must finish within timeout_seconds;
     False (allreduce rounds, the final average): it waits for the other hosts' training progress, which may
     legitimately take long; a dead or hung peer is then caught by the heartbeats.
+    counted: an exchange of parameters (counted and timed in the rank's ExchangeStats); False for goodbyes.
     """
 
     def __init__(self, what: str, requests: list, complete: Callable[[], None] | None = None,
-                 deadline: bool = True) -> None:
+                 deadline: bool = True, counted: bool = True) -> None:
         self.what, self.requests, self.complete, self.started = what, requests, complete, time.monotonic()
-        self.deadline = deadline
+        self.deadline, self.counted = deadline, counted
 
 
 class HostAgent:
@@ -48,7 +50,6 @@ class HostAgent:
         self.tester = (ranks_with(roles, "tester") or [None])[0]
         self.index = self.hosts.index(transport.rank)
         self.local_done = threading.Event()  # set by the caller when the local engine has returned
-        self.exchanges = 0
         self.timeout = dist.timeout_seconds
         self.next_step = dist.period
         self._pending: _Exchange | None = None
@@ -59,6 +60,10 @@ class HostAgent:
         self._tester_buf = np.zeros(1, dtype=np.float32)
         self._tester_req = None
         self._tester_gone = self.tester is None or bool(self.servers) or self.index != 0
+
+    @property
+    def exchanges(self) -> int:
+        return self.t.stats.exchanges
 
     # ---- lifecycle -----------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -82,6 +87,8 @@ class HostAgent:
                         pending, self._pending = self._pending, None
                         if pending.complete is not None:
                             pending.complete()
+                        if pending.counted:
+                            self.t.stats.exchanged(time.monotonic() - pending.started)
                     elif self._pending.deadline and time.monotonic() - self._pending.started > self.timeout:
                         self.t.abort(f"{self._pending.what} did not finish within {self.timeout} s")
                 elif self.tick(self.local_done.is_set()) and self._tester_gone:
@@ -141,7 +148,6 @@ class AllreduceAgent(HostAgent):
         def complete() -> None:
             n = len(self.hosts)
             self.flat.add_(total[:-1] / np.float32(n) - snap)
-            self.exchanges += 1
             if int(round(float(total[-1]))) == n:
                 self._over = True
                 self.stop_tester()
@@ -151,23 +157,27 @@ class AllreduceAgent(HostAgent):
 
 
 class RingAgent(HostAgent):
-    """AD-PSGD: active hosts average (0.5/0.5) with one passive ring neighbour at a time, alternating neighbours."""
+    """AD-PSGD: active hosts average (0.5/0.5) with one passive ring neighbour at a time, alternating neighbours.
+
+    A passive host answers a MIX header at once with its own parameters (both transfers then share the link's two
+    directions) and averages when the neighbour's parameters have arrived."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.active, self.neighbours = ring_pairing(self.index, len(self.hosts))
         self.neighbours = [self.hosts[i] for i in self.neighbours]
         self._turn = 0
-        self._inbox = np.zeros(self.flat.numel + 1, dtype=np.float32)
-        self._inbox_req = None if self.active or not self.neighbours else self.t.irecv(self._inbox, None, TAG_MIX)
+        self._headers = {q: np.zeros(1, dtype=np.float32) for q in self.neighbours}
+        self._inbox = np.zeros(self.flat.numel, dtype=np.float32)
+        self._asked = {} if self.active else {q: self.t.irecv(self._headers[q], q, TAG_MIX) for q in self.neighbours}
+        self._answering: tuple | None = None  # (neighbour, payload request, own snapshot, start time)
         self._byes: set[int] = set()
         self._phase = "train"  # train -> average (final allreduce over hosts) -> over
 
     def tick(self, local_done: bool) -> bool:
         if self._phase == "over":
             return True
-        if self._inbox_req is not None and self.t.test(self._inbox_req):
-            self._answer(self.t.source(self._inbox_req))
+        self._answer()
         if self._phase == "train":
             if not local_done:
                 if self.active and self.neighbours and self.due():
@@ -176,7 +186,7 @@ class RingAgent(HostAgent):
             if self.active:
                 for q in self.neighbours:
                     self.t.isend(message(BYE), q, TAG_MIX)
-            elif len(self._byes) < len(self.neighbours):
+            elif len(self._byes) < len(self.neighbours) or self._answering is not None:
                 return False  # keep answering until every active neighbour has finished
             self._phase = "average"
             self._final_average()
@@ -185,25 +195,38 @@ class RingAgent(HostAgent):
     def _mix(self, peer: int) -> None:
         snap = self.flat.snapshot()
         reply = np.empty(self.flat.numel, dtype=np.float32)
-        requests = [self.t.isend(message(MIX, snap), peer, TAG_MIX), self.t.irecv(reply, peer, TAG_MIX_REPLY)]
+        requests = [self.t.isend(message(MIX), peer, TAG_MIX), self.t.isend(snap, peer, TAG_PAYLOAD),
+                    self.t.irecv(reply, peer, TAG_MIX_REPLY)]
 
         def complete() -> None:
             self.flat.add_(pair_average_delta(snap, reply))
-            self.exchanges += 1
             self._turn += 1
 
         self._pending = _Exchange(f"AD-PSGD mixing with rank {peer}", requests, complete)
 
-    def _answer(self, source: int) -> None:
-        if self._inbox[0] == BYE:
-            self._byes.add(source)
-        else:
+    def _answer(self) -> None:
+        """A passive host: finish the mixing under way, or start answering the next neighbour that asked."""
+        if self._answering is not None:
+            peer, request, own, started = self._answering
+            if not self.t.test(request):
+                if time.monotonic() - started > self.timeout:
+                    self.t.abort(f"AD-PSGD mixing asked by rank {peer} did not finish within {self.timeout} s")
+                return
+            self.flat.add_(pair_average_delta(own, self._inbox))
+            self.t.stats.exchanged(time.monotonic() - started)
+            self._answering = None
+            self._asked[peer] = self.t.irecv(self._headers[peer], peer, TAG_MIX)
+        for peer, request in list(self._asked.items()):
+            if not self.t.test(request):
+                continue
+            del self._asked[peer]
+            if self._headers[peer][0] == BYE:
+                self._byes.add(peer)
+                continue
             own = self.flat.snapshot()
-            self.t.isend(own, source, TAG_MIX_REPLY)
-            self.flat.add_(pair_average_delta(own, self._inbox[1:]))
-            self.exchanges += 1
-        done = len(self._byes) == len(self.neighbours)
-        self._inbox_req = None if done else self.t.irecv(self._inbox, None, TAG_MIX)
+            self.t.isend(own, peer, TAG_MIX_REPLY)
+            self._answering = (peer, self.t.irecv(self._inbox, peer, TAG_PAYLOAD), own, time.monotonic())
+            return
 
     def _final_average(self) -> None:
         snap = self.flat.snapshot()
@@ -215,7 +238,7 @@ class RingAgent(HostAgent):
             self.stop_tester()
 
         self._pending = _Exchange("final AD-PSGD averaging", [self.t.iallreduce(snap, total)], complete,
-                                  deadline=False)
+                                  deadline=False, counted=False)
 
 
 class ServerClientAgent(HostAgent):
@@ -227,11 +250,14 @@ class ServerClientAgent(HostAgent):
         self._closed = False
 
     def _to_servers(self, kind: float, values: np.ndarray | None, reply: bool) -> tuple[list, np.ndarray]:
-        """Send [kind, values[part]] to every server; with reply=True also receive every server's partition."""
+        """Send the header [kind] and values[part] to every server; with reply=True also receive every server's
+        partition."""
         received = np.empty(self.flat.numel, dtype=np.float32)
         requests = []
         for server, (lo, hi) in zip(self.servers, self.bounds):
-            requests.append(self.t.isend(message(kind, None if values is None else values[lo:hi]), server, TAG_SERVER))
+            requests.append(self.t.isend(message(kind), server, TAG_SERVER))
+            if values is not None:
+                requests.append(self.t.isend(values[lo:hi], server, TAG_PAYLOAD))
             if reply:
                 requests.append(self.t.irecv(received[lo:hi], server, TAG_REPLY))
         return requests, received
@@ -239,7 +265,8 @@ class ServerClientAgent(HostAgent):
     def _close(self) -> bool:
         if not self._closed:
             self._closed = True
-            self._pending = _Exchange("goodbye to the servers", self._to_servers(BYE, None, reply=False)[0])
+            self._pending = _Exchange("goodbye to the servers", self._to_servers(BYE, None, reply=False)[0],
+                                      counted=False)
             return False
         return True
 
@@ -262,7 +289,6 @@ class ElasticAgent(ServerClientAgent):
 
             def complete() -> None:
                 self.flat.add_(-elastic_difference(snap, center, self.dist.alpha))
-                self.exchanges += 1
 
             self._pending = _Exchange("elastic exchange with the servers", requests, complete)
         return False
@@ -295,17 +321,13 @@ class DownpourAgent(ServerClientAgent):
 
             def complete() -> None:
                 self.flat.add_(self.tracker.fetch(central, self.flat.snapshot()))
-                self.exchanges += 1
 
             self._pending = _Exchange("DOWNPOUR fetch from the servers", requests, complete)
         return False
 
     def _push(self) -> None:
         requests, _ = self._to_servers(PUSH, self.tracker.push(self.flat.snapshot()), reply=False)
-        self._pending = _Exchange("DOWNPOUR push to the servers", requests, self._count)
-
-    def _count(self) -> None:
-        self.exchanges += 1
+        self._pending = _Exchange("DOWNPOUR push to the servers", requests)
 
 
 AGENTS = {"allreduce": AllreduceAgent, "adpsgd": RingAgent, "easgd": ElasticAgent, "eamsgd": ElasticAgent,

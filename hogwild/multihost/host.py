@@ -180,6 +180,5 @@ class HostCommunication(CommunicationAgent):
 def sync_model(t: MPITransport, flat: FlatParams, sources: list[tuple[int, int, int]]) -> None:
     """Every rank ends with params[lo:hi] = those of rank `root`, for every (root, lo, hi) in sources."""
     values = flat.snapshot()
-    requests = [t.ibcast(values[lo:hi], root) for root, lo, hi in sources]
-    t.wait(requests, f"model broadcast from rank(s) {[s[0] for s in sources]}", deadline=False)
+    t.wait([t.ibcast(values, sources)], f"model broadcast from rank(s) {[s[0] for s in sources]}", deadline=False)
     flat.assign_(values)
