@@ -192,6 +192,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
     if agent is not None:
         attached = AttachedAgent(agent, SharedTrainingState(shared.model, shared.optimizer, shared.counters, control,
                                                             config, control.request_stop))
+        metrics.extra = attached.report
     loop = ParentLoop(shared, supervisor, metrics, attached, feed.waiting if feed is not None else None)
     evaluator, periodic, evaluation_error, failure, records = None, None, None, None, []
     if attached is not None:

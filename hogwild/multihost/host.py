@@ -23,6 +23,7 @@ from ..parent.agent import CommunicationAgent
 from .agents import make_agent
 from .dist_config import DistConfig, ranks_with
 from .distributed_checkpoint import DistributedCheckpoint
+from .exchange_stats import report_line
 from .leftovers import RankFiles
 from .math import FlatParams
 from .server import ParameterServer, Tester
@@ -42,6 +43,9 @@ class DistributedResult:
     final_metrics: dict | None  # evaluate(final model), on the first training host and on the tester
     tester_history: list  # the tester's periodic metrics (tester rank only)
     wall_seconds: float
+    # every rank's exchange figures, in rank order: {rank, role, host, exchanges, bytes_sent, bytes_received,
+    # exchange_seconds_mean, exchange_seconds_max, wait_seconds} (exchange_stats.ExchangeStats.as_dict)
+    exchange_stats: list = dataclasses.field(default_factory=list)
 
 
 def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, config, dist: DistConfig,
@@ -125,6 +129,8 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
                       evaluate if index == 0 else None, agent=agent)
         exchanges = agent.exchanges
     t.close()
+    say(report_line(t.describe(rank), t.stats))
+    figures = t.world.allgather({"rank": rank, "role": role, "host": t.where[rank][1], **t.stats.as_dict()})
     final = None
     if evaluate is not None and role == "tester":
         final = evaluate(model)
@@ -132,7 +138,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
     elif local is not None:
         final = local.final_metrics
     return DistributedResult(rank, role, dist.algorithm, len(hosts), local, exchanges, final, history,
-                             time.monotonic() - start)
+                             time.monotonic() - start, figures)
 
 
 class HostCommunication(CommunicationAgent):
@@ -145,6 +151,7 @@ class HostCommunication(CommunicationAgent):
         self.t, self.dist, self.roles, self.finals, self.store = transport, dist, roles, finals, store
         self.agent = None
         self.exchanges = 0
+        self.stats = transport.stats
         # until the engine starts the agent (it first builds the optimizer, stores the batches, maybe loads a
         # checkpoint), a helper thread keeps answering heartbeats so that a slow start is not taken for a hang
         self._started = threading.Event()
@@ -167,12 +174,18 @@ class HostCommunication(CommunicationAgent):
         """Another rank died, went silent or failed an exchange: the engine stops, writes last.pt and raises."""
         return None if self.agent is None or self.agent.failed is None else f"multi-host: {self.agent.failed}"
 
+    def report(self) -> dict:
+        """This host's exchange figures so far, for each record of its metrics.jsonl."""
+        return {"exchange": self.stats.as_dict()}
+
     def stop(self, state) -> None:
         if state.failure:  # a local worker failed: no closing protocol, train() raises, we abort
             return
+        stopped = time.monotonic()
         self.agent.finish()
         self.exchanges = self.agent.exchanges
         sync_model(self.t, self.flat, self.finals)
+        self.stats.wait_seconds = time.monotonic() - stopped
         if self.store is not None:
             self.store.save_model(state.model)
 
