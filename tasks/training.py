@@ -258,9 +258,10 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
         job.write_files(Path(staging))  # model.json, vocabularies: compared with the run's, or copied into it
         if resume_state is not None:
             check_fits(resume_state, str(resume_path), job.model)
-            check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
+            trained = _host_batches(len(job.batches), dist)
+            check_resumable(resume_state, str(resume_path), trained, options.data_assignment, len(devices))
             check_optimizer(resume_state, resume_path, options)
-            reached = stop_reached(resume_state, options, len(job.batches))
+            reached = stop_reached(resume_state, options, trained)
             finish_only = reached is not None and dist is None and _evaluation_skipped(owner.run_dir, start_updates)
             if reached is not None and not finish_only:
                 raise nothing_to_train(resume_path, reached, start_updates)
@@ -275,6 +276,17 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
             if not start_updates:
                 _install_files(Path(staging), owner.run_dir)
     return job, config, start_updates, finish_only
+
+
+def _host_batches(batches: int, dist) -> int:
+    """The batches the checked checkpoint (host0's in a multi-host run) trained on: host i of H trains on
+    batches[i::H] when the data is sharded (hogwild.multihost.train_distributed)."""
+    if dist is None or not dist.shard_data:
+        return batches
+    from hogwild.multihost import import_mpi
+    from hogwild.multihost.dist_config import ranks_with
+    hosts = len(ranks_with(dist.roles(import_mpi().COMM_WORLD.Get_size()), "worker"))
+    return len(range(0, batches, hosts))
 
 
 def _evaluation_skipped(run_dir: Path, updates: int) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .dist_config import DistConfig, ranks_with
 from .math import DownpourTracker, FlatParams, elastic_difference, pair_average_delta, partition_bounds, ring_pairing
+from .pieces import stalled
 from .protocol import BYE, ELASTIC, FETCH, MIX, POLL_SECONDS, PUSH, TAG_MIX, TAG_MIX_REPLY, TAG_PAYLOAD, TAG_REPLY, \
     TAG_SERVER, TAG_STOP, TAG_TESTER, TAG_TESTER_REPLY, message
 from .transport import TransportFailure
@@ -27,7 +28,8 @@ from .transport import TransportFailure
 class _Exchange:
     """One exchange in flight: its requests, what to do when they complete, and a name for error messages.
 
-    deadline=True: the peers answer from their agent loops, so the exchange must finish within timeout_seconds;
+    deadline=True: the peers answer from their agent loops, so the exchange must make progress (a piece of it
+    completing) at least every timeout_seconds; however slow the link, a transfer that moves is not a failure;
     False (allreduce rounds, the final average): it waits for the other hosts' training progress, which may
     legitimately take long; a dead or hung peer is then caught by the heartbeats.
     counted: an exchange of parameters (counted and timed in the rank's ExchangeStats); False for goodbyes.
@@ -89,8 +91,8 @@ class HostAgent:
                             pending.complete()
                         if pending.counted:
                             self.t.stats.exchanged(time.monotonic() - pending.started)
-                    elif self._pending.deadline and time.monotonic() - self._pending.started > self.timeout:
-                        self.t.abort(f"{self._pending.what} did not finish within {self.timeout} s")
+                    elif self._pending.deadline and stalled(self._pending.requests) > self.timeout:
+                        self.t.abort(f"{self._pending.what} made no progress for {self.timeout} s")
                 elif self.tick(self.local_done.is_set()) and self._tester_gone:
                     return
                 time.sleep(POLL_SECONDS)
@@ -209,8 +211,8 @@ class RingAgent(HostAgent):
         if self._answering is not None:
             peer, request, own, started = self._answering
             if not self.t.test(request):
-                if time.monotonic() - started > self.timeout:
-                    self.t.abort(f"AD-PSGD mixing asked by rank {peer} did not finish within {self.timeout} s")
+                if stalled([request]) > self.timeout:
+                    self.t.abort(f"AD-PSGD mixing asked by rank {peer} made no progress for {self.timeout} s")
                 return
             self.flat.add_(pair_average_delta(own, self._inbox))
             self.t.stats.exchanged(time.monotonic() - started)

@@ -80,8 +80,10 @@ def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, co
 
 def abort_reason(error: BaseException) -> str:
     """What a rank's abort says: an expected failure (bad input, a failed worker or peer: a ValueError, OSError or
-    RuntimeError, whose message names the cause) as its type and message, as run.py prints one; anything else (a
-    bug) with its traceback. HOGWILD_TRACEBACK=1 shows the traceback always."""
+    RuntimeError, whose message names the cause) as its type and message, as run.py prints one, a signal as such;
+    anything else (a bug) with its traceback. HOGWILD_TRACEBACK=1 shows the traceback always."""
+    if isinstance(error, KeyboardInterrupt) and not os.environ.get("HOGWILD_TRACEBACK"):
+        return "stopped by a signal (SIGINT, or SIGTERM/SIGHUP under run.py)"  # a server or tester rank: no last.pt
     if isinstance(error, (ValueError, OSError, RuntimeError)) and not os.environ.get("HOGWILD_TRACEBACK"):
         return f"{type(error).__name__}: {error}"
     import traceback

@@ -46,8 +46,14 @@ class FlatParams:
                 offset += size
 
     def assign_(self, values: np.ndarray) -> None:
-        """params = values (used only when no local worker is running: start, resume and the final model)."""
-        self.add_(values - self.snapshot())
+        """params = values, exactly (used only when no local worker is running: start, resume and the final model;
+        p + (values - p) would differ from values in the last bit, and the ranks' final models with it)."""
+        values_t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+        offset = 0
+        with torch.no_grad():
+            for p, size in zip(self.params, self.sizes):
+                p.view(-1).copy_(values_t[offset:offset + size].to(p.dtype))
+                offset += size
 
 
 def partition_bounds(numel: int, parts: int) -> list[tuple[int, int]]:

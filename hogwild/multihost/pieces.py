@@ -11,6 +11,7 @@ Usage (the transport builds these; `starts` post one MPI request each):
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any, Callable, Sequence
 
@@ -18,6 +19,11 @@ import numpy as np
 
 PIECE_BYTES = 1 << 20
 IN_FLIGHT = 2
+
+
+def stalled(requests: Sequence["Pieces"]) -> float:
+    """Seconds since the last progress of any of `requests` (a slow link makes progress; a lost answer does not)."""
+    return time.monotonic() - max(request.progressed for request in requests)
 
 
 def piece_bounds(buffer: np.ndarray, lo: int = 0, hi: int | None = None) -> list[tuple[int, int]]:
@@ -39,6 +45,7 @@ class Pieces:
         self.posted: deque = deque()
         self.next = 0
         self.done = False
+        self.progressed = time.monotonic()  # when it was posted or a piece last completed
         self._post()
 
     def _post(self) -> None:
@@ -52,6 +59,7 @@ class Pieces:
             return True
         while self.posted and self.posted[0].Test():
             self.posted.popleft()
+            self.progressed = time.monotonic()
             self._post()
         if not self.posted and self.next == len(self.starts):
             self.done = True

@@ -21,7 +21,7 @@ import numpy as np
 
 from .dist_config import DistConfig
 from .exchange_stats import ExchangeStats
-from .pieces import Pieces, piece_bounds
+from .pieces import Pieces, piece_bounds, stalled
 
 MPI_HINT = "multi-host training needs mpi4py and an MPI library: run  pip install '.[mpi]'  (mpi4py + MPICH wheels)"
 _ALIVE, _GONE = 1, 0
@@ -148,13 +148,12 @@ class MPITransport:
         return request.done
 
     def wait(self, requests: Sequence[Pieces], what: str, deadline: bool = True) -> None:
-        """Wait for all `requests` while servicing heartbeats; with `deadline`, abort after timeout_seconds (without:
-        for waits on other ranks' training progress, bounded only by their heartbeats)."""
-        start = time.monotonic()
+        """Wait for all `requests` while servicing heartbeats; with `deadline`, abort when they made no progress for
+        timeout_seconds (without: for waits on other ranks' training progress, bounded only by their heartbeats)."""
         while not all(self.test(r) for r in requests):
             self.service()
-            if deadline and time.monotonic() - start > self.dist.timeout_seconds:
-                self.abort(f"{what} did not finish within {self.dist.timeout_seconds} s")
+            if deadline and stalled(requests) > self.dist.timeout_seconds:
+                self.abort(f"{what} made no progress for {self.dist.timeout_seconds} s")
             time.sleep(0.001)
 
     # ---- heartbeats ----------------------------------------------------------------------------------------------

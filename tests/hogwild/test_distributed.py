@@ -33,15 +33,15 @@ def mpirun(n: int, script: str, *args: str, timeout: float = 90.0) -> subprocess
                           timeout=timeout)
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_one_exchange_matches_its_closed_form(ranks):
+@pytest.mark.parametrize("ranks, pieces", [(2, []), (4, ["--piece-bytes", "8"])])
+def test_one_exchange_matches_its_closed_form(ranks, pieces):
     """In one job per size, one after the other: allreduce (the average equals the mean across ranks); AD-PSGD
     (with 2 hosts both hold the pair's mean; with 4 the sum over hosts is kept and the closing average is the mean);
     EASGD (x - a(x - c) on the host, c + a(x - c) on the servers, for the periodic and then the last exchange; with
     -n 4 the center is in 2 partitions and a tester rank waits for the stop); DOWNPOUR (center = start + the sum of
-    the pushed updates)."""
+    the pushed updates). With -n 4 every message, allreduce and broadcast travels in pieces of 2 parameters."""
     algorithms = ["allreduce", "adpsgd", "easgd", "downpour"]
-    done = mpirun(ranks, "exchange_checks.py", *algorithms)
+    done = mpirun(ranks, "exchange_checks.py", *pieces, *algorithms)
     assert done.returncode == 0, done.stdout
     for algorithm in algorithms:
         for rank in range(ranks):
