@@ -3,7 +3,7 @@ slices of at most PIECE_BYTES, at most IN_FLIGHT of them posted at a time, in or
 
 Why: MPI keeps the order of the messages between two ranks, and over TCP a message posted behind a 40 MB transfer
 waits for all of it (20 Mbit/s: 16 s). A heartbeat posted while a rank sends the model then arrives that late, and the
-peer declares the rank dead. In pieces, it waits behind at most IN_FLIGHT pieces (2 MiB: 0.8 s at 20 Mbit/s).
+peer declares the rank dead. In pieces, it waits behind at most IN_FLIGHT pieces (1 MiB: 0.4 s at 20 Mbit/s).
 
 Usage (the transport builds these; `starts` post one MPI request each):
     transfer = Pieces([lambda lo=lo, hi=hi: comm.Isend(buf[lo:hi], dest, tag) for lo, hi in piece_bounds(buf)])
@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-PIECE_BYTES = 1 << 20
+PIECE_BYTES = 1 << 19
 IN_FLIGHT = 2
 
 
