@@ -90,7 +90,7 @@ class HostAgent:
                         if pending.complete is not None:
                             pending.complete()
                         if pending.counted:
-                            self.t.stats.exchanged(time.monotonic() - pending.started)
+                            self.t.stats.exchanged(time.monotonic() - pending.started, pending.requests)
                     elif self._pending.deadline and stalled(self._pending.requests) > self.timeout:
                         self.t.abort(f"{self._pending.what} made no progress for {self.timeout} s")
                 elif self.tick(self.local_done.is_set()) and self._tester_gone:
@@ -172,7 +172,7 @@ class RingAgent(HostAgent):
         self._headers = {q: np.zeros(1, dtype=np.float32) for q in self.neighbours}
         self._inbox = np.zeros(self.flat.numel, dtype=np.float32)
         self._asked = {} if self.active else {q: self.t.irecv(self._headers[q], q, TAG_MIX) for q in self.neighbours}
-        self._answering: tuple | None = None  # (neighbour, payload request, own snapshot, start time)
+        self._answering: tuple | None = None  # (neighbour, payload request, reply request, own snapshot, start time)
         self._byes: set[int] = set()
         self._phase = "train"  # train -> average (final allreduce over hosts) -> over
 
@@ -209,13 +209,13 @@ class RingAgent(HostAgent):
     def _answer(self) -> None:
         """A passive host: finish the mixing under way, or start answering the next neighbour that asked."""
         if self._answering is not None:
-            peer, request, own, started = self._answering
+            peer, request, reply, own, started = self._answering
             if not self.t.test(request):
                 if stalled([request]) > self.timeout:
                     self.t.abort(f"AD-PSGD mixing asked by rank {peer} made no progress for {self.timeout} s")
                 return
             self.flat.add_(pair_average_delta(own, self._inbox))
-            self.t.stats.exchanged(time.monotonic() - started)
+            self.t.stats.exchanged(time.monotonic() - started, [request, reply])
             self._answering = None
             self._asked[peer] = self.t.irecv(self._headers[peer], peer, TAG_MIX)
         for peer, request in list(self._asked.items()):
@@ -226,8 +226,8 @@ class RingAgent(HostAgent):
                 self._byes.add(peer)
                 continue
             own = self.flat.snapshot()
-            self.t.isend(own, peer, TAG_MIX_REPLY)
-            self._answering = (peer, self.t.irecv(self._inbox, peer, TAG_PAYLOAD), own, time.monotonic())
+            reply = self.t.isend(own, peer, TAG_MIX_REPLY)
+            self._answering = (peer, self.t.irecv(self._inbox, peer, TAG_PAYLOAD), reply, own, time.monotonic())
             return
 
     def _final_average(self) -> None:

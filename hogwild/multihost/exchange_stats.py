@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Sequence
 
 _LINE = re.compile(r"hogwild\.distributed: rank (\d+) \((\w+), pid (\d+) on (\S+)\) exchanged: (\d+) exchanges?, "
                    r"sent ([\d,]+) bytes, received ([\d,]+) bytes")
@@ -24,6 +25,9 @@ class ExchangeStats:
     bytes_received: int = 0
     seconds_total: float = 0.0  # from an exchange's first request to its completion, summed
     seconds_max: float = 0.0
+    # per exchange the larger of its bytes out and in (what one direction of a link must carry), summed: over
+    # seconds_total, the rate at which an exchange's bytes moved while it was in flight
+    moved: int = 0
     # a training host: seconds from its local workers' stop to the job's final model in place (the closing exchanges,
     # goodbyes and the final broadcast); its workers never wait on an exchange while they train
     wait_seconds: float = 0.0
@@ -34,16 +38,19 @@ class ExchangeStats:
     def received(self, nbytes: int) -> None:
         self.bytes_received += int(nbytes)
 
-    def exchanged(self, seconds: float) -> None:
+    def exchanged(self, seconds: float, requests: Sequence = ()) -> None:
+        """One exchange done in `seconds`, made of `requests` (Pieces: their sent and received bytes)."""
         self.exchanges += 1
         self.seconds_total += seconds
         self.seconds_max = max(self.seconds_max, seconds)
+        self.moved += max(sum(r.sent for r in requests), sum(r.received for r in requests))
 
     def as_dict(self) -> dict:
         """The figures as summary.json and metrics.jsonl give them."""
         return {"exchanges": self.exchanges, "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
                 "exchange_seconds_mean": round(self.seconds_total / self.exchanges, 4) if self.exchanges else None,
-                "exchange_seconds_max": round(self.seconds_max, 4), "wait_seconds": round(self.wait_seconds, 3)}
+                "exchange_seconds_max": round(self.seconds_max, 4), "wait_seconds": round(self.wait_seconds, 3),
+                "in_flight_bytes_per_second": round(self.moved / self.seconds_total) if self.seconds_total else None}
 
 
 

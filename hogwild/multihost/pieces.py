@@ -37,11 +37,14 @@ class Pieces:
     """One logical transfer made of MPI requests posted in order, at most `in_flight` outstanding.
 
     buffer: kept alive until the transfer completes; peer: the other rank (None: a collective), for error messages;
-    finish(): run once when every piece has completed (e.g. decoding a received wire format)."""
+    finish(): run once when every piece has completed (e.g. decoding a received wire format); sent, received: the
+    payload bytes it carries out of and into this rank."""
 
     def __init__(self, starts: Sequence[Callable[[], Any]], in_flight: int = IN_FLIGHT, buffer: Any = None,
-                 peer: int | None = None, finish: Callable[[], None] | None = None) -> None:
+                 peer: int | None = None, finish: Callable[[], None] | None = None, sent: int = 0,
+                 received: int = 0) -> None:
         self.starts, self.in_flight, self.buffer, self.peer, self.finish = list(starts), in_flight, buffer, peer, finish
+        self.sent, self.received = sent, received
         self.posted: deque = deque()
         self.next = 0
         self.done = False

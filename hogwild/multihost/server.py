@@ -43,18 +43,18 @@ class ParameterServer:
         headers = {q: np.zeros(1, dtype=np.float32) for q in clients}
         payloads = {q: np.zeros(self.center.size, dtype=np.float32) for q in self.hosts}
         asked = {q: self.t.irecv(headers[q], q, TAG_SERVER) for q in clients}
-        receiving: dict[int, tuple] = {}  # client -> (payload request, kind, old center, start time)
+        receiving: dict[int, tuple] = {}  # client -> (payload request, reply request, kind, old center, start time)
         open_hosts = set(self.hosts)
         while asked or receiving:
             self.t.service()
             busy = False
-            for q, (request, kind, old, started) in list(receiving.items()):
+            for q, (request, reply, kind, old, started) in list(receiving.items()):
                 if self.t.test(request):
                     busy = True
                     del receiving[q]
                     self.center += payloads[q] if kind == PUSH else elastic_difference(payloads[q], old,
                                                                                        self.dist.alpha)
-                    self.t.stats.exchanged(time.monotonic() - started)
+                    self.t.stats.exchanged(time.monotonic() - started, [request] + ([reply] if reply else []))
                     self._updated()
                     asked[q] = self.t.irecv(headers[q], q, TAG_SERVER)
             for q, request in list(asked.items()):
@@ -64,14 +64,14 @@ class ParameterServer:
                 del asked[q]
                 kind = float(headers[q][0])
                 if kind in (PUSH, ELASTIC) and q in payloads:
-                    old = None
+                    old = reply = None
                     if kind == ELASTIC:
                         old = self.center.copy()
-                        self.t.isend(old, q, TAG_REPLY)
-                    receiving[q] = (self.t.irecv(payloads[q], q, TAG_PAYLOAD), kind, old, time.monotonic())
+                        reply = self.t.isend(old, q, TAG_REPLY)
+                    receiving[q] = (self.t.irecv(payloads[q], q, TAG_PAYLOAD), reply, kind, old, time.monotonic())
                 elif kind == FETCH:
                     self.t.isend(self.center.copy(), q, TAG_REPLY)
-                    self.t.stats.exchanged(0.0)
+                    self.t.stats.exchanged(0.0)  # answered at once: the reply's time is the host's
                     asked[q] = self.t.irecv(headers[q], q, TAG_SERVER)
                 elif kind == BYE:
                     open_hosts.discard(q)

@@ -110,7 +110,8 @@ class MPITransport:
         self.stats.sent(buffer.nbytes)
         starts = [lambda lo=lo, hi=hi: self.world.Isend(buffer[lo:hi], dest=dest, tag=tag)
                   for lo, hi in piece_bounds(buffer)]
-        request = self._call(dest, "sending", lambda: Pieces(starts, buffer=buffer, peer=dest))
+        request = self._call(dest, "sending", lambda: Pieces(starts, buffer=buffer, peer=dest,
+                                                                          sent=buffer.nbytes))
         self._sends.append(request)
         return request
 
@@ -119,7 +120,8 @@ class MPITransport:
         starts = [lambda lo=lo, hi=hi: self.world.Irecv(buffer[lo:hi], source=source, tag=tag)
                   for lo, hi in piece_bounds(buffer)]
         return self._call(source, "receiving", lambda: Pieces(starts, len(starts), buffer, source,
-                                                              lambda: self.stats.received(buffer.nbytes)))
+                                                              lambda: self.stats.received(buffer.nbytes),
+                                                              received=buffer.nbytes))
 
     def iallreduce(self, send: np.ndarray, total: np.ndarray) -> Pieces:
         """Sum over the training hosts, slice by slice.  # (N,) -> (N,)"""
@@ -127,7 +129,8 @@ class MPITransport:
         starts = [lambda lo=lo, hi=hi: self.hosts_comm.Iallreduce(send[lo:hi], total[lo:hi], op=self.MPI.SUM)
                   for lo, hi in piece_bounds(send)]
         return self._call(None, "allreduce", lambda: Pieces(starts, buffer=(send, total),
-                                                            finish=lambda: self.stats.received(total.nbytes)))
+                                                            finish=lambda: self.stats.received(total.nbytes),
+                                                            sent=send.nbytes, received=total.nbytes))
 
     def ibcast(self, buffer: np.ndarray, parts: Sequence[tuple[int, int, int]]) -> Pieces:
         """buffer[lo:hi] from rank `root` to every rank, for each (root, lo, hi) of `parts`, as one ordered sequence
