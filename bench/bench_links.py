@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,14 +41,16 @@ RATES = ("unlimited", "1gbit", "100mbit", "20mbit")
 HOSTS = 3
 
 
-def run_one(hosts: SimulatedHosts, model: str, algorithm: str, rate: str, steps: int, out: Path) -> dict:
-    """One run.py job over links at `rate`; its figures (see the module's docstring)."""
+def run_one(hosts: SimulatedHosts, model: str, algorithm: str, rate: str, steps: int, out: Path,
+            extra: tuple[str, ...] = ()) -> dict:
+    """One run.py job (with `extra` flags) over links at `rate`; its figures (see the module's docstring), plus the
+    final held-out metric and the bytes the training hosts' links carried per exchange."""
     for host in range(HOSTS):
         hosts.set_rate(host, None if rate == "unlimited" else rate)
     before = [hosts.link_bytes(i) for i in range(HOSTS)]
     command = [sys.executable, "run.py", "--task", model, "--workers", "1", "--distributed", algorithm, "--steps",
                str(steps), "--eval-every", str(steps), "--log-every", str(max(1, steps // 20)), "--no-progress",
-               "--out", str(out)] + (["--servers", "1"] if algorithm in SERVER_ALGORITHMS else [])
+               "--out", str(out), *extra] + (["--servers", "1"] if algorithm in SERVER_ALGORITHMS else [])
     start = time.monotonic()
     with LinkSampler(hosts) as sampler:
         done = subprocess.run(hosts.mpiexec(command, str(Path(sys.executable).parent / "mpiexec")), cwd=REPO,
@@ -59,8 +62,12 @@ def run_one(hosts: SimulatedHosts, model: str, algorithm: str, rate: str, steps:
     if done.returncode != 0:
         print(done.stdout[-3000:], file=sys.stderr, flush=True)
         return row
-    figures = json.loads((out / "summary.json").read_text())["exchange"]
+    summary = json.loads((out / "summary.json").read_text())
+    figures = summary["exchange"]
     trained = [f for f in figures if f["role"] == "worker"]
+    row["metric"] = summary["final_metrics"][summary["best"]["metric"]]
+    links = [carried[int(f["host"][4:])] for f in trained]
+    row["bytes_per_exchange"] = sum(c.into + c.out_of for c in links) / sum(f["exchanges"] for f in trained)
     rates = [local_rate(out / f"host{i}" / "metrics.jsonl") for i in range(len(trained))]
     row["updates_per_s"] = statistics.mean(r for r, _, _ in rates)
     row["exchanges_per_s"] = statistics.mean(f["exchanges"] / s for f, (_, s, _) in zip(trained, rates))
@@ -176,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     if reason:
         parser.error(f"cannot simulate hosts here: {reason}")
     print("command:", command_line(), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the simulated hosts are removed on the way out
     rows = []
     with SimulatedHosts(HOSTS) as hosts, tempfile.TemporaryDirectory(prefix="bench-links-") as scratch:
         for round_ in range(args.rounds):

@@ -25,8 +25,8 @@ class ExchangeStats:
     bytes_received: int = 0
     seconds_total: float = 0.0  # from an exchange's first request to its completion, summed
     seconds_max: float = 0.0
-    # per exchange the larger of its bytes out and in (what one direction of a link must carry), summed: over
-    # seconds_total, the rate at which an exchange's bytes moved while it was in flight
+    # per exchange the larger of its bytes out and in (what one direction of a link must carry), summed: per exchange
+    # (bytes_per_exchange), and over seconds_total the rate at which an exchange's bytes moved while in flight
     moved: int = 0
     # a training host: seconds from its local workers' stop to the job's final model in place (the closing exchanges,
     # goodbyes and the final broadcast); its workers never wait on an exchange while they train
@@ -50,6 +50,7 @@ class ExchangeStats:
         return {"exchanges": self.exchanges, "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
                 "exchange_seconds_mean": round(self.seconds_total / self.exchanges, 4) if self.exchanges else None,
                 "exchange_seconds_max": round(self.seconds_max, 4), "wait_seconds": round(self.wait_seconds, 3),
+                "bytes_per_exchange": round(self.moved / self.exchanges) if self.exchanges else None,
                 "in_flight_bytes_per_second": round(self.moved / self.seconds_total) if self.seconds_total else None}
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
+import numpy as np
 from torch import nn
 
 from ..parent.agent import CommunicationAgent
@@ -98,6 +99,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
     flat = FlatParams(list(model.parameters()))
     store = DistributedCheckpoint(config.checkpoint_dir, dist.algorithm, flat.numel, len(servers))
     sync_model(t, flat, [(0, 0, flat.numel)])  # identical starting parameters everywhere
+    initial = flat.snapshot()  # ... before a resume restores each rank's own: where 16-bit wire formats start
     finals = [(s, lo, hi) for s, (lo, hi) in zip(servers, store.bounds)] if servers else [(hosts[0], 0, flat.numel)]
 
     local, exchanges, history = None, 0, []
@@ -110,7 +112,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
         elif config.resume:  # like the engine's resume: nothing saved yet means a fresh start
             say(f"hogwild.distributed: server {index}: resume found no {store.partition_path(index)}; starting fresh")
         save = None if config.checkpoint_dir is None else lambda c, n: store.save_partition(index, c, n)
-        exchanges = ParameterServer(t, dist, roles, center, save).run()
+        exchanges = ParameterServer(t, dist, roles, center, save, initial[lo:hi]).run()
         flat.add_(center - flat.snapshot()[lo:hi], start=lo)
         sync_model(t, flat, finals)
     elif role == "tester":
@@ -125,7 +127,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
         shard = list(batches)[index::len(hosts)] if dist.shard_data else batches
         if not shard:
             raise ValueError(f"training host {index} got no batches: {len(batches)} batches for {len(hosts)} hosts")
-        agent = HostCommunication(t, dist, roles, finals, store if index == 0 else None)
+        agent = HostCommunication(t, dist, roles, finals, store if index == 0 else None, initial)
         from ..engine import train
         local = train(model, loss_fn, shard, dataclasses.replace(config, **changes),
                       evaluate if index == 0 else None, agent=agent)
@@ -149,8 +151,9 @@ class HostCommunication(CommunicationAgent):
     the final model synchronisation run before the engine writes its final checkpoint and evaluates."""
 
     def __init__(self, transport: MPITransport, dist: DistConfig, roles: list[str],
-                 finals: list[tuple[int, int, int]], store: DistributedCheckpoint | None) -> None:
+                 finals: list[tuple[int, int, int]], store: DistributedCheckpoint | None, start: np.ndarray) -> None:
         self.t, self.dist, self.roles, self.finals, self.store = transport, dist, roles, finals, store
+        self.initial = start  # the model after the initial synchronisation  # (N,)
         self.agent = None
         self.exchanges = 0
         self.stats = transport.stats
@@ -168,7 +171,7 @@ class HostCommunication(CommunicationAgent):
         self._started.set()
         self._keepalive.join()  # from here on only the agent thread talks to MPI
         self.flat = FlatParams(state.params)
-        self.agent = make_agent(self.t, self.flat, self.dist, self.roles, steps=state.global_updates)
+        self.agent = make_agent(self.t, self.flat, self.dist, self.roles, state.global_updates, self.initial)
         self.t.defer_aborts_in(self.agent._thread)  # a dead peer: this host writes last.pt before the job aborts
         self.agent.start()
 

@@ -8,7 +8,7 @@ survive the exchange.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -94,11 +94,17 @@ class DownpourTracker:
     def __init__(self, start: np.ndarray) -> None:
         self.reference = start.copy()  # parameter values already accounted for by the servers
 
-    def push(self, current: np.ndarray) -> np.ndarray:
-        """The accumulated update to send (current - reference); afterwards the servers account for `current`."""
+    def push(self, current: np.ndarray, arrives: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """The accumulated update to send (current - reference); afterwards the servers account for `current`.
+        arrives(update): what the servers will add (a 16-bit wire format rounds it); what the rounding lost is then
+        left in the next update (error feedback), not lost."""
         delta = (current - self.reference).astype(np.float32)
-        self.reference = current.copy()
-        return delta
+        if arrives is None:
+            self.reference = current.copy()
+            return delta
+        arrived = arrives(delta)
+        self.reference = self.reference + arrived
+        return arrived
 
     def fetch(self, central: np.ndarray, current: np.ndarray) -> np.ndarray:
         """The delta that makes the host central + (its unpushed local change); the servers then account for central."""

@@ -19,6 +19,7 @@ from .math import FlatParams, elastic_difference, partition_bounds
 from .protocol import BYE, ELASTIC, FETCH, POLL_SECONDS, PUSH, TAG_PAYLOAD, TAG_REPLY, TAG_SERVER, TAG_STOP, \
     TAG_TESTER, TAG_TESTER_REPLY, message
 from .transport import say
+from .wire import Reference, decode, empty
 
 
 class ParameterServer:
@@ -26,14 +27,19 @@ class ParameterServer:
 
     PUSH [delta] -> center += delta (DOWNPOUR); FETCH -> reply center; ELASTIC [x] -> reply the old center at once
     (both transfers then share the link's two directions), and when x has arrived center += alpha (x - old center)
-    (EASGD/EAMSGD); BYE -> that rank is finished. Each client (training host, tester) has its own receive: one rank's
+    (EASGD/EAMSGD); BYE -> that rank is finished. Values travel in DistConfig.wire's format (.wire), the tester's
+    fetches as fp32. Each client (training host, tester) has its own receive: one rank's
     requests are taken in order, a slow one never holds up the others. The loop ends when every client said goodbye.
     """
 
     def __init__(self, transport, dist: DistConfig, roles: list[str], center: np.ndarray,
-                 save: Callable[[np.ndarray, int], None] | None = None) -> None:
+                 save: Callable[[np.ndarray, int], None] | None = None, start: np.ndarray | None = None) -> None:
+        """start: this partition of the model every rank held after the initial synchronisation (the first
+        reference of a 16-bit wire format; default: `center`)."""
         self.t, self.dist, self.center, self.save = transport, dist, center, save
         self.hosts = ranks_with(roles, "worker")
+        # per host, the center as it last received it (16-bit wire formats send differences from it)
+        self.sent = {q: Reference(center if start is None else start, dist.wire) for q in self.hosts}
         self.tester = (ranks_with(roles, "tester") or [None])[0]
         self.first_server = ranks_with(roles, "server")[0] == transport.rank
         self.updates = 0  # PUSH and ELASTIC messages applied
@@ -41,7 +47,7 @@ class ParameterServer:
     def run(self) -> int:
         clients = self.hosts + ([self.tester] if self.tester is not None else [])
         headers = {q: np.zeros(1, dtype=np.float32) for q in clients}
-        payloads = {q: np.zeros(self.center.size, dtype=np.float32) for q in self.hosts}
+        payloads = {q: empty(self.center.size, self.dist.wire) for q in self.hosts}
         asked = {q: self.t.irecv(headers[q], q, TAG_SERVER) for q in clients}
         receiving: dict[int, tuple] = {}  # client -> (payload request, reply request, kind, old center, start time)
         open_hosts = set(self.hosts)
@@ -52,8 +58,11 @@ class ParameterServer:
                 if self.t.test(request):
                     busy = True
                     del receiving[q]
-                    self.center += payloads[q] if kind == PUSH else elastic_difference(payloads[q], old,
-                                                                                       self.dist.alpha)
+                    if kind == PUSH:  # an update: a difference already
+                        self.center += decode(payloads[q], self.dist.wire)
+                    else:
+                        self.center += elastic_difference(self.sent[q].decode(payloads[q]), old, self.dist.alpha)
+                        self.sent[q].move_to(old)
                     self.t.stats.exchanged(time.monotonic() - started, [request] + ([reply] if reply else []))
                     self._updated()
                     asked[q] = self.t.irecv(headers[q], q, TAG_SERVER)
@@ -65,12 +74,16 @@ class ParameterServer:
                 kind = float(headers[q][0])
                 if kind in (PUSH, ELASTIC) and q in payloads:
                     old = reply = None
-                    if kind == ELASTIC:
-                        old = self.center.copy()
-                        reply = self.t.isend(old, q, TAG_REPLY)
+                    if kind == ELASTIC:  # the center as the host will decode it, answered at once
+                        reply = self.t.isend(self.sent[q].encode(self.center), q, TAG_REPLY)
+                        old = self.sent[q].decode(reply.buffer)
                     receiving[q] = (self.t.irecv(payloads[q], q, TAG_PAYLOAD), reply, kind, old, time.monotonic())
                 elif kind == FETCH:
-                    self.t.isend(self.center.copy(), q, TAG_REPLY)
+                    if q in self.sent:  # a host: in the wire format
+                        reply = self.t.isend(self.sent[q].encode(self.center), q, TAG_REPLY)
+                        self.sent[q].move_to(self.sent[q].decode(reply.buffer))
+                    else:  # the tester: the center itself, fp32
+                        self.t.isend(self.center.copy(), q, TAG_REPLY)
                     self.t.stats.exchanged(0.0)  # answered at once: the reply's time is the host's
                     asked[q] = self.t.irecv(headers[q], q, TAG_SERVER)
                 elif kind == BYE:

@@ -22,6 +22,7 @@ import numpy as np
 from .dist_config import DistConfig
 from .exchange_stats import ExchangeStats
 from .pieces import Pieces, piece_bounds, stalled
+from .wire import add_into
 
 MPI_HINT = "multi-host training needs mpi4py and an MPI library: run  pip install '.[mpi]'  (mpi4py + MPICH wheels)"
 _ALIVE, _GONE = 1, 0
@@ -65,6 +66,7 @@ class MPITransport:
         self.peers = [q for q in range(self.size) if q != self.rank]
         self._sends: list[Pieces] = []
         self.stats = ExchangeStats()  # the bytes; the exchanges are counted by the agents and servers
+        self._op16 = None  # _sum16
         self._beat_out = np.array([_ALIVE], dtype=np.int64)
         self._beat_in = {q: np.zeros(1, dtype=np.int64) for q in self.peers}
         self._beat_recv = {q: self._post_beat(q) for q in self.peers}
@@ -124,13 +126,26 @@ class MPITransport:
                                                               received=buffer.nbytes))
 
     def iallreduce(self, send: np.ndarray, total: np.ndarray) -> Pieces:
-        """Sum over the training hosts, slice by slice.  # (N,) -> (N,)"""
+        """Sum over the training hosts, slice by slice; float32, or 16-bit wire data (.wire) summed in fp32 at every
+        step of the reduction.  # (N,) -> (N,)"""
         self.stats.sent(send.nbytes)
-        starts = [lambda lo=lo, hi=hi: self.hosts_comm.Iallreduce(send[lo:hi], total[lo:hi], op=self.MPI.SUM)
+        op = self.MPI.SUM if send.dtype == np.float32 else self._sum16()
+        starts = [lambda lo=lo, hi=hi: self.hosts_comm.Iallreduce(send[lo:hi], total[lo:hi], op=op)
                   for lo, hi in piece_bounds(send)]
         return self._call(None, "allreduce", lambda: Pieces(starts, buffer=(send, total),
                                                             finish=lambda: self.stats.received(total.nbytes),
                                                             sent=send.nbytes, received=total.nbytes))
+
+    def _sum16(self):
+        """The MPI reduction of DistConfig.wire's 16-bit data (MPI has no bf16 sum): a user-defined operation."""
+        if self._op16 is None:
+            wire = self.dist.wire
+
+            def add(incoming, inout, datatype) -> None:
+                add_into(np.frombuffer(incoming, dtype=np.uint16), np.frombuffer(inout, dtype=np.uint16), wire)
+
+            self._op16 = self.MPI.Op.Create(add, commute=True)
+        return self._op16
 
     def ibcast(self, buffer: np.ndarray, parts: Sequence[tuple[int, int, int]]) -> Pieces:
         """buffer[lo:hi] from rank `root` to every rank, for each (root, lo, hi) of `parts`, as one ordered sequence

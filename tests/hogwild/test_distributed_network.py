@@ -39,11 +39,13 @@ def assert_no_warning(output: str) -> None:
     assert not re.search(r"WARN|[Ww]arning|pending \d+ references", output), output
 
 
-def test_every_algorithm_trains_across_three_hosts_over_tcp(tmp_path):
+def test_every_algorithm_trains_across_three_hosts_over_tcp_in_bf16(tmp_path):
     """easgd, eamsgd, downpour (1 server + 2 hosts), allreduce and adpsgd (3 hosts), one after the other in one job,
-    every message in pieces: each ends with the same model on every rank, trained, no warning, its bytes on the
-    links (the simulate command checks every rank's line against its link's counters)."""
-    done = simulate("--hosts", "3", "--", sys.executable, str(SCRIPTS / "every_algorithm.py"), "--out", str(tmp_path))
+    every message in pieces and in bf16: each ends with the same model on every rank, trained, no warning, its bytes
+    on the links (the simulate command checks every rank's line against its link's counters), 2 bytes a parameter
+    per exchange (fp32 runs: tests/hogwild/test_distributed.py on one machine, and below)."""
+    done = simulate("--hosts", "3", "--", sys.executable, str(SCRIPTS / "every_algorithm.py"), "--out", str(tmp_path),
+                    "--wire", "bf16")
     assert done.returncode == 0, done.stdout
     assert_no_warning(done.stdout)
     for algorithm in ("allreduce", "adpsgd", "easgd", "eamsgd", "downpour"):
@@ -54,6 +56,9 @@ def test_every_algorithm_trains_across_three_hosts_over_tcp(tmp_path):
         assert len(hosts) == (2 if algorithm in ("easgd", "eamsgd", "downpour") else 3)
         assert all(h["updates"] == 48 and h["exchanges"] >= 1 for h in hosts), (algorithm, hosts)
         assert all(f["bytes_sent"] > 0 and f["bytes_received"] > 0 for f in ranks[0]["figures"]), ranks[0]
+        numel = 16 * 32 + 32 + 32 + 1  # the tiny task's MLP (fp32: 4 bytes each); plus a 4-byte header or a flag
+        per_exchange = [f["bytes_per_exchange"] for f in ranks[0]["figures"] if f["role"] == "worker"]
+        assert all(2 * numel <= n <= 2 * numel + 4 for n in per_exchange), (algorithm, per_exchange)
 
 
 def test_a_transfer_longer_than_the_timeout_is_no_false_dead_or_hung(tmp_path):

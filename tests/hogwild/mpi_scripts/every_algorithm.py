@@ -3,7 +3,7 @@
 parameters travels in several pieces as a big one does.
 
 Usage: mpiexec -n 3 python tests/hogwild/mpi_scripts/every_algorithm.py --out OUT [--hidden 32] [--piece-bytes 1024]
-       [--algorithms easgd,...] [--steps 48] [--timeout 20]
+       [--algorithms easgd,...] [--steps 48] [--timeout 20] [--wire bf16]
 Writes OUT/<algorithm>-rank<r>.json per algorithm and rank: role, the final model's full-data loss and its checksum,
 exchanges, local updates.
 """
@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=48, help="local updates per host")
     parser.add_argument("--piece-bytes", type=int, default=1024)
     parser.add_argument("--timeout", type=float, default=20.0, help="DistConfig.timeout_seconds")
+    parser.add_argument("--wire", default="fp32", help="DistConfig.wire")
     args = parser.parse_args()
     pieces.PIECE_BYTES = args.piece_bytes
     torch.set_num_threads(1)
@@ -39,7 +40,7 @@ def main() -> None:
         config = hogwild.Config(workers=1, optimizer="nesterov" if momentum else "sgd", lr=0.03 if momentum else 0.1,
                                 max_steps=args.steps, seed=0, progress=False, tensorboard=False, log_every=10**6)
         dist = DistConfig(algorithm=algorithm, servers=1, period=4, n_push=4, n_fetch=4, heartbeat_seconds=0.2,
-                          timeout_seconds=args.timeout)
+                          timeout_seconds=args.timeout, wire=args.wire)
         out = train_distributed(model, loss_fn, batches, config, dist)
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         result = {"rank": out.rank, "role": out.role, "exchanges": out.exchanges,
