@@ -22,6 +22,7 @@ interleave the rates (round r runs every rate once, one after the other). Per ro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import statistics
@@ -31,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from bench import command_line
 from hogwild.multihost.dist_config import ALGORITHMS, SERVER_ALGORITHMS
@@ -151,6 +153,19 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def bench_hosts(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple[SimulatedHosts, Path]]:
+    """A bench's simulated hosts and scratch folder (a usage error where hosts cannot be simulated), its command
+    printed; SIGTERM ends it as Ctrl-C does, the hosts removed on the way out."""
+    reason = unavailable()
+    if reason:
+        parser.error(f"cannot simulate hosts here: {reason}")
+    print("command:", command_line(), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with SimulatedHosts(HOSTS) as hosts, tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        yield hosts, Path(scratch)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="pos", help="comma-separated: pos, nmt (default: pos)")
@@ -179,18 +194,13 @@ def main(argv: list[str] | None = None) -> None:
             rate_bits(rate)
     except ValueError as error:
         parser.error(f"--rates: {error}")
-    reason = unavailable()
-    if reason:
-        parser.error(f"cannot simulate hosts here: {reason}")
-    print("command:", command_line(), flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the simulated hosts are removed on the way out
     rows = []
-    with SimulatedHosts(HOSTS) as hosts, tempfile.TemporaryDirectory(prefix="bench-links-") as scratch:
+    with bench_hosts(parser, "bench-links-") as (hosts, scratch):
         for round_ in range(args.rounds):
             for model in models:
                 for algorithm in algorithms:
                     for rate in rates:
-                        out = Path(scratch) / f"{model}-{algorithm}-{rate}-{round_}"
+                        out = scratch / f"{model}-{algorithm}-{rate}-{round_}"
                         row = run_one(hosts, model, algorithm, rate, args.steps, out)
                         rows.append(row)
                         print(f"round {round_}: {json.dumps(row)}", flush=True)

@@ -15,16 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
-import sys
-import tempfile
-from pathlib import Path
 
-from bench import command_line
-from bench.bench_links import HOSTS, run_one
+from bench.bench_links import bench_hosts, run_one
 from hogwild.multihost.dist_config import ALGORITHMS, WIRE_FORMATS
-from hogwild.multihost.simulated_hosts import SimulatedHosts, unavailable
 
 
 def table(rows: list[dict]) -> str:
@@ -63,17 +57,12 @@ def main(argv: list[str] | None = None) -> None:
         seeds = [int(seed) for seed in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds: integers, got {args.seeds!r}")
-    reason = unavailable()
-    if reason:
-        parser.error(f"cannot simulate hosts here: {reason}")
-    print("command:", command_line(), flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the simulated hosts are removed on the way out
     rows = []
-    with SimulatedHosts(HOSTS) as hosts, tempfile.TemporaryDirectory(prefix="bench-wire-") as scratch:
+    with bench_hosts(parser, "bench-wire-") as (hosts, scratch):
         for seed in seeds:
             for algorithm in algorithms:
                 for wire in wires:
-                    out = Path(scratch) / f"{algorithm}-{wire}-{seed}"
+                    out = scratch / f"{algorithm}-{wire}-{seed}"
                     row = run_one(hosts, "pos", algorithm, "unlimited", args.steps, out,
                                   ("--seed", str(seed), "--wire", wire))
                     row.update(wire=wire, seed=seed)
