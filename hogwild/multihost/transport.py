@@ -112,8 +112,7 @@ class MPITransport:
         self.stats.sent(buffer.nbytes)
         starts = [lambda lo=lo, hi=hi: self.world.Isend(buffer[lo:hi], dest=dest, tag=tag)
                   for lo, hi in piece_bounds(buffer)]
-        request = self._call(dest, "sending", lambda: Pieces(starts, buffer=buffer, peer=dest,
-                                                                          sent=buffer.nbytes))
+        request = self._call(dest, "sending", lambda: Pieces(starts, buffer=buffer, peer=dest, sent=buffer.nbytes))
         self._sends.append(request)
         return request
 
@@ -228,3 +227,5 @@ class MPITransport:
             time.sleep(0.001)
         for request in goodbyes:
             self._call(None, "goodbye", request.Wait)
+        if self._op16 is not None:
+            self._op16.Free()
