@@ -88,7 +88,7 @@ class HostAgent:
                 self.t.service()
                 self._service_tester()
                 if self._pending is not None:
-                    if all(self.t.test(r) for r in self._pending.requests):
+                    if all([self.t.test(r) for r in self._pending.requests]):  # each advanced, not only the first
                         pending, self._pending = self._pending, None
                         if pending.complete is not None:
                             pending.complete()

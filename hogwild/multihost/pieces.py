@@ -3,7 +3,9 @@ slices of at most PIECE_BYTES, at most IN_FLIGHT of them posted at a time, in or
 
 Why: MPI keeps the order of the messages between two ranks, and over TCP a message posted behind a 40 MB transfer
 waits for all of it (20 Mbit/s: 16 s). A heartbeat posted while a rank sends the model then arrives that late, and the
-peer declares the rank dead. In pieces, it waits behind at most IN_FLIGHT pieces (1 MiB: 0.4 s at 20 Mbit/s).
+peer declares the rank dead. In pieces, it waits behind fewer bytes in MPI (IN_FLIGHT pieces; the kernel's socket
+buffer and TCP's recovery from the shaped link's drops still add seconds on a slow link), and each piece received
+counts as a sign of life of its sender (MPITransport.test), so a transfer that moves is never taken for a dead peer.
 
 Usage (the transport builds these; `starts` post one MPI request each):
     transfer = Pieces([lambda lo=lo, hi=hi: comm.Isend(buf[lo:hi], dest, tag) for lo, hi in piece_bounds(buf)])
@@ -38,13 +40,14 @@ class Pieces:
 
     buffer: kept alive until the transfer completes; peer: the other rank (None: a collective), for error messages;
     finish(): run once when every piece has completed (e.g. decoding a received wire format); sent, received: the
-    payload bytes it carries out of and into this rank."""
+    payload bytes it carries out of and into this rank; senders: the ranks a completed piece proves alive (what it
+    received came from them)."""
 
     def __init__(self, starts: Sequence[Callable[[], Any]], in_flight: int = IN_FLIGHT, buffer: Any = None,
                  peer: int | None = None, finish: Callable[[], None] | None = None, sent: int = 0,
-                 received: int = 0) -> None:
+                 received: int = 0, senders: Sequence[int] = ()) -> None:
         self.starts, self.in_flight, self.buffer, self.peer, self.finish = list(starts), in_flight, buffer, peer, finish
-        self.sent, self.received = sent, received
+        self.sent, self.received, self.senders = sent, received, tuple(senders)
         self.posted: deque = deque()
         self.next = 0
         self.done = False

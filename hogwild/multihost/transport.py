@@ -59,6 +59,7 @@ class MPITransport:
         world.Set_errhandler(self.MPI.ERRORS_RETURN)
         self.rank, self.size = world.Get_rank(), world.Get_size()
         self.hosts_comm = world.Split(0 if roles[self.rank] == "worker" else 1, self.rank)  # training hosts only
+        self.host_ranks = [q for q, role in enumerate(roles) if role == "worker"]
         self.heart = world.Dup()  # heartbeats never mix with data messages
         for comm in (self.hosts_comm, self.heart):
             comm.Set_errhandler(self.MPI.ERRORS_RETURN)
@@ -122,7 +123,7 @@ class MPITransport:
                   for lo, hi in piece_bounds(buffer)]
         return self._call(source, "receiving", lambda: Pieces(starts, len(starts), buffer, source,
                                                               lambda: self.stats.received(buffer.nbytes),
-                                                              received=buffer.nbytes))
+                                                              received=buffer.nbytes, senders=[source]))
 
     def iallreduce(self, send: np.ndarray, total: np.ndarray) -> Pieces:
         """Sum over the training hosts, slice by slice; float32, or 16-bit wire data (.wire) summed in fp32 at every
@@ -131,9 +132,10 @@ class MPITransport:
         op = self.MPI.SUM if send.dtype == np.float32 else self._sum16()
         starts = [lambda lo=lo, hi=hi: self.hosts_comm.Iallreduce(send[lo:hi], total[lo:hi], op=op)
                   for lo, hi in piece_bounds(send)]
+        others = [q for q in self.host_ranks if q != self.rank]  # a piece's sum needed every host's part
         return self._call(None, "allreduce", lambda: Pieces(starts, buffer=(send, total),
                                                             finish=lambda: self.stats.received(total.nbytes),
-                                                            sent=send.nbytes, received=total.nbytes))
+                                                            sent=send.nbytes, received=total.nbytes, senders=others))
 
     def _sum16(self):
         """The MPI reduction of DistConfig.wire's 16-bit data (MPI has no bf16 sum): a user-defined operation."""
@@ -156,18 +158,25 @@ class MPITransport:
             nbytes = (hi - lo) * buffer.itemsize
             mine, theirs = (mine + nbytes, theirs) if root == self.rank else (mine, theirs + nbytes)
         self.stats.sent(mine)
-        return self._call(None, "broadcast", lambda: Pieces(starts, buffer=buffer,
+        roots = {root for root, _, _ in parts} - {self.rank}
+        return self._call(None, "broadcast", lambda: Pieces(starts, buffer=buffer, senders=roots,
                                                             finish=lambda: self.stats.received(theirs)))
 
     def test(self, request: Pieces) -> bool:
+        """Advance `request`; a piece received is a sign of life of its senders, as a heartbeat is (over a slow link
+        a heartbeat can wait seconds behind the transfer's bytes in TCP)."""
         if not request.done:
+            before = request.progressed
             self._call(request.peer, "communication", request.test)
+            if request.progressed != before:
+                for q in request.senders:
+                    self._last_seen[q] = max(self._last_seen[q], request.progressed)
         return request.done
 
     def wait(self, requests: Sequence[Pieces], what: str, deadline: bool = True) -> None:
         """Wait for all `requests` while servicing heartbeats; with `deadline`, abort when they made no progress for
         timeout_seconds (without: for waits on other ranks' training progress, bounded only by their heartbeats)."""
-        while not all(self.test(r) for r in requests):
+        while not all([self.test(r) for r in requests]):  # each advanced (and heard), not only the first
             self.service()
             if deadline and stalled(requests) > self.dist.timeout_seconds:
                 self.abort(f"{what} made no progress for {self.dist.timeout_seconds} s")
@@ -190,11 +199,15 @@ class MPITransport:
                     self._beat_send[q] = self._call(q, "heartbeat",
                                                     lambda: self.heart.Isend(self._beat_out, dest=q, tag=0))
         self._take_beats(now)
-        silent = [q for q in self.peers if q not in self._gone and now - self._last_seen[q] > self.dist.timeout_seconds]
+        silent = self._silent(now)
         if silent:
             names = ", ".join(self.describe(q) for q in silent)
             self.abort(f"no heartbeat from {names} for more than {self.dist.timeout_seconds} s: dead or hung")
         self._sends = [r for r in self._sends if not self.test(r)]
+
+    def _silent(self, now: float) -> list[int]:
+        """The peers neither heard (a heartbeat, a piece received) nor gone for more than timeout_seconds."""
+        return [q for q in self.peers if q not in self._gone and now - self._last_seen[q] > self.dist.timeout_seconds]
 
     def _take_beats(self, now: float) -> None:
         """Take in the peers' heartbeats (a goodbye: that peer sends none after it)."""
