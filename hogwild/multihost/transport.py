@@ -222,7 +222,8 @@ class MPITransport:
     def close(self) -> None:
         """Deliver what is still on its way, say goodbye on the heartbeat channel and take in every peer's heartbeats
         up to its goodbye: no message is left unmatched at MPI_Finalize (UCX warns of each one). Every rank closes
-        after the final model's broadcast, so the peers' goodbyes follow within moments."""
+        after the final model's broadcast; a peer still receiving its tail (the root's part ends once the sockets
+        hold it) says goodbye later, and is waited for as long as its heartbeats come."""
         self.wait(self._sends, "delivery of the last messages")
         for q in self.peers:
             previous = self._beat_send.get(q)
@@ -230,13 +231,14 @@ class MPITransport:
                 self._call(q, "heartbeat", previous.Wait)
         gone = np.array([_GONE], dtype=np.int64)
         goodbyes = [self._call(q, "goodbye", lambda q=q: self.heart.Isend(gone, dest=q, tag=0)) for q in self.peers]
-        start = time.monotonic()
-        while len(self._gone) < len(self.peers):
+        while len(self._gone) < len(self.peers):  # a peer still receiving the final model says goodbye later
             now = time.monotonic()
             self._take_beats(now)
-            if now - start > self.dist.timeout_seconds:
-                names = ", ".join(self.describe(q) for q in self.peers if q not in self._gone)
-                self.abort(f"no goodbye from {names} within {self.dist.timeout_seconds} s of the end: dead or hung")
+            silent = self._silent(now)
+            if silent:
+                names = ", ".join(self.describe(q) for q in silent)
+                self.abort(f"no heartbeat or goodbye from {names} for more than {self.dist.timeout_seconds} s at the "
+                           f"end: dead or hung")
             time.sleep(0.001)
         for request in goodbyes:
             self._call(None, "goodbye", request.Wait)

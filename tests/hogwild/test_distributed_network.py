@@ -75,6 +75,19 @@ def test_a_transfer_longer_than_the_timeout_is_no_false_dead_or_hung(tmp_path):
     assert host["exchanges"] == 1 and host["figures"][1]["exchange_seconds_max"] > 4.0, host
 
 
+def test_a_peer_still_receiving_at_the_end_is_waited_for(tmp_path):
+    """A 0.6 MB broadcast over a 1 Mbit/s link (4.8 s), the timeout 3 s: rank 0's broadcast ends while most of it is
+    still in the sockets' buffers. Rank 1 hears its pieces (rank 0's heartbeats wait behind them), rank 0 at its
+    goodbye hears rank 1's heartbeats until rank 1's goodbye comes, more than the timeout later; both end normally.
+    (A goodbye bounded by the timeout ended the job: 'no goodbye from rank 1 ... within 3.0 s of the end'.)"""
+    done = simulate("--hosts", "2", "--rate", "1mbit", "--", sys.executable, str(SCRIPTS / "broadcast_then_close.py"),
+                    "--megabytes", "0.6", "--piece-bytes", str(128 * 1024), "--timeout", "3")
+    assert done.returncode == 0 and "dead or hung" not in done.stdout, done.stdout
+    ended = {int(rank): float(at) for rank, at in re.findall(r"rank (\d) broadcast done at ([\d.]+)", done.stdout)}
+    assert ended[1] - ended[0] > 3.0, done.stdout  # rank 1 was still receiving when rank 0 said goodbye
+    assert len(re.findall(r"exchanged: 0 exchanges, sent [\d,]+ bytes", done.stdout)) == 2, done.stdout
+
+
 def test_run_py_survives_a_short_cut_names_a_long_one_and_resumes_to_the_exact_step(tmp_path):
     """run.py, allreduce over 3 hosts, --hang-timeout 8: host2's link down 2 s (the job goes on), later down for good
     (the job ends within 8 + 10 s naming rank 2 on host2; the reachable hosts write last.pt); link back, --resume ends
