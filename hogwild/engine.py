@@ -233,6 +233,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
             feed.close()
         if attached is not None:
             attached.stop(failure)
+            failure = failure or attached.failure()  # its closing exchanges failed (e.g. a peer died meanwhile)
     return _Run(failure, records, started, deadline, control.stop_reason, evaluator, periodic, evaluation_error)
 
 

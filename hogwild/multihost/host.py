@@ -189,6 +189,8 @@ class HostCommunication(CommunicationAgent):
         stopped = time.monotonic()
         self.agent.finish()
         self.exchanges = self.agent.exchanges
+        if self.agent.failed is not None:  # a peer died or went silent in the closing exchanges: failure() says so,
+            return  # and the engine writes last.pt and raises, as when it happens while the workers train
         sync_model(self.t, self.flat, self.finals)
         self.stats.wait_seconds = time.monotonic() - stopped
         if self.store is not None:
