@@ -89,12 +89,13 @@ def test_a_peer_still_receiving_at_the_end_is_waited_for(tmp_path):
 
 
 def test_run_py_survives_a_short_cut_names_a_long_one_and_resumes_to_the_exact_step(tmp_path):
-    """run.py, allreduce over 3 hosts, --hang-timeout 8: host2's link down 2 s (the job goes on), later down for good
-    (the job ends within 8 + 10 s naming rank 2 on host2; the reachable hosts write last.pt); link back, --resume ends
-    at exactly --steps on every host, with the same final model, and the exchanges in summary.json and metrics."""
-    run, steps = tmp_path / "run", 160
+    """run.py, allreduce over 3 hosts, --hang-timeout 8: host2's link down 1 s (the job goes on), later down for good
+    (the job ends 8 to 8 + 10 s later, naming rank 2 on host2; the reachable hosts write last.pt); link back,
+    --resume --steps S ends at exactly S on every host, with the same final model, and the exchanges in summary.json
+    and metrics. The first run's --steps is out of reach, so that the cut falls in training however fast it goes."""
+    run = tmp_path / "run"
     args = [sys.executable, "run.py", "--task", "pos", "--workers", "1", "--distributed", "allreduce", "--steps",
-            str(steps), "--hang-timeout", "8", "--checkpoint-every", "20", "--log-every", "20", "--no-progress",
+            "100000", "--hang-timeout", "8", "--checkpoint-every", "20", "--log-every", "20", "--no-progress",
             "--out", str(run)]
     with SimulatedHosts(3) as hosts:
         mpiexec = hosts.mpiexec(args, str(MPIEXEC))
@@ -102,26 +103,28 @@ def test_run_py_survives_a_short_cut_names_a_long_one_and_resumes_to_the_exact_s
         try:
             lines = _until(job, lambda line: line.startswith("[eval]"))  # training has started on host0
             hosts.cut(2)
-            time.sleep(2.0)
+            time.sleep(1.0)
             hosts.restore(2)
-            time.sleep(4.0)
-            assert job.poll() is None, "".join(lines)  # the short cut was survived
+            time.sleep(3.0)
+            assert job.poll() is None, "".join(lines)  # the short cut was survived ...
             hosts.cut(2)
             cut = time.monotonic()
             output = "".join(lines) + job.communicate(timeout=60)[0]
             ended = time.monotonic() - cut
         finally:
             job.kill()
-        assert job.returncode != 0 and ended < 8 + 10, (ended, output)
+        assert job.returncode != 0 and 8 - 0.5 < ended < 8 + 10, (ended, output)  # ... and not named later
         assert re.search(r"rank [01] \(worker, pid \d+ on host[01]\) aborts the job: WorkerFailed: training stopped: "
                          r"multi-host: no heartbeat from rank 2 \(worker, pid \d+ on host2\) for more than 8\.0 s: "
-                         r"dead or hung", output), output
-        for host in (0, 1):
-            assert 0 < read_checkpoint(str(run / f"host{host}" / "last.pt"))["global_step"] < steps
+                         r"dead or hung\ncheckpoint written to .*/host[01]/last\.pt", output), output
+        saved = [read_checkpoint(str(run / f"host{host}" / "last.pt"))["global_step"] for host in range(3)]
+        assert all(0 < step for step in saved), saved
+        steps = max(saved) + 10
         hosts.restore(2)
-        resumed = subprocess.run(hosts.mpiexec([sys.executable, "run.py", "--resume", "--out", str(run),
-                                                "--no-progress"], str(MPIEXEC)), cwd=REPO, env=ENV, timeout=240,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        resumed = subprocess.run(hosts.mpiexec([sys.executable, "run.py", "--resume", "--out", str(run), "--steps",
+                                                str(steps), "--no-progress"], str(MPIEXEC)),
+                                 cwd=REPO, env=ENV, timeout=240, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
         carried = [hosts.link_bytes(i) for i in range(3)]
     assert resumed.returncode == 0, resumed.stdout
     assert_no_warning(resumed.stdout)
