@@ -4,14 +4,16 @@
 # cut short (by its budget, or by whoever runs it) still returns what it measured. The stages, in order:
 #   a  step-check  alone, first: bench/gpu_step_check.py on the real NMT and POS models (captured against eager
 #                  gradients, a dropout pair with fresh masks per replay, a forced failing capture under graphs auto
-#                  in a child process that must end in the eager step); its verdict streams into step-check.log
+#                  in process with the memory it leaves reserved, and in a child process started first, each of which
+#                  must end in the eager step); its verdict streams into step-check.log
 #   b  one-worker  timed, alone: one graphed engine worker against the graphed plain loop, fp32 (TF32 off on both),
-#                  both tasks, 750 updates a run (a steady window of 600)
+#                  both tasks, 750 updates a run (a steady window of 600); each run's captures come before its window
 #   c  tests       the CUDA tests, `pytest -m cuda -v -rfEs` (each name and outcome streams as it finishes, so a cut
 #                  run still names them), a per-test timeout; less the ones stage d runs
 #   d  more        timed, alone: 2 and 4 workers against the graphed plain loop, then bf16 (the graphed bf16 loop
 #                  against one bf16 worker); then side by side: run.py --gpus 1 end to end for POS then `run.py tag`,
-#                  for NMT then `run.py translate` (both in CPU-only processes), and the compiled-worker CUDA test;
+#                  for NMT then `run.py translate` (both in CPU-only processes; --time-limit 20 counts training, after
+#                  the worker's captures), and the compiled-worker CUDA test;
 #                  last, alone, gpu_step_check's step timings (eager, padded, graphed; fp32 and bf16)
 # Before them, stage 0 (setup): env (versions, the head of summary.txt), wheels, modules.
 #
@@ -42,7 +44,7 @@ WHEELS_NEEDED=(sacremoses conllu)          # modules run.py needs that the GPU i
 #                                            pip download --no-deps -d WHEELS sacremoses conllu  (pure-Python wheels)
 CORPORA=${HOGWILD_CORPORA:-$(dirname "$PWD")/shared/corpora}  # brown/ and europarl-fr-en/; without: synthetic runs
 OUT=${OUT:-/tmp/gpu-check}
-BUDGET_S=${BUDGET_S:-540}                  # the whole check, seconds (9 minutes)
+BUDGET_S=${BUDGET_S:-600}                  # the whole check, seconds (10 minutes)
 CPU_MODE=${HOGWILD_GPU_CHECK_CPU:-0}       # 1: every stage on the CPU with tiny sizes
 GRACE=5                                    # a step past its limit gets SIGTERM, then SIGKILL this much later
 COMPILED_TEST=reduce_overhead              # -k of the compiled-worker CUDA test, run in stage d
@@ -172,14 +174,14 @@ keep_run() {
 
 # Stage d's chains, run side by side (their settings come from main).
 check_pos() {
-    step d run-pos 100 30 "$PYTHON" run.py --task pos "${RUN_GPU[@]}" "${POS_DATA[@]}" --out "$WORK/pos" \
+    step d run-pos 110 30 "$PYTHON" run.py --task pos "${RUN_GPU[@]}" "${POS_DATA[@]}" --out "$WORK/pos" \
         --no-progress
     keep_run "$WORK/pos"
     printf 'The jury said it did not .\nHe went home .\n' > "$WORK/pos-input.txt"
     step d tag 40 10 env CUDA_VISIBLE_DEVICES= "$PYTHON" run.py tag --checkpoint "$WORK/pos" "$WORK/pos-input.txt"
 }
 check_nmt() {
-    step d run-nmt 120 40 "$PYTHON" run.py --task nmt "${RUN_GPU[@]}" "${NMT_DATA[@]}" --out "$WORK/nmt" \
+    step d run-nmt 150 40 "$PYTHON" run.py --task nmt "${RUN_GPU[@]}" "${NMT_DATA[@]}" --out "$WORK/nmt" \
         --no-progress
     keep_run "$WORK/nmt"
     if [ -f "$WORK/nmt/dev.src" ]; then head -3 "$WORK/nmt/dev.src"; else echo "la séance est ouverte ."; fi \
@@ -281,7 +283,7 @@ main() {
     step a step-check 90 30 "$PYTHON" -m bench.gpu_step_check "${step_check[@]}" --timed-steps 0
     publish
     # b: one graphed worker against the graphed plain loop, fp32 (timed, alone).
-    step b one-worker 190 60 "${bench[@]}" "${one[@]}" --variants plain-graphed,engine \
+    step b one-worker 220 60 "${bench[@]}" "${one[@]}" --variants plain-graphed,engine \
         --worker-counts 1 --repeats 1 --json "$OUT/one-worker.json"
     publish
     # c: the CUDA tests.

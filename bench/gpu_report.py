@@ -7,7 +7,8 @@ short keeps what it measured), and the report of a task, which has these parts:
     eager step, or no shape was graphed) is its own row, named so ('engine (fell back to eager)'), never counted
     as the variant;
   - the ratios the issue's targets name;
-  - the projection to 1..4 GPUs with one worker each, beside the paper's Table 1.
+  - the projection to 1..4 GPUs with one worker each (the overlapped worker's depth-2 pipeline, `cycle_ms`), beside
+    the paper's Table 1.
 
 Usage: `report(measured, overlap=True, repeats=2)`; `save(path, command, device_name, measured, not_measured)`
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 PAPER_HOURS = {1: 26.89, 2: 16.56, 3: 9.24, 4: 6.96}  # Table 1: hours per 90k updates on 1..4 GPUs
 UPDATES_90K = 90_000
+PIPELINE = "max(compute, (compute + push + update) / 2, update, pull): the depth-2 pipeline"
 EAGER, GRAPHED = "plain", "plain-graphed"  # the reference rows of the ratios (GRAPHED + "-bf16" for bf16 rows)
 
 
@@ -63,14 +65,25 @@ def save(path: str | None, command: str, device: str, measured: list[Measurement
                                           "not_measured": missing}, indent=1) + "\n")
 
 
+def cycle_ms(pull: float, compute: float, push: float, update: float, overlap: bool, host: float = 0.0) -> float:
+    """One worker's period in ms. Overlapped, the worker runs a pipeline two steps deep (hogwild/worker/worker.py):
+    step k+1 is queued once update k-1 has landed, which needs step k-1's compute G, its copy-out C and the CPU update
+    U, and the pull of step k+1 waits only for step k's start; so two steps take G + C + U + h (h: the host's enqueue)
+    unless the device, the update or the pull alone takes longer: max(G, (G + C + U + h) / 2, U, P). Serial: the
+    phases one after another, P + G + C + U."""
+    if not overlap:
+        return pull + compute + push + update
+    return max(compute, (compute + push + update + host) / 2, update, pull)
+
+
 def projection(engine: dict[int, dict[str, float]], overlap: bool) -> list[tuple[int, float, float]]:
-    """(GPUs, cycle ms, hours per 90k updates) for 1..4 GPUs with one worker each; engine: workers -> phase ms."""
+    """(GPUs, cycle ms, hours per 90k updates) for 1..4 GPUs with one worker each; engine: workers -> phase ms. A
+    worker's own phases are the lone worker's; its CPU update the one measured with that many workers on the host."""
     alone = engine[min(engine)]
     rows = []
     for gpus in range(1, 5):
         update = engine.get(gpus, engine[max(engine)])["update"]  # the host's update with `gpus` workers on it
-        work = alone["compute"] + alone["push"]
-        cycle = alone["pull"] + (max(work, update) if overlap else work + update)
+        cycle = cycle_ms(alone["pull"], alone["compute"], alone["push"], update, overlap)
         rows.append((gpus, cycle, UPDATES_90K * cycle / gpus / 3.6e6))
     return rows
 
@@ -135,8 +148,8 @@ def report(runs: list[Measurement], overlap: bool, repeats: int) -> None:
             print(f"  one engine worker / graphed plain loop ({precision}): "
                   + ", ".join(f"{name} {row['median'] / graphed:.3f}" for name, row in ones.items()))
     if engine and all(v["phase_ms"] for v in engine.values()):
-        print(f"  projection, one worker per GPU ({'overlapped' if overlap else 'serial'} update; cycle = pull + "
-              f"{'max(compute + push, update)' if overlap else 'compute + push + update'}):")
+        cycle = PIPELINE if overlap else "pull + compute + push + update"
+        print(f"  projection, one worker per GPU ({'overlapped' if overlap else 'serial'} update; cycle = {cycle}):")
         print("  GPUs  cycle ms  updates/s  hours per 90k  paper Table 1 (h)")
         for gpus, cycle, hours in projection({n: v["phase_ms"] for n, v in engine.items()}, overlap):
             note = "" if gpus in engine else f"   (update measured with {max(engine)} workers)"

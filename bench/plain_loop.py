@@ -139,7 +139,7 @@ class BucketGraphs:
         self.capture = device.type == "cuda"
         self.static: dict[tuple, dict] = {}  # shape -> the static input buffers on the device
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.pool = torch.cuda.MemPool() if self.capture else None  # capture.py counts its uses
         self.eager = 0  # steps run eagerly: their shape has no graph
 
     def prepare(self, batches: list[dict]) -> int:

@@ -66,6 +66,8 @@ _FALLBACK_REPORTED: set[str] = set()  # optimizers whose missing fused kernel wa
 _NAME_DEFAULTS: dict[str, dict[str, Any]] = {
     "msgd": {"momentum": 0.9}, "nesterov": {"momentum": 0.9, "nesterov": True},
 }
+# the optimizers with a momentum of their own (run.py's --momentum sets it)
+MOMENTUM_OPTIMIZERS = tuple(name for name, hyper in _NAME_DEFAULTS.items() if "momentum" in hyper)
 # Options that make no sense for shared CPU state updated outside autograd.
 _REFUSED = ("params", "lr", "differentiable", "capturable")
 

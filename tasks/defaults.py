@@ -9,11 +9,10 @@ Usage: `recipe = resolve_recipe(None, "small")  # -> "default"`; `default_lr("po
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from hogwild.data.pos_dataset import PAPER_WORD_MIN_FREQ, SYNTHETIC_WORD_MIN_FREQ, WORD_MIN_FREQ
-from hogwild.shared_optim import OPTIMIZERS
+from hogwild.shared_optim import MOMENTUM_OPTIMIZERS, OPTIMIZERS
 
 TASKS = ("pos", "nmt")
 METRICS = {"pos": "accuracy", "nmt": "bleu"}  # the held-out metric that picks a task's best checkpoint
@@ -35,6 +34,17 @@ _PLAIN_SGD_LR = {"pos": 0.03, "nmt": 0.1}  # the papers' SGD rates
 _MOMENTUM_LR = {"pos": 0.01, "nmt": 0.03}  # a third of the paper's rate
 _ADAPTIVE_LR = {"adam": 1e-3, "adamax": 2e-3, "rmsprop": 1e-3, "adagrad": 0.05, "adadelta": 1.0}  # torch's usual
 
+
+def check_rates(optimizers: tuple[str, ...]) -> None:
+    """Every optimizer of hogwild/shared_optim.py has a default rate here: a new one is named at once."""
+    missing = [name for name in optimizers if name not in ("sgd", *MOMENTUM_OPTIMIZERS, *_ADAPTIVE_LR)]
+    if missing:
+        raise ImportError(f"tasks/defaults.py: no default learning rate for optimizer {', '.join(missing)} of "
+                          f"hogwild/shared_optim.py's OPTIMIZERS; add its usual rate to _ADAPTIVE_LR")
+
+
+check_rates(OPTIMIZERS)
+
 # --- per-task values (the paper's where it gives one) ---
 TASK_DEFAULTS = {
     "pos": {"batch_size": 1, "synthetic_batch_size": 1, "clip_norm": None, "eval_sentences": None,
@@ -45,29 +55,16 @@ TASK_DEFAULTS = {
 EPOCHS, SYNTHETIC_EPOCHS = 1, 2  # when no --steps, --epochs or --time-limit: the default job, about a minute
 SYNTHETIC_EVAL_EVERY = 250  # updates: 8 evaluations per epoch of the default job, however fast the machine
 EVAL_EVERY_SECONDS = 60.0  # real corpora
-COMPILED_LENGTH_BUCKET = 8  # nmt with --compile: a Europarl epoch's target lengths fall into 7 buckets, not 47
-# Graphed GPU workers (--graphs) capture one CUDA graph per batch shape: the training batches' lengths are padded up
-# to these edges (data/batching.py's bucket_edges). POS (one sentence per update): Brown's sentences are 1-180 words,
-# 95% within 48; longer than the last edge keeps its own length (an eager step). NMT: source and target each to a
-# multiple of 8 up to --max-len + 2 (bos and eos), a few (S, T) shapes per batch size.
-POS_BUCKET_EDGES = (8, 16, 24, 32, 48, 64, 96, 128)
-NMT_BUCKET_STEP = 8
-
-
-def graph_bucket_edges(task: str, max_len: int) -> tuple[int, ...]:
-    """The length bucket edges of a graphed run's training batches (above)."""
-    if task == "pos":
-        return POS_BUCKET_EDGES
-    return tuple(range(NMT_BUCKET_STEP, max_len + 2 + NMT_BUCKET_STEP, NMT_BUCKET_STEP))
+# nmt with --compile, --length-bucket's default: a Europarl epoch's target lengths fall into 7 buckets, not 47 (how a
+# run's batches are padded, and the edges of graphed and compiled runs: data/buckets.py's training_buckets)
+COMPILED_LENGTH_BUCKET = 8
 
 
 def resolve_recipe(recipe: str | None, preset: str) -> str:
     """The recipe of a run: as given, else 'paper' with the paper's model sizes (--preset paper is the paper's
-    setting, whole) and 'default' otherwise."""
+    setting, whole) and 'default' otherwise (RunOptions checks a recipe given)."""
     if recipe is None:
         return "paper" if preset == "paper" else "default"
-    if recipe not in RECIPES:
-        raise ValueError(f"--recipe: must be one of {', '.join(RECIPES)}; got {recipe!r}")
     return recipe
 
 
@@ -89,7 +86,7 @@ def default_lr(task: str, optimizer: str, recipe: str = "default") -> float:
     adaptive optimizers: their usual rate."""
     if optimizer == "sgd":
         return DEFAULT_POS_SGD_LR if (task, recipe) == ("pos", "default") else _PLAIN_SGD_LR[task]
-    if optimizer in ("msgd", "nesterov"):
+    if optimizer in MOMENTUM_OPTIMIZERS:
         return _MOMENTUM_LR[task]
     return _ADAPTIVE_LR[optimizer]
 
@@ -122,13 +119,11 @@ def schedule_fields(task: str, optimizer: str, lr: float, lr_decay: float | None
 
     lr_decay None takes `default_lr_decay`; decay_updates None the recipe's unit (`default_decay_updates`).
     warmup_steps > 0 gives "warmup_scaled", else a decay gives "linear_decay" floored at max(min_lr, lr *
-    DECAY_FLOOR), else "constant" (a decay_updates given there is passed on, and Config refuses it). A negative decay,
-    or a decay and a warm-up together, raise ValueError naming the flag: they pick the schedule.
+    DECAY_FLOOR), else "constant" (a decay_updates given there is passed on, and Config refuses it). A decay and a
+    warm-up together raise ValueError naming both flags: they pick the schedule.
     """
     if lr_decay is None:
         lr_decay = default_lr_decay(task, optimizer, warmup_steps, recipe)
-    if not (math.isfinite(lr_decay) and lr_decay >= 0):
-        raise ValueError(f"--lr-decay: must be >= 0, got {lr_decay}")
     if warmup_steps and lr_decay:
         raise ValueError(f"--lr-decay: {lr_decay} cannot be combined with --warmup-steps {warmup_steps} (one schedule "
                          "per run: give --lr-decay 0 or --warmup-steps 0)")
@@ -213,3 +208,9 @@ EVAL_EVERY_TEXT = (f"{SYNTHETIC_EVAL_EVERY} on the synthetic task, else --eval-e
                    f"{EVAL_EVERY_SECONDS:g}")
 LENGTH_BUCKET_TEXT = f"{COMPILED_LENGTH_BUCKET} with --compile, else 1"
 CPU_WORKERS_TEXT = "replica for nmt Hogwild runs of 2+ workers, in-place otherwise"
+# The engine options whose run.py default is not Config's: None until set per run (fill_defaults; --out:
+# tasks.training.default_out); --help shows these words
+RUN_DEFAULTS = {"optimizer": OPTIMIZER_TEXT, "lr": LR_TEXT, "lr_decay": LR_DECAY_TEXT,
+                "decay_updates": DECAY_UPDATES_TEXT, "clip_norm": CLIP_NORM_TEXT, "epochs": EPOCHS_TEXT,
+                "eval_every": EVAL_EVERY_TEXT, "eval_every_seconds": "see --eval-every", "log_every": LOG_EVERY_TEXT,
+                "out": "runs/TASK-DATE-TIME"}

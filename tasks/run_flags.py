@@ -25,9 +25,10 @@ import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from hogwild.tasks.options import Option, OptionError, RunOptions, check_value, declared, flag, option_types
+from hogwild.config_fields import value_types
+from hogwild.tasks.options import Option, OptionError, RunOptions, check_value, declared, flag
 from hogwild.tasks.options_file import OptionsFileError, read_options_file, run_directory_options
 
 CONFIG_HELP = ("start from the options in FILE: a run directory (replays its config.json) or a YAML, TOML or JSON "
@@ -168,21 +169,37 @@ def _refuse_copies(parser: argparse.ArgumentParser) -> None:
 def _add_flag(group: argparse._ArgumentGroup, name: str, option: Option, defaults: Mapping[str, Any]) -> None:
     """One option's flag: its type, allowed values and help, which ends with the default that applies (and run.py's,
     where this parser has its own)."""
-    kind, _ = option_types()[name]
+    kind, _ = value_types(RunOptions)[name]
     declared_default = RunOptions.__dataclass_fields__[name].default
     default = defaults.get(name, declared_default)
-    shown = option.default_text or ("off" if kind is bool else declared_default)  # a switch is off unless given
+    shown = option.default_text or (option.none if declared_default is None else None) or _shown(declared_default)
     if name in defaults:
-        own = ("on" if default != declared_default else "off") if kind is bool else \
-            " ".join(default) if isinstance(default, list) else default
-        shown = f"{own} here; run.py: {shown}"
-    text = f"{option.help} (default: {shown})".replace("%", "%%")
-    if kind is bool:  # a switch: --fused-step turns a False default on, --no-progress a True default off
+        shown = f"{_shown(default)} here; run.py: {shown}"
+    off = f"; 0 or off: {option.none}" if option.zero_is_off else ""
+    text = f"{option.help}{off} (default: {shown})".replace("%", "%%")
+    if kind is bool:  # a switch: --tf32 turns a False default on, --no-progress a True default off
         action = group.add_argument(option.negative_flag or flag(name), dest=name, default=default, help=text,
                                     action="store_false" if option.negative_flag else "store_true")
     else:
+        parse = _or_off(kind) if option.zero_is_off else kind
         action = group.add_argument(flag(name), dest=name, default=default, choices=option.choices,
                                     metavar=option.metavar, help=text,
-                                    **({"nargs": "+"} if kind is list else {"type": option.parse or kind}))
+                                    **({"nargs": "+"} if kind is list else {"type": parse}))
     setattr(action, _MARK, name)
 
+
+def _shown(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else " ".join(value) if isinstance(value, list) \
+        else str(value)
+
+
+def _or_off(kind: type) -> Callable[[str], Any]:
+    """The parser of an option whose 0 means off: a number, or `off` (0)."""
+    def parse(text: str) -> Any:
+        if text.strip().lower() == "off":
+            return kind(0)
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, 0 or off; got {text!r}") from None
+    return parse

@@ -22,8 +22,10 @@ from .supervisor import Supervisor, parent_signals_blocked
 
 TICK = 0.1  # seconds between the parent's checks
 START_TIMEOUT = 600.0  # seconds for spawned workers to import torch, unpickle the model and map the batches
-STARTUP_GRACE = 30.0  # with a time limit, start-up may take that limit plus this before the run is stopped (2
+STARTUP_GRACE = 30.0  # with a time limit, spawning may take that limit plus this before the run is stopped (2
 # workers took 12 s to start on a 2-core machine busy with other test runs; 100 workers on 2 cores take minutes)
+PREPARE_TIMEOUT = 600.0  # seconds a worker may take, once it has mapped the batches, to prepare its step (capture its
+# CUDA graphs: ~30-50 NMT shapes at ~0.5 s each, an estimate, several workers of a GPU at once; compile): its own bound
 STARTUP_QUIET = 2.0  # a start-up shorter than this prints nothing; a longer one prints progress every:
 STARTUP_EVERY = 5.0
 
@@ -120,16 +122,19 @@ class ParentLoop:
         return failure
 
     def wait_until_ready(self) -> str | None:
-        """Wait until every worker has started and mapped the batches (spawning takes seconds), so that no worker
-        races ahead of the others and wall time and time limits count training only. Returns a failure or None.
+        """Wait until every worker is ready to train (spawned, the batches mapped, its step prepared), so that no worker
+        races ahead of the others and wall time and time limits count training only: the training clock, and with it
+        config.time_limit, starts when the last worker is ready. Returns a failure or None.
 
-        Start-up is bounded too: by config.time_limit + STARTUP_GRACE (a failure naming the workers still starting:
-        the run made no update), by a signal (the stop request), and by START_TIMEOUT (a failure). A slow start
-        shows its progress."""
+        Start-up has two bounds of its own. Spawning (import torch, unpickle the model, map the batches) is bounded by
+        config.time_limit + STARTUP_GRACE (a failure naming the workers still starting: the run made no update) or else
+        START_TIMEOUT; preparing a worker's step (a graphed worker captures its CUDA graphs, a compiled one compiles)
+        by PREPARE_TIMEOUT from when that worker began it, whatever the time limit. A signal (the stop request) ends
+        either. A slow start shows its progress, then each graphed worker's graphs and the seconds they took."""
         counters, supervisor, workers = self.counters, self.supervisor, self.counters.workers
         began = time.monotonic()
         limit = START_TIMEOUT
-        if self.config.time_limit:  # the training clock starts once all are ready; start-up gets limit + grace
+        if self.config.time_limit:  # the training clock starts once all are ready; spawning gets limit + grace
             limit = min(START_TIMEOUT, self.config.time_limit + STARTUP_GRACE)
         next_note, noted = began + STARTUP_QUIET, False
         while self.control.stop_reason is None and not counters.all_ready():
@@ -139,21 +144,50 @@ class ParentLoop:
             if supervisor.all_exited():  # the last one may have exited since wait() looked: name its failure
                 return supervisor.failure() or "every worker exited before training started"
             now = time.monotonic()
-            ready = counters.ready_count()
+            ready, preparing = counters.ready_count(), counters.preparing(time.time())
             if now >= next_note:
-                self.metrics.note(f"starting workers: {ready}/{workers} ready after {now - began:.0f} s")
+                steps = f", {len(preparing)} preparing their step (CUDA graphs)" if preparing else ""
+                self.metrics.note(f"starting workers: {ready}/{workers} ready after {now - began:.0f} s{steps}")
                 next_note, noted = now + STARTUP_EVERY, True
-            if now - began > limit:
-                late = counters.not_ready()
-                if limit < START_TIMEOUT:  # a run of zero updates is a failure, not a run that reached its limit
-                    return (f"time limit: workers still starting after {now - began:.0f} s (the limit of "
-                            f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), {ready}/{workers} "
-                            f"ready: stopped before the first update. Use fewer workers (each spawned worker imports "
-                            f"torch and maps the batches) or a longer time limit")
-                return f"worker(s) {late} did not become ready within {START_TIMEOUT:.0f} s of spawning"
-        if noted and self.control.stop_reason is None:
-            self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
+            late = self._late_start(now - began, limit, ready, preparing)
+            if late is not None:
+                return late
+        if self.control.stop_reason is None:
+            if noted:
+                self.metrics.note(f"all {workers} workers ready after {time.monotonic() - began:.1f} s")
+            self._graphs_captured(noted)
         return None
+
+    def _late_start(self, elapsed: float, limit: float, ready: int, preparing: dict[int, float]) -> str | None:
+        """The failure of a start-up past its bounds (wait_until_ready), or None."""
+        spawning = [w for w in self.counters.not_ready() if w not in preparing]
+        if spawning and elapsed > limit:
+            if limit < START_TIMEOUT:  # a run of zero updates is a failure, not a run that reached its limit
+                return (f"time limit: workers still starting after {elapsed:.0f} s (the limit of "
+                        f"{self.config.time_limit:g} s plus {STARTUP_GRACE:g} s for start-up), {ready}/"
+                        f"{self.counters.workers} ready: stopped before the first update. Use fewer workers (each "
+                        f"spawned worker imports torch and maps the batches) or a longer time limit")
+            return f"worker(s) {spawning} did not become ready within {START_TIMEOUT:.0f} s of spawning"
+        slow = [w for w, seconds in preparing.items() if seconds > PREPARE_TIMEOUT]
+        if slow:
+            return (f"worker(s) {slow} still preparing their step {PREPARE_TIMEOUT:.0f} s after they began (capturing "
+                    f"CUDA graphs, or compiling): stopped before the first update. --graphs off (Config.graphs='off') "
+                    f"captures nothing; Config.graph_limit K captures the K most frequent batch shapes only")
+        return None
+
+    def _graphs_captured(self, show: bool) -> None:
+        """Each graphed worker's graphs and the seconds it took to prepare them (before the training clock): a
+        metrics record, and a line on stderr after a start-up slow enough to show its progress."""
+        graphed = self.metrics.graphed
+        if not graphed:
+            return
+        snapshot = self.counters.snapshot()
+        graphs = [snapshot.graphs(w) for w in graphed]
+        seconds = [round(snapshot.capture_seconds(w), 3) for w in graphed]
+        self.metrics.event("graphs", workers=graphed, graphs=graphs, capture_seconds=seconds)
+        if show:
+            self.metrics.note("graphs captured before training (worker: graphs in seconds): " + ", ".join(
+                f"{w}: {n} in {s:.1f} s" for w, n, s in zip(graphed, graphs, seconds)))
 
     def run(self, periodic: PeriodicEvaluation | None,
             deadline: float | None) -> tuple[str | None, list[dict[str, Any]]]:
@@ -164,7 +198,7 @@ class ParentLoop:
         start = self.counters.global_updates()
         next_log = start + config.log_every
         next_checkpoint = start + config.checkpoint_every if config.checkpoint_every else None
-        period = config.checkpoint_minutes * 60 if config.checkpoint_minutes else None
+        period = config.checkpoint_minutes * 60 if config.checkpoint_minutes is not None else None  # None: off
         checkpoint_at = time.monotonic() + period if period else None  # by time: a hard stop loses at most that
         records = []
         while True:

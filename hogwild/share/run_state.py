@@ -48,10 +48,13 @@ PHASE_COLUMNS = slice(3, 7)
 # Columns of SharedCounters.graph_steps: diagnostics of graphed workers (Config.graphs), not checkpointed.
 GRAPHS = 0  # CUDA graphs the worker captured at start-up (on the CPU: signatures with static inputs)
 EAGER_STEPS = 1  # steps whose batch shape had no graph, run eagerly
+CAPTURE_MS = 2  # milliseconds the worker took to prepare its graphed step (probe, warm-ups, captures)
+PREPARING_SINCE = 3  # time.time() in ms when the worker began preparing its step (0: not yet); start-up's second part
+_GRAPH_COLUMNS = 4
 
 
 class SharedCounters:
-    """ints (W, 10) int64, floats (W, 7) float64, staleness histogram (W, STALENESS_BINS) int64, graph_steps (W, 2)
+    """ints (W, 10) int64, floats (W, 7) float64, staleness histogram (W, STALENESS_BINS) int64, graph_steps (W, 4)
     int64 - all shared; graph_steps is this run's alone (a checkpoint keeps the others)."""
 
     def __init__(self, workers: int):
@@ -61,7 +64,7 @@ class SharedCounters:
         self.ints[:, LAST_SEQ] = -1
         self.floats = torch.zeros(workers, 7, dtype=torch.float64)  # (W, 7)
         self.staleness = torch.zeros(workers, STALENESS_BINS, dtype=torch.int64)  # (W, BINS)
-        self.graph_steps = torch.zeros(workers, 2, dtype=torch.int64)  # (W, 2)
+        self.graph_steps = torch.zeros(workers, _GRAPH_COLUMNS, dtype=torch.int64)  # (W, 4)
         for tensor in (self.ints, self.floats, self.staleness, self.graph_steps):
             tensor.share_memory_()
 
@@ -85,6 +88,12 @@ class SharedCounters:
     def not_ready(self) -> list[int]:
         return [w for w in range(self.workers) if self.ints[w, READY] != 1]
 
+    def preparing(self, now: float) -> dict[int, float]:
+        """Worker -> seconds since it began preparing its step (capturing graphs, compiling), of the workers that have
+        mapped the batches but are not ready yet; now: time.time()."""
+        since = self.graph_steps[:, PREPARING_SINCE].numpy()
+        return {w: now - since[w] / 1000 for w in self.not_ready() if since[w] > 0}
+
     def ready(self, worker: int) -> bool:
         return bool(self.ints[worker, READY] == 1)
 
@@ -92,6 +101,7 @@ class SharedCounters:
         """The parent's one write into a worker's row, made while no process owns it (the old one is dead, its
         replacement not yet started): the row is not ready again until the replacement has mapped the batches."""
         self.ints[worker, READY] = 0
+        self.graph_steps[worker, PREPARING_SINCE] = 0
 
     def tickets_done(self) -> np.ndarray:
         """Per worker, the batches whose step has ended: applied plus skipped updates. (W,) int64. Each counts with
@@ -121,7 +131,7 @@ class CounterSnapshot:
     ints: np.ndarray  # (W, 10)
     floats: np.ndarray  # (W, 7)
     staleness: np.ndarray  # (W, STALENESS_BINS)
-    graph_steps: np.ndarray | None = None  # (W, 2): not in a checkpoint
+    graph_steps: np.ndarray | None = None  # (W, 4): not in a checkpoint
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The checkpoint's form, {"ints", "floats", "staleness"}, which `SharedCounters.load` takes back."""
@@ -151,9 +161,15 @@ class CounterSnapshot:
             loss, count = loss - before[..., LOSS_SUM].sum(), count - before[..., LOSS_COUNT].sum()
         return float(loss / count) if count > 0 else None
 
-    def graphs(self) -> int:
-        """CUDA graphs the workers captured (Config.graphs), all workers together."""
-        return 0 if self.graph_steps is None else int(self.graph_steps[:, GRAPHS].sum())
+    def graphs(self, worker: int | None = None) -> int:
+        """CUDA graphs the workers captured (Config.graphs), all workers together or one worker's."""
+        if self.graph_steps is None:
+            return 0
+        return int(self.graph_steps[:, GRAPHS].sum() if worker is None else self.graph_steps[worker, GRAPHS])
+
+    def capture_seconds(self, worker: int) -> float:
+        """Seconds a graphed worker took at start-up to prepare its step (probe, warm-ups, captures)."""
+        return 0.0 if self.graph_steps is None else float(self.graph_steps[worker, CAPTURE_MS]) / 1000
 
     def eager_steps(self, worker: int | None = None) -> int:
         """Steps of graphed workers that ran eagerly: their batch shape had no graph."""
@@ -213,7 +229,7 @@ class WorkerView:
         self._ints = self._all_ints[worker]  # (10,)
         self._floats = counters.floats.numpy()[worker]  # (7,)
         self._hist = counters.staleness.numpy()[worker]  # (BINS,)
-        self._graph_steps = counters.graph_steps.numpy()[worker]  # (2,)
+        self._graph_steps = counters.graph_steps.numpy()[worker]  # (4,)
 
     def global_updates(self) -> int:
         return int(self._all_ints[:, UPDATES].sum())
@@ -251,8 +267,14 @@ class WorkerView:
     def ready(self) -> None:
         self._ints[READY] = 1
 
-    def graphs_captured(self, count: int) -> None:
+    def preparing(self) -> None:
+        """The batches are mapped: the worker prepares its step (start-up's second part, bounded on its own)."""
+        self._graph_steps[PREPARING_SINCE] = int(time.time() * 1000)
+
+    def graphs_captured(self, count: int, seconds: float) -> None:
+        """A graphed worker's step is prepared: `count` graphs (0 after a fallback) in `seconds`."""
         self._graph_steps[GRAPHS] = count
+        self._graph_steps[CAPTURE_MS] = round(seconds * 1000)
 
     def eager_step(self) -> None:
         """A graphed worker's step without a graph for its batch's shape."""

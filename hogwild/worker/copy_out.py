@@ -1,7 +1,8 @@
 """A device worker's gradient copy-out (step_graph.py's step, graphed or eager): the gradients gathered on the device
-into one flat buffer (the outbox), the norm, clipping and finiteness decided there too, then one device->host copy into a page-locked slot that the update
-thread reads after the copy's event. No Python hook runs in backward and the worker's main thread never waits for the
-device: the skip is decided one step late, by whoever reads the slot (updates.py).
+into one flat buffer (the outbox), the norm, clipping and finiteness decided there too, then a device->host copy into
+a page-locked slot that the update thread reads after the copy's event. No Python hook runs in backward and the
+worker's main thread never waits for the device: the skip is decided one step late, by whoever reads the slot
+(updates.py).
 
 The outbox, one tensor of the parameters' dtype on the device, holds in order:
   - every dense gradient, flattened;
@@ -12,18 +13,26 @@ The outbox, one tensor of the parameters' dtype on the device, holds in order:
   - three step statistics: finite (1/0), the loss, and missing (1 if a table read a row outside the host's ids).
 The replica's tables give dense gradients (sparse gradients drop the padding row with a data-dependent shape, which
 no CUDA graph can hold); the rows and the mask make them the sparse gradient the eager step pushes: the same rows,
-the same values, coalesced (what torch's sparse gradient gives). Clipping multiplies the gradient part by min(1, clip/(norm+1e-6)) computed in float64
-from the same norms as gradients.global_norm, so the clipped values are an in-place step's bit for bit (dense).
+the same values, coalesced (what torch's sparse gradient gives). Clipping multiplies the gradient part by
+min(1, clip/(norm+1e-6)) computed in float64 from the same norms as gradients.global_norm, so the clipped values are an
+in-place step's bit for bit (dense).
 
-On a GPU a step's outbox is first copied device->device into one of two staging buffers (microseconds on HBM), so the
+A step's copy-out moves only what its update reads: the dense gradients, the first n rows of each sparse table (n: the
+ids the host chose for this batch, at most its capacity; the rest of the capacity holds no row of this step), the row
+masks and the statistics - one contiguous copy per part (`segments`), not the whole capacity: only the rows a batch
+touched travel, and its update writes only the rows the table read, as a 'cpu' worker's sparse gradient does.
+On a GPU those parts are first copied device->device into one of two staging buffers (microseconds on HBM), so the
 next step may overwrite the outbox while the copy to the host of this one runs on the copy stream. Two host slots
 alternate: update k reads slot k % 2 while step k+1 fills the other. On the CPU the same code copies in place.
+Page-locked staging that the host writes for a step (its ids here, its inputs in step_graph.py) is reused every other
+step; `SlotEvents` makes each rewrite wait for the copies that read that slot two steps ago.
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (step_graph.py builds it).
 
-Usage: `outbox = GradientOutbox(params, tables, capacities, device)`; inside the step: `outbox.begin(ids)` before
-the forward, `outbox.gather(loss, clip_norm, check)` after backward; then `outbox.send(slot)`; in the update thread
-`outbox.read(slot, present, ids)` -> (finite, loss, grads).
+Usage: `outbox = GradientOutbox(params, tables, capacities, device)`; `ids = outbox.step_ids(host_ids, slot)`; inside
+the step: `outbox.begin()` before the forward, `outbox.gather(loss, clip_norm, check)` after backward; then
+`outbox.send(slot, [len(i) for i in ids])`; in the update thread `outbox.read(slot, present, ids)` -> (finite, loss,
+grads).
 """
 from __future__ import annotations
 
@@ -47,6 +56,26 @@ class SparseRows:
     mask: slice  # of the outbox: capacity multipliers, 1 where the table read the row
     touched: Tensor  # (table rows,) bool on the device: rows the table read this step (a forward pre-hook)
     ids: Tensor  # (capacity + 1,) int64 on the device: this step's ids padded to capacity, then their count
+
+
+class SlotEvents:
+    """When a slot of page-locked staging may be written again: per slot, an event recorded on the compute stream once
+    the copies that read it are queued (on the CPU there is nothing to wait for). Step k writes slot k % 2 after step
+    k-2's copies from it have run: the update-wait chain ensured it already (update k-2 waited on step k-2's copy-out,
+    queued after them), implicitly; each write now waits on its own slot's event, normally long done."""
+
+    def __init__(self, cuda: bool, slots: int = 2):
+        self.events = [torch.cuda.Event() for _ in range(slots)] if cuda else None
+
+    def writable(self, slot: int) -> None:
+        """Block until the copies queued from `slot` have run."""
+        if self.events is not None:
+            self.events[slot].synchronize()
+
+    def queued(self, slot: int) -> None:
+        """The copies that read `slot` are queued on the current stream."""
+        if self.events is not None:
+            self.events[slot].record()
 
 
 def _mark_touched(touched: Tensor, table: nn.Module, inputs: tuple) -> None:
@@ -80,6 +109,7 @@ class GradientOutbox:
                                           touched, torch.zeros(capacity + 1, dtype=torch.int64, device=device)))
             offset += capacity * dim
         self.gradient_end = offset  # clipping scales [0, gradient_end)
+        self.dense_end = self.sparse[0].rows.start if self.sparse else offset
         for entry in self.sparse:
             entry.mask = slice(offset, offset + entry.capacity)
             offset += entry.capacity
@@ -103,8 +133,9 @@ class GradientOutbox:
             rows = self.params[entry.index].shape[0]
             ids = host_ids[(host_ids >= 0) & (host_ids < rows)] if host_ids is not None else host_ids
             if ids is None or len(ids) > entry.capacity:
-                raise RuntimeError(f"a device worker's step: a batch holds {0 if ids is None else len(ids)} distinct ids for "
-                                   f"a sparse table whose capacity is {entry.capacity}")
+                held = 0 if ids is None else len(ids)
+                raise RuntimeError(f"a device worker's step: a batch holds {held} distinct ids for a sparse table "
+                                   f"whose capacity is {entry.capacity}")
             buffer = staging[slot]
             buffer[:len(ids)] = ids
             buffer[len(ids):entry.capacity] = ids[0] if len(ids) else 0  # repeats, masked out on the device
@@ -164,18 +195,39 @@ class GradientOutbox:
         return present
 
     # --- after the step: the copy to the host and its reading ----------------------------------------------------
-    def send(self, slot: int) -> None:
-        """Start copying this step's outbox to host slot `slot` (on a GPU: staged on the device, then on the copy
-        stream, after the step's work; the caller's clock marks its end)."""
+    def segments(self, counts: list[int]) -> list[slice]:
+        """The parts of the outbox a step's copy-out moves, contiguous ones merged: the dense gradients, each sparse
+        table's first counts[i] rows (its ids this step), the masks and the statistics."""
+        parts = [slice(0, self.dense_end)]
+        for entry, count in zip(self.sparse, counts):
+            dim = self.params[entry.index].shape[1]
+            parts.append(slice(entry.rows.start, entry.rows.start + count * dim))
+        parts.append(slice(self.gradient_end, self.stats.stop))
+        merged = [parts[0]]
+        for part in parts[1:]:
+            if part.start == merged[-1].stop:
+                merged[-1] = slice(merged[-1].start, part.stop)
+            elif part.stop > part.start:
+                merged.append(part)
+        return merged
+
+    def send(self, slot: int, counts: list[int]) -> None:
+        """Start copying this step's outbox to host slot `slot`: its `segments` for counts (the rows of each sparse
+        table this step sends, step_ids'); on a GPU staged on the device, then on the copy stream, after the step's
+        work (the caller's clock marks its end)."""
+        parts = self.segments(counts)
         if not self.cuda:
-            self.host[slot].copy_(self.outbox)
+            for part in parts:
+                self.host[slot][part].copy_(self.outbox[part])
             return
         compute = torch.cuda.current_stream(self.device)
         compute.wait_event(self.copied[slot])  # the staging buffer's previous copy to the host has finished
-        self.staging[slot].copy_(self.outbox)
+        for part in parts:
+            self.staging[slot][part].copy_(self.outbox[part])
         self.copy_stream.wait_stream(compute)
         with torch.cuda.stream(self.copy_stream):
-            self.host[slot].copy_(self.staging[slot], non_blocking=True)
+            for part in parts:
+                self.host[slot][part].copy_(self.staging[slot][part], non_blocking=True)
             self.copied[slot].record(self.copy_stream)
 
     def read(self, slot: int, present: tuple[int, ...], ids: list[Tensor]) -> tuple[bool, float, list[Tensor | None]]:
@@ -184,9 +236,9 @@ class GradientOutbox:
         host = self.host[slot]
         finite, loss, missing = host[self.stats].tolist()
         if missing:
-            raise RuntimeError("a device worker's step: the model read a row of a sparse embedding whose id is not among "
-                               "its batch's integer tensors, so its gradient would be lost; make that table dense "
-                               "(nn.Embedding(sparse=False)) or train on 'cpu' workers")
+            raise RuntimeError("a device worker's step: the model read a row of a sparse embedding whose id is not "
+                               "among its batch's integer tensors, so its gradient would be lost; make that table "
+                               "dense (nn.Embedding(sparse=False)) or train on 'cpu' workers")
         grads: list[Tensor | None] = [None] * len(self.params)
         for i in present:
             if i in self.dense_slices:

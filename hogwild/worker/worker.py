@@ -31,7 +31,7 @@ from .gradients import NonFiniteStreak, batch_seed, compiled_loss, seed_batch
 from .in_place import InPlaceStep
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import PageLocked, torch_device
-from .step_graph import NotGraphable, StepGraphs, graph_shapes, shape_buckets
+from .step_graph import NotGraphable, StepGraphs, graph_shapes, shape_buckets, shape_counts
 from .updates import SkipRule, Update, Updater, update_threads
 
 Step = InPlaceStep | StepGraphs
@@ -55,6 +55,7 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
     view = reader.view
     options = device_options(config, spec.device, spec.optimizer.name)
     batches = spec.store.load()
+    view.preparing()  # start-up's second part: bounded on its own, not by the time limit (parent_loop.py)
     step = make_step(spec, batches)  # captures before ready
     pinned = PageLocked(step.shared + step.shared_buffers) if options["pin"] else None  # pin: device workers
     try:
@@ -77,10 +78,13 @@ def train_loop(spec: WorkerSpec, reader: QueueReader | PartitionReader, stopped:
 
 def make_step(spec: WorkerSpec, batches: list) -> Step:
     """The worker's step, prepared (start-up: before ready): in place for 'cpu', else on a device replica, its graphs
-    captured when Config.graphed. With 'auto', a step that cannot be captured - it reads the device on the host
-    (NotGraphable), the loss or model is one the graphs cannot take (ValueError), or the capture itself fails
-    (capture.py undoes it: CaptureFailed) - becomes the same step without graphs, with a warning naming why; with
-    'on' the worker fails, naming graphs='off'. A capture that cannot be undone (CaptureStuck) fails the worker."""
+    captured when Config.graphed, their count and seconds reported (run_state). With 'auto', a step that cannot be
+    graphed - it reads the device on the host, or its loss counts something else than the batch (NotGraphable) - or
+    whose capture fails (capture.py undoes it: CaptureFailed) becomes the same step without graphs, with a warning
+    naming why; with 'on' the worker fails, naming graphs='off'. Anything else ends the worker with its own text: an
+    error of the loss or the model in the probe or the warm-up (the eager step would meet it too), a sticky CUDA
+    error (capture.py raises it as itself: an empty_cache after it would hide it), a capture that cannot be undone
+    (CaptureStuck)."""
     config, device = spec.config, torch_device(spec.device)
     loss_fn = compiled_loss(spec.loss_fn, config.compile)
     if spec.device == "cpu":
@@ -89,38 +93,41 @@ def make_step(spec: WorkerSpec, batches: list) -> Step:
         step = StepGraphs(spec.model, loss_fn, device, config, graphs=False)
         step.prepare(batches)
         return step
+    view, began = spec.counters.worker_view(spec.worker), time.perf_counter()
+    counts = shape_counts(batches)  # a BatchSet tells them: no batch built (a graph's capture builds one)
     step = StepGraphs(spec.model, loss_fn, device, config)
     try:
-        count = step.prepare(batches, graph_shapes(batches, config.graph_limit, config.epochs))
-    except (RuntimeError, ValueError) as error:  # NotGraphable, a loss or model the step cannot take, CaptureFailed
+        count = step.prepare(batches, counts, graph_shapes(counts, config.graph_limit, config.epochs))
+    except (NotGraphable, CaptureFailed) as error:
         reason = str(error).strip().splitlines()[0] if isinstance(error, NotGraphable) else \
-            f"capturing the step failed ({describe(error.__cause__ if isinstance(error, CaptureFailed) else error)})"
+            f"capturing the step failed ({describe(error.__cause__)})"
         if config.graphs == "on":
             raise RuntimeError(f"worker {spec.worker}: {reason}; train with graphs='off' (run.py --graphs off)") \
                 from error
     else:
-        spec.counters.worker_view(spec.worker).graphs_captured(count)
+        view.graphs_captured(count, time.perf_counter() - began)
         return step
     del step  # here, not in the except block, whose traceback would keep its buffers and graph pool alive
-    gc.collect()  # the error's frames hold the step in cycles: its graphs give their pool back when collected
+    gc.collect()  # the error's frames hold the step in cycles: its graphs and pool give their memory back then
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # before the eager step is made; capture.py left no capture under way
     warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
     step = StepGraphs(spec.model, loss_fn, device, config, graphs=False)
-    step.prepare(batches)
+    step.prepare(batches, counts)
+    view.graphs_captured(0, time.perf_counter() - began)
     return step
 
 
 def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], step: Step, batches: list) -> None:
     """Config.compile: compile the step for every batch shape now, in start-up (before ready: outside the training
-    clock and the hang watch, inside the parent's start-up bound), one forward and backward each, no update. Workers
-    after the first wait for it and then find its kernels in the run's inductor cache (in the batch store's scratch
-    directory). Buffers that forward writes into the shared model (in place) are put back."""
+    clock, the time limit and the hang watch, inside the bound of preparing a step), one forward and backward each, no
+    update. Workers after the first wait for it and then find its kernels in the run's inductor cache (in the batch
+    store's scratch directory). Buffers that forward writes into the shared model (in place) are put back."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.path.dirname(spec.store.path), "inductor")
     while spec.worker and 0 in spec.counters.not_ready() and not stopped():
         time.sleep(0.05)  # worker 0 fills the cache first
     saved = [buffer.clone() for buffer in step.shared_buffers]
-    for _, index in shape_buckets(batches):
+    for _, index in shape_buckets(shape_counts(batches)):  # one batch built per shape
         step.warm_up(batches[index])
     for shared, value in zip(step.shared_buffers, saved):
         shared.copy_(value)

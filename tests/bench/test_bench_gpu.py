@@ -29,7 +29,7 @@ from bench import plain_loop as P
 from bench.gpu_timing import StepSpans, steady_records, steady_tokens, steady_window
 from hogwild.models import nmt_loss
 from hogwild.worker.capture import CaptureFailed
-from hogwild.worker.step_graph import batch_signature, graph_shapes
+from hogwild.worker.step_graph import batch_signature, graph_shapes, shape_counts
 from tests.bench.usage_errors import assert_refused
 from tests.hogwild.worker.fake_cuda import FakeCuda
 
@@ -38,12 +38,14 @@ PHASES = {1: {"pull": 1.0, "compute": 10.0, "push": 2.0, "update": 5.0},
           2: {"pull": 1.5, "compute": 20.0, "push": 3.0, "update": 15.0}}
 
 
-def test_projection_cycle_is_pull_plus_the_longer_of_device_work_and_host_update():
+def test_projection_cycle_is_the_depth_2_pipeline_of_compute_copy_out_and_host_update():
+    """Overlapped: max(G, (G + C + U) / 2, U, P); the GPU's own compute bounds it once copy-out and update are short."""
     overlapped = R.projection(PHASES, overlap=True)
-    # 1 GPU: 1 + max(10 + 2, 5) = 13 ms; 2+ GPUs: the update with 2 workers on the host, 1 + max(12, 15) = 16 ms
-    assert [(g, c) for g, c, _ in overlapped] == [(1, 13.0), (2, 16.0), (3, 16.0), (4, 16.0)]
-    assert [round(h, 6) for _, _, h in overlapped] == [0.325, 0.2, round(0.4 / 3, 6), 0.1]  # 90k x cycle / GPUs
+    # 1 GPU: max(10, (10 + 2 + 5) / 2, 5, 1) = 10 ms; 2+ GPUs: the update with 2 workers, max(10, 13.5, 15, 1) = 15 ms
+    assert [(g, c) for g, c, _ in overlapped] == [(1, 10.0), (2, 15.0), (3, 15.0), (4, 15.0)]
+    assert [round(h, 6) for _, _, h in overlapped] == [0.25, 0.1875, 0.125, 0.09375]  # 90k x cycle / GPUs
     assert [c for _, c, _ in R.projection(PHASES, overlap=False)] == [18.0, 28.0, 28.0, 28.0]
+    assert R.cycle_ms(1.0, 4.0, 3.0, 6.0, overlap=True, host=1.0) == 7.0  # (4 + 3 + 6 + 1) / 2: the pipeline's coupling
 
 
 def test_steady_window_counts_the_middle_80_percent_of_the_stamped_updates_and_their_tokens():
@@ -202,7 +204,7 @@ def test_a_graphed_plain_loop_whose_capture_fails_leaves_the_process_able_to_go_
     def graphed_loop():
         step = P.PlainStep(model, loss, P.plain_optimizers(model, "sgd", 0.1, torch.device("cpu")), clip_norm=1.0)
         graphs = P.BucketGraphs(step, torch.device("cpu"), (4, 8))
-        graphs.capture, graphs.pool = True, torch.cuda.graph_pool_handle()  # capture on the model of CUDA
+        graphs.capture, graphs.pool = True, torch.cuda.MemPool()  # capture on the model of CUDA
         return graphs
 
     with pytest.raises(CaptureFailed, match="operation not permitted when stream is capturing"):
@@ -355,7 +357,7 @@ def test_an_engine_row_says_which_step_its_workers_ran_and_is_timed_by_their_upd
     model, batches = B.build("pos", pos, 40, Path("/nonexistent"), 0)
     config = B.engine_config(pos, "cpu-replica", 1, overrides={"graphs": "on"})
     m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, config, False)
-    shapes = {signature for signature, _ in graph_shapes(batches.bucketed, None, 1)}  # the shapes used 4+ times
+    shapes = {signature for signature, _ in graph_shapes(shape_counts(batches.bucketed), None, 1)}  # used 4+ times
     eager = sum(batch_signature(b) not in shapes for b in batches.bucketed)
     assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", len(shapes), eager, 40, "counters")
     assert m.eager_share == pytest.approx(eager / 40)
@@ -402,7 +404,7 @@ def test_the_report_names_a_fallen_back_row_and_keeps_it_out_of_the_engines_figu
     assert rows["engine (fell back to eager)"][8:10] + rows["engine (fell back to eager)"][13:15] == [
         "0.375", "600", "0/750", "100.0"]  # a worker whose capture failed ran every step eagerly
     assert "one engine worker / graphed plain loop (fp32): engine 0.750, engine (fell back to eager) 0.375" in out
-    assert "  1        23.00      43.48" in out  # the projection: 1 + max(20 + 2, 5) ms, from the graphed row only
+    assert "  1        20.00      50.00" in out  # the projection: max(20, (20 + 2 + 5) / 2, 5, 1) ms, the graphed row
 
 
 @pytest.mark.slow
@@ -469,7 +471,7 @@ def test_quick_run_on_the_cpu_as_the_docstring_shows(tmp_path):
     paper = [line.split() for line in lines if re.match(r"  [1-4] {4}", line)]
     assert [row[0] for row in paper] == ["1", "2", "3", "4"] * 2
     assert [row[4] for row in paper] == ["26.89", "16.56", "9.24", "6.96"] * 2  # the paper's column, by its field
-    assert out.count("cycle = pull + compute + push + update") == 2
+    assert out.count("cycle = pull + compute + push + update") == 2  # the CPU quick run: serial
     assert [(r["task"], r["variant"], r["workers"]) for r in saved["runs"]] == [
         (t, v, k) for t in ("pos", "nmt") for v, k in (("plain", 1), ("plain-graphed", 1), ("engine", 1),
                                                       ("engine", 2))]
@@ -481,7 +483,7 @@ def test_quick_run_on_the_cpu_as_the_docstring_shows(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_quick_run_on_a_gpu_with_every_variant(tmp_path):
     out, saved = quick_run(tmp_path, "--device", "cuda:0", "--variants", ",".join(B.VARIANTS))
-    assert "cycle = pull + max(compute + push, update)" in out
+    assert "cycle = max(compute, (compute + push + update) / 2, update, pull): the depth-2 pipeline" in out
     assert {r["variant"] for r in saved["runs"]} == set(B.VARIANTS) and all(r["rate"] > 0 for r in saved["runs"])
 
 

@@ -1,7 +1,8 @@
 """bench/gpu_step_check.py in its CPU form: it says the capture is skipped, checks both models' graphed step against
-the eager one, with and without dropout, runs the fallback child (which trains), gives its verdict before the timing,
-and prints each configuration with its ratio to the eager packed step, and its command; the dropout check fails on a
-model whose replays draw the same masks."""
+the eager one (POS pulling its rows by the batch's ids), with and without dropout, makes the worker's step in process
+(the pool check: nothing to fail or measure here), runs the fallback child (which trains, beside the other checks),
+gives its verdict before the timing, and prints each configuration with its ratio to the eager packed step, and its
+command; the dropout check fails on a model whose replays draw the same masks."""
 import re
 
 import torch
@@ -13,9 +14,12 @@ def test_quick_cpu_run_checks_equality_dropout_and_fallback_then_times_every_con
     done = run_bench("gpu_step_check", "--device", "cpu", "--quick")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "# capture skipped: no GPU" in done.stdout
-    checks = re.findall(r"^(equal \w+|dropout \w+|fallback): .*: (OK|FAIL)$", done.stdout, re.M)
+    checks = re.findall(r"^(equal \w+|dropout \w+|pool|fallback): .*: (OK|FAIL)$", done.stdout, re.M)
     assert checks == [("equal nmt", "OK"), ("equal pos", "OK"), ("dropout nmt", "OK"), ("dropout pos", "OK"),
-                      ("fallback", "OK")]
+                      ("pool", "OK"), ("fallback", "OK")]
+    assert re.search(r"^equal pos: .*; rows pulled by the batch's ids: 2 tables: OK$", done.stdout, re.M)
+    assert "pool: not exercised on the CPU (nothing is captured); the step was made with its static inputs" \
+        in done.stdout
     assert "fallback: not exercised on the CPU (nothing is captured); the child trained 6 of 6 batches" in done.stdout
     lines = done.stdout.splitlines()
     verdict = lines.index("verdict: OK")

@@ -14,15 +14,30 @@ def test_defaults_train_one_cpu_worker_for_one_epoch():
 
 
 def test_the_docstring_describes_every_field_with_its_default():
+    """Each field is declared with its help (hogwild.config_fields.setting), which help(Config) lists."""
     import dataclasses
     import re
 
-    documented = dict(re.findall(r"^    - (\w+) = (.*?): ", Config.__doc__, re.M))
+    documented = dict(re.findall(r"^- (\w+) = (.*?): ", Config.__doc__, re.M))
     fields = {f.name: f for f in dataclasses.fields(Config)}
     assert set(documented) == set(fields)
     for name, field in fields.items():
         default = field.default_factory() if field.default is dataclasses.MISSING else field.default
         assert documented[name] == ('"%s"' % default if isinstance(default, str) else repr(default)), name
+
+
+def test_a_field_without_its_declaration_is_named():
+    """A field added to Config as a plain default would have no help, no check and no run.py flag."""
+    import dataclasses
+
+    from hogwild.config_fields import describe
+
+    @dataclasses.dataclass
+    class Plain(Config):
+        prefetch_depth: int = 2
+
+    with pytest.raises(TypeError, match=r"^Plain\.prefetch_depth is not declared: give it setting\(default, help, "):
+        describe(Plain)
 
 
 def test_workers_shorthand_and_devices():
@@ -83,7 +98,7 @@ def test_round_trip_through_dict():
     ({"skip_nonfinite": 1}, "skip_nonfinite"),
     ({"threads_per_worker": 0}, "threads_per_worker"),
     ({"eval_device": "tpu"}, "eval_device"),
-    ({"checkpoint_minutes": 0}, "checkpoint_minutes"),
+    ({"checkpoint_minutes": -1}, "checkpoint_minutes"),
     ({"checkpoint_minutes": float("inf")}, "checkpoint_minutes"),
     ({"max_restarts": -1}, "max_restarts"),
     ({"max_restarts": 1.0}, "max_restarts"),
@@ -93,6 +108,16 @@ def test_round_trip_through_dict():
 def test_invalid_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^Config\.{field}: "):
         Config(**kwargs)
+
+
+def test_zero_means_off_where_declared_so():
+    """time_limit, checkpoint_minutes and eval_budget: 0 is None (a command line cannot say None); elsewhere 0 is a
+    value, refused where it is not one."""
+    config = Config(time_limit=0, checkpoint_minutes=0, eval_budget=0.0)
+    assert (config.time_limit, config.checkpoint_minutes, config.eval_budget, config.epochs) == (None, None, None, 1)
+    assert Config(checkpoint_minutes=0.5).checkpoint_minutes == 0.5
+    with pytest.raises(ValueError, match=r"^Config\.hang_timeout: must be > 0, got 0$"):
+        Config(hang_timeout=0)
 
 
 def test_decay_updates_reaches_the_workers_schedule():
@@ -115,7 +140,7 @@ def test_evaluation_device_and_budget():
     missing = f"cuda:{torch.cuda.device_count()}"
     with pytest.raises(ValueError, match=rf"^Config\.eval_device: {missing} does not exist: "):
         Config(eval_device=missing)
-    assert Config().eval_budget == 0.1 and Config(eval_budget=0).eval_budget == 0
+    assert Config().eval_budget == 0.1 and Config(eval_budget=0).eval_budget is None  # 0: no cap
     for bad in (1.5, -0.1, float("nan"), "x"):
         with pytest.raises(ValueError, match=r"^Config\.eval_budget: "):
             Config(eval_budget=bad)

@@ -30,9 +30,9 @@ def test_help_lists_every_issue_flag_with_its_default():
     assert " ".join(entry.split()) == "CPU worker processes (without --gpus) (default: 2)"
     assert "--checkpoint RUN_DIR" in text  # the epilog names the subcommands
     flat = " ".join(text.split())
-    assert f"learning rate (default: {defaults.LR_TEXT})" in flat  # generated from the recipe table
+    assert f"learning rate: the schedule's starting value (default: {defaults.LR_TEXT})" in flat  # the recipe table
     assert "(default: the recipe optimizer's: pos 0.1 (paper 0.03), nmt 0.001 (paper 0.1);" in flat
-    assert "--no-progress no progress bar (default: off)" in flat
+    assert "--no-progress a tqdm progress bar in the parent (default: on)" in flat
 
 
 def test_every_run_option_is_a_flag_with_its_declared_default():
@@ -68,12 +68,12 @@ def test_flags_parse_into_options():
     (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
     (["--train", "/no/such/corpus"], "--train: /no/such/corpus does not exist"),
     (["translate", "--checkpoint", "r", "--beam", "0"], "--beam must be >= 1, got 0"),
-    (["--checkpoint-minutes", "soon"], "argument --checkpoint-minutes: must be a number of minutes, 0 or off; got"),
+    (["--checkpoint-minutes", "soon"], "argument --checkpoint-minutes: must be a number, 0 or off; got"),
     (["--checkpoint-minutes", "-1"], "--checkpoint-minutes: must be >= 0, got -1.0"),
     (["--max-restarts", "-1"], "--max-restarts: must be >= 0, got -1"),
     (["--max-restarts", "1", "--data-assignment", "partition"], "--max-restarts: needs data_assignment='queue'"),
     (["--seed", "99999999999999999999"], "--seed: must be in [0, 4294967295], got 99999999999999999999"),
-    (["--threads-per-worker", "0"], "--threads-per-worker: must be >= 1, got 0"),
+    (["--threads-per-worker", "0"], "--threads-per-worker: must be > 0, got 0"),
     (["--step", "5"], "--step: not a flag; flags are spelled out in full (did you mean --steps?)"),
     (["--eval-every-sec=5"], "--eval-every-sec: not a flag; flags are spelled out in full (did you mean "
                              "--eval-every-seconds?)"),
@@ -207,6 +207,10 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
                                 "continues); restore it, or give the run's options with --config FILE"),
     ('{"run": ["pos"]}', "--resume {path}: its 'run' section is a list, not a mapping of option names to values (the "
                          "options run.py recorded); restore it, or give the run's options with --config FILE"),
+    ('{"run": 5}', "--resume {path}: its 'run' section is an int, not a mapping of option names to values (the "
+                   "options run.py recorded); restore it, or give the run's options with --config FILE"),  # "a int"
+    ('{"run": null}', "--resume {path}: its 'run' section is null, not a mapping of option names to values (the "
+                      "options run.py recorded); restore it, or give the run's options with --config FILE"),
 ])
 def test_resume_refuses_a_broken_config_json_naming_file_line_and_column(tmp_path, capsys, text, message):
     path = tmp_path / "config.json"
@@ -346,3 +350,16 @@ def test_every_warning_is_one_line_without_the_source_that_warned(tmp_path, caps
 def test_help_says_flags_are_spelled_out_in_full():
     assert ("flags are spelled out in full: a prefix (--step for --steps) is an error, so that a recorded command keeps "
             "its meaning when a later version adds flags") in " ".join(train_parser().format_help().split())
+
+
+@pytest.mark.parametrize("argv, hint", [(["prepare", "europarl", "--src", "fr"], "; corpora are prepared with "
+                                                                                "`python -m hogwild.data.prepare`"),
+                                        (["train", "--steps", "2"], "")])
+def test_a_word_that_is_not_a_command_is_named_not_its_first_flag(capsys, argv, hint):
+    """`run.py prepare europarl --src fr` said "--src: not a flag ... (did you mean --src-lang?)"."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"run.py: error: {argv[0]!r} is not a command: run.py's commands are tag, translate, plot, and training takes "
+        f"flags only{hint}")

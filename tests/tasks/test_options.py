@@ -60,8 +60,8 @@ def test_engine_config_carries_every_training_choice():
     ({"gpus": -1}, "--gpus: must be >= 0"),
     ({"epochs": 2.5}, "--epochs: must be an integer, got 2.5"),
     ({"lr": "0.1"}, "--lr: must be a number, got '0.1'"),
-    ({"train": "corpus.txt"}, "--train: must be a list of paths, got 'corpus.txt'"),
-    ({"resume": 1}, "--resume: must be true or false, got 1"),
+    ({"train": "corpus.txt"}, "--train: must be a list of strings, got 'corpus.txt'"),
+    ({"resume": 1}, "--resume: must be True or False, got 1"),
     ({"dropout": 1.0}, "--dropout: must be in [0, 1)"),
     ({"momentum": 1.5}, "--momentum: must be in [0, 1)"),
     ({"optimizer": "lbfgs"}, "--optimizer: must be one of sgd"),
@@ -70,15 +70,15 @@ def test_engine_config_carries_every_training_choice():
     ({"task": "nmt", "tag": "upos"}, "--task: --word-column, --tag-column and --tag apply to --task pos only"),
     ({"distributed": "gossip"}, "--distributed: must be one of allreduce"),
     ({"alpha": 1.0}, "--alpha: must be in (0, 1), got 1.0"),
-    ({"eval_device": "gpu"}, "--eval-device: must be auto, cpu or cuda:N, got 'gpu'"),
-    ({"update_threads": 0}, "--update-threads: must be >= 1, got 0"),
+    ({"eval_device": "gpu"}, "--eval-device: must be 'auto', 'cpu' or 'cuda:N', got 'gpu'"),
+    ({"update_threads": 0}, "--update-threads: must be > 0, got 0"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),
     ({"task": "nmt", "train": ["/nonexistent/train"]}, "--train: no file /nonexistent/train.<lang>"),
     ({"seed": -1}, "--seed: must be in [0, 4294967295], got -1"),
     ({"seed": 2**32}, "--seed: must be in [0, 4294967295], got 4294967296"),
-    ({"threads_per_worker": 0}, "--threads-per-worker: must be >= 1, got 0"),
+    ({"threads_per_worker": 0}, "--threads-per-worker: must be > 0, got 0"),
     ({"compile": "max-autotune"}, "--compile: must be one of off, default, reduce-overhead"),
-    ({"pull_every": 0}, "--pull-every: must be >= 1, got 0"),
+    ({"pull_every": 0}, "--pull-every: must be > 0, got 0"),
     ({"task": "nmt", "length_bucket": 0}, "--length-bucket: must be >= 1, got 0"),
     ({"task": "pos", "length_bucket": 8}, "--length-bucket: applies to --task nmt only"),
     ({"time_limit": -3.0}, "--time-limit: must be >= 0, got -3.0"),
@@ -90,10 +90,21 @@ def test_bad_values_are_rejected_naming_the_flag(changes, message):
     assert str(error.value).startswith(message)
 
 
-def test_zero_time_limit_and_dev_limit_are_the_options_unset():
-    """`--time-limit 0` (no limit) and `--dev-limit 0` (all): what undoes a script's own default of them."""
+def test_zero_is_off_for_the_options_declared_so():
+    """`--time-limit 0` (no limit) and `--dev-limit 0` (all): what undoes a script's own default of them; also
+    --checkpoint-minutes and --eval-budget. 0 or `off` on the command line, 0 in a --config file: None, once."""
     assert RunOptions(time_limit=0, dev_limit=0) == RunOptions()
     assert RunOptions(time_limit=0).resolved().epochs == 2  # no limit given: the synthetic task's default epochs
+    from hogwild.tasks.run_flags import parse_run_options
+    from hogwild.tasks.cli import train_parser
+    for value in ("0", "off", "OFF"):
+        options, _ = parse_run_options(train_parser(), [f"--{name}={value}" for name in (
+            "time-limit", "dev-limit", "checkpoint-minutes", "eval-budget")])
+        assert (options.time_limit, options.dev_limit, options.checkpoint_minutes, options.eval_budget) == (None,) * 4
+        config = options.resolved().engine_config(["cpu"])
+        assert (config.time_limit, config.checkpoint_minutes, config.eval_budget) == (None, None, None)
+    kept = RunOptions(checkpoint_minutes=0.5, eval_budget=0.25).resolved().engine_config(["cpu"])
+    assert (kept.checkpoint_minutes, kept.eval_budget) == (0.5, 0.25)
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -211,12 +222,12 @@ def test_the_dev_help_says_how_the_held_out_set_is_split():
 def test_a_graphed_job_trains_the_padded_loss_on_length_buckets(task):
     """--graphs (on with --gpus by default): the task's padded loss and its batches padded to the bucket edges."""
     from hogwild.tasks.job_builders import build_job
-    from hogwild.tasks.defaults import graph_bucket_edges
+    from hogwild.data.buckets import training_buckets
     options = RunOptions(task=task, synthetic_size=120).resolved()
     assert options.engine_config(["cuda:0"]).graphed("cuda:0") and not options.engine_config(["cpu"]).graphed("cpu")
     plain, graphed = build_job(options), build_job(options, fixed_shapes=True)
     assert plain.loss_fn.__name__ == f"{task}_loss" and graphed.loss_fn.keywords == {"padded": True}
-    edges = graph_bucket_edges(task, options.max_len)
+    edges = training_buckets(task, True, options.max_len).edges
     keys = ("words", "tags") if task == "pos" else ("src", "tgt")
     assert len(plain.batches) == len(graphed.batches)
     for tight, padded in zip(plain.batches, graphed.batches):

@@ -5,6 +5,7 @@ device), whole runs within a few ulps (ULPS), POS's sparse rows within float rou
 the device (every host read patched to raise); a batch shape without a graph runs eager, counted. On a GPU (marked
 cuda): the captured worker against the eager one, and the step under torch's sync debug mode 'error'."""
 import functools
+import json
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
 from hogwild.share.run_state import PhaseClock
 from hogwild.worker.step_graph import (GRAPH_MIN_USES, NotGraphable, StepGraphs, batch_signature, graph_shapes,
-                                       host_count, shape_buckets)
+                                       host_count, shape_buckets, shape_counts)
 from tests.hogwild import engine_helpers as H
 from tests.models.conftest import nmt_batch, pos_batch
 
@@ -88,9 +89,9 @@ def test_shapes_are_ranked_by_frequency_then_first_appearance_and_host_fields_do
     batches = [{"x": b, "tokens": 1}, {"x": a, "tokens": 2}, {"x": a, "tokens": 3}, {"x": b, "tokens": 4},
                {"x": c, "tokens": 5}]
     assert batch_signature(batches[1]) == batch_signature(batches[2]) == ((("x",), torch.float32, (2, 3)),)
-    assert shape_buckets(batches) == [(batch_signature(batches[0]), 0), (batch_signature(batches[1]), 1),
-                                      (batch_signature(batches[4]), 4)]
-    assert shape_buckets(batches, limit=1) == [(batch_signature(batches[0]), 0)]
+    assert shape_buckets(shape_counts(batches)) == [(batch_signature(batches[0]), 0), (batch_signature(batches[1]), 1),
+                                                    (batch_signature(batches[4]), 4)]
+    assert shape_buckets(shape_counts(batches), limit=1) == [(batch_signature(batches[0]), 0)]
     assert host_count(batches[3]) == 4 and host_count((torch.zeros(7, 2),)) == 7
 
 
@@ -100,7 +101,7 @@ EVERY_SHAPE = 8  # a graph_limit above the shapes of these few batches: each get
 def prepared(make, loss_fn, batches, limit=EVERY_SHAPE, **kwargs):
     model = make().share_memory()
     step = StepGraphs(model, loss_fn, torch.device("cpu"), config(**kwargs))
-    return model, step, step.prepare(batches, shape_buckets(batches, limit))
+    return model, step, step.prepare(batches, shapes=shape_buckets(shape_counts(batches), limit))
 
 
 def run_one(step, batch, slot=0):
@@ -196,7 +197,7 @@ def test_the_step_reads_nothing_from_the_device(task, monkeypatch):
 def test_a_loss_that_reads_the_device_is_refused_at_start_up():
     with pytest.raises(NotGraphable, match="reads the device on the host"):
         prepared(tiny_nmt, nmt_loss, nmt_batches())  # the packed loss reads its lengths
-    with pytest.raises(ValueError, match="loss counts 5 for a batch whose host-side count is 8"):
+    with pytest.raises(NotGraphable, match="loss counts 5 for a batch whose host-side count is 8"):
         prepared(H.regression_model, miscounting_loss, H.regression_batches(n=2))
 
 
@@ -232,14 +233,17 @@ def test_a_graphed_pos_worker_with_sparse_tables_and_adam_ends_near_the_eager_on
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
-def test_shapes_past_the_graph_limit_run_eager_and_are_counted():
+def test_shapes_past_the_graph_limit_run_eager_and_are_counted(tmp_path):
     sizes = list(range(1, 19)) + [1, 2]  # 18 shapes; sizes 1 and 2 twice, so ranked first
     batches = [(torch.randn(n, 4), torch.randn(n, 1)) for n in sizes]
     eager, expected = final_parameters(H.regression_model, H.mse_loss, batches, graphs="off", epochs=1,
                                        shuffle=False)
     graphed, got = final_parameters(H.regression_model, H.mse_loss, batches, graphs="on", epochs=1, shuffle=False,
-                                    graph_limit=16)
+                                    graph_limit=16, checkpoint_dir=str(tmp_path))
     assert graphed.graphs == 16 and graphed.eager_steps == 2  # sizes 17 and 18
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    (prepared,) = [r for r in records if r["kind"] == "graphs"]  # per graphed worker, before training started
+    assert prepared["workers"] == [0] and prepared["graphs"] == [16] and prepared["capture_seconds"][0] >= 0
     assert graphed.eager_share == pytest.approx(2 / 20) and eager.eager_share is None
     assert "eager_share" not in eager.records[-1]  # no graphed worker: no eager share in metrics.jsonl
     for a, b in zip(got, expected):
@@ -251,9 +255,10 @@ def test_without_a_limit_every_shape_the_run_uses_often_enough_gets_a_graph():
     epochs runs eager. 30 shapes, no constant cap: sizes 1-24 four times each, 25-30 once (and twice over 2 epochs)."""
     sizes = [n for n in range(1, 25) for _ in range(GRAPH_MIN_USES)] + list(range(25, 31))
     batches = [(torch.randn(n, 4), torch.randn(n, 1)) for n in sizes]
-    assert len(graph_shapes(batches, None, epochs=1)) == 24
-    assert len(graph_shapes(batches, None, epochs=GRAPH_MIN_USES)) == 30
-    assert len(graph_shapes(batches, 5, epochs=None)) == 5
+    counts = shape_counts(batches)
+    assert len(graph_shapes(counts, None, epochs=1)) == 24
+    assert len(graph_shapes(counts, None, epochs=GRAPH_MIN_USES)) == 30
+    assert len(graph_shapes(counts, 5, epochs=None)) == 5
     graphed, _ = final_parameters(H.regression_model, H.mse_loss, batches, graphs="on", epochs=2, shuffle=False)
     assert graphed.graphs == 24 and graphed.eager_steps == 12  # six shapes used twice
     assert graphed.eager_share == pytest.approx(12 / graphed.updates)
@@ -337,81 +342,3 @@ def test_the_captured_step_never_synchronises_the_gpu(task):
     reference = make()
     expected, _ = loss_fn(reference, batches[0])
     assert loss == pytest.approx(expected.item(), rel=1e-5)
-
-
-def as_for_a_gpu_worker(monkeypatch):
-    """'auto' graphs 'cuda' workers only: here the 'cpu-replica' worker stands for one."""
-    monkeypatch.setattr(hogwild.Config, "graphed", lambda self, device: self.graphs != "off")
-
-
-def test_with_auto_a_worker_whose_loss_reads_the_device_falls_back_to_the_eager_step(monkeypatch):
-    from types import SimpleNamespace
-
-    from hogwild.share.run_state import SharedCounters
-    from hogwild.worker.worker import make_step
-
-    as_for_a_gpu_worker(monkeypatch)
-    counters = SharedCounters(1)
-    spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=nmt_loss, device="cpu-replica", worker=0,
-                           counters=counters, config=config(graphs="auto"))
-    with pytest.warns(RuntimeWarning, match="worker 0: Config.graphs: the step reads the device.*runs the eager"):
-        assert not make_step(spec, nmt_batches()).graphed
-    spec.config = config(graphs="on")
-    with pytest.raises(RuntimeError, match=r"reads the device.*train with graphs='off' \(run.py --graphs off\)"):
-        make_step(spec, nmt_batches())
-    spec.loss_fn, spec.config = PADDED_NMT, config(graphs="on", graph_limit=EVERY_SHAPE)
-    assert make_step(spec, nmt_batches()).graphed and counters.snapshot().graphs() == 2
-
-
-def test_with_auto_a_failed_capture_falls_back_to_the_eager_step_and_with_on_fails(monkeypatch):
-    """The worker's step captured against fake_cuda's model of torch's capture bookkeeping: the second shape's capture
-    meets an op CUDA graphs refuse. With auto the worker warns once and goes eager, the capture undone before its
-    empty_cache (capture.py; test_capture.py has the sequence); with on it fails naming --graphs off."""
-    from types import SimpleNamespace
-
-    from hogwild.share.run_state import SharedCounters
-    from hogwild.worker import worker
-    from tests.hogwild.worker.fake_cuda import FakeCuda
-
-    cuda = FakeCuda.install(monkeypatch)
-    as_for_a_gpu_worker(monkeypatch)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(worker, "StepGraphs", functools.partial(StepGraphs, capture=True))
-    captures = []
-
-    def refused_in_the_second_capture(model, batch):
-        if cuda.current.status == "active":
-            captures.append(batch)
-            if len(captures) % 2 == 0:
-                cuda.refuse()
-        return PADDED_NMT(model, batch)
-
-    spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=refused_in_the_second_capture,
-                           device="cpu-replica", worker=1, counters=SharedCounters(2),
-                           config=config(graphs="auto", graph_limit=EVERY_SHAPE))
-    with pytest.warns(RuntimeWarning, match=r"worker 1: capturing the step failed \(RuntimeError: CUDA error: operation "
-                                            r"not permitted when stream is capturing\); this worker runs the eager"):
-        assert not worker.make_step(spec, nmt_batches()).graphed
-    assert cuda.healthy() and cuda.log[-1] == "empty_cache" and cuda.log.count("graph reset") == 2
-    spec.config = config(graphs="on", graph_limit=EVERY_SHAPE)
-    with pytest.raises(RuntimeError, match=r"worker 1: capturing the step failed \(RuntimeError: CUDA error: operation "
-                                           r"not permitted when stream is capturing\); train with graphs='off' "
-                                           r"\(run.py --graphs off\)"):
-        worker.make_step(spec, nmt_batches())
-    assert cuda.healthy()
-
-
-def test_with_auto_a_loss_the_step_cannot_take_falls_back_to_the_eager_step(monkeypatch):
-    from types import SimpleNamespace
-
-    from hogwild.share.run_state import SharedCounters
-    from hogwild.worker.worker import make_step
-
-    def own_count_loss(model, batch):  # a count that is neither batch["tokens"] nor the batch size
-        return PADDED_NMT(model, batch)[0], 7
-
-    as_for_a_gpu_worker(monkeypatch)
-    spec = SimpleNamespace(model=tiny_nmt().share_memory(), loss_fn=own_count_loss, device="cpu-replica", worker=0,
-                           counters=SharedCounters(1), config=config(graphs="auto"))
-    with pytest.warns(RuntimeWarning, match=r"capturing the step failed \(ValueError: Config.graphs: the loss counts 7"):
-        assert not make_step(spec, nmt_batches()).graphed
