@@ -242,6 +242,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
     if agent is not None:
         attached = AttachedAgent(agent, SharedTrainingState(shared.model, shared.optimizer, shared.counters, control,
                                                             config, control.request_stop))
+        metrics.extra = attached.report
     loop = ParentLoop(shared, supervisor, metrics, attached, feed.waiting if feed is not None else None)
     evaluator, periodic, evaluation_error, failure, records = None, None, None, None, []
     if attached is not None:
@@ -284,6 +285,7 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
                 failure = f"reading the batches failed (their iterator raised):\n{feed.error}"
         if attached is not None:
             attached.stop(failure)
+            failure = failure or attached.failure()  # its closing exchanges failed (e.g. a peer died meanwhile)
     return _Run(failure, records, started, deadline, control.stop_reason, evaluator, periodic, evaluation_error)
 
 

@@ -30,7 +30,7 @@ from hogwild.data.nmt_dataset import MIN_SPLIT_PAIRS, NmtDataConfig
 from hogwild.data.pos_dataset import PosDataConfig
 from hogwild.data.readers import FORMATS, TAGS
 from hogwild.data.subwords import MODEL_TYPES as SUBWORDS
-from hogwild.multihost.dist_config import ALGORITHMS, DistConfig
+from hogwild.multihost.dist_config import ALGORITHMS, WIRE_FORMATS, DistConfig
 from hogwild.shared_optim import MOMENTUM_OPTIMIZERS
 from hogwild.tasks import defaults
 from hogwild.tasks.corpus_checks import corpus_refusal, same_corpus_refusal
@@ -254,6 +254,8 @@ class RunOptions:
     tester: bool = MULTI_HOST(DistConfig.tester, "an extra last rank evaluates the central model", dist="tester")
     shard_data: bool = MULTI_HOST(DistConfig.shard_data, "host i trains on batches[i::hosts] (off: every host "
                                                          "iterates over all batches)", dist="shard_data")
+    wire: str = MULTI_HOST(DistConfig.wire, "what the exchanged values travel as (bf16, fp16: half the bytes, "
+                                            "accumulated in fp32 where they land)", choices=WIRE_FORMATS, dist="wire")
     extra: dict[str, Any] = field(default_factory=dict)  # free-form notes (reproduction scripts label runs)
 
     def __post_init__(self) -> None:

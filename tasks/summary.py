@@ -5,7 +5,9 @@ update}, final_train_loss, staleness_mean, skipped_updates, graphs, eager_steps 
 graphs captured, steps of graphed workers run eagerly and their share, None without graphed workers), restarts
 (workers replaced in the whole run, every segment's restart records in metrics.jsonl, a killed one's too;
 --max-restarts bounds each segment); plus final_metrics,
-heldout (the best checkpoint's final evaluation), stop_reason, data and the segment figures of a resumed run.
+heldout (the best checkpoint's final evaluation), stop_reason, data and the segment figures of a resumed run; a
+multi-host run adds hosts and exchange (every rank's exchanges, bytes, exchange seconds and end wait: run.py, from
+hogwild.multihost's DistributedResult.exchange_stats).
 `wall_seconds` and `updates` add up over resumed segments (`prior_seconds`: the training time before this segment,
 from the metrics log, which also counts a segment that was killed without writing a summary); `updates_per_second`
 is that of the latest segment: its updates per second of training (from every worker ready to the stop: start-up and

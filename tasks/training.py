@@ -164,13 +164,13 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     say(f"training with {len(devices)} worker(s) on {', '.join(sorted(set(devices)))} ({options.mode}, "
         f"{options.optimizer} lr {options.lr}); run directory {run_dir}")
     started[0] = time.time()
-    hosts = 1
+    hosts, exchanges = 1, None
     if dist is not None:
         from hogwild.multihost import train_distributed
         outcome = train_distributed(job.model, job.loss_fn, job.batches, config, dist, evaluate)
         if not rank_is_first:
             return {"rank": outcome.rank, "role": outcome.role}
-        result, hosts = outcome.local, outcome.hosts
+        result, hosts, exchanges = outcome.local, outcome.hosts, outcome.exchange_stats
     else:
         result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
     interrupted = result.stop_reason.startswith("signal")
@@ -183,6 +183,8 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
                                prior_seconds=segment_start(engine_dir) if start_updates else 0.0,
                                run_restarts=restarts_logged(engine_dir / "metrics.jsonl"))
         summary["hosts"] = hosts
+        if exchanges is not None:
+            summary["exchange"] = exchanges  # every rank's figures (hogwild.multihost.exchange_stats)
         if signals.skipped:
             summary.update(stop_reason=f"{signals.skipped} during the final held-out evaluation, which was skipped "
                                        f"(training had stopped: {result.stop_reason})",
@@ -191,7 +193,7 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     best = summary["best"]
     say(f"done ({summary['stop_reason']}): {result.updates} updates in {summary['wall_seconds']:.1f} s of training"
         f"{_rate(summary, result.updates - start_updates)}, final train loss {_number(result.final_loss)}, best "
-        f"held-out {best['metric']} {_number(best['value'])} at update {best['update']}")
+        f"held-out {best['metric']} {_number(best['value'])} at update {best['update']}{_exchanged(exchanges)}")
     note = eager_note(summary)
     if note:  # the graphed step ran eagerly for a share of the run
         say(note)
@@ -256,9 +258,10 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
         job.write_files(Path(staging))  # model.json, vocabularies: compared with the run's, or copied into it
         if resume_state is not None:
             check_fits(resume_state, str(resume_path), job.model)
-            check_resumable(resume_state, str(resume_path), len(job.batches), options.data_assignment, len(devices))
+            trained = _host_batches(len(job.batches), dist)
+            check_resumable(resume_state, str(resume_path), trained, options.data_assignment, len(devices))
             check_optimizer(resume_state, resume_path, options)
-            reached = stop_reached(resume_state, options, len(job.batches))
+            reached = stop_reached(resume_state, options, trained)
             finish_only = reached is not None and dist is None and _evaluation_skipped(owner.run_dir, start_updates)
             if reached is not None and not finish_only:
                 raise nothing_to_train(resume_path, reached, start_updates)
@@ -273,6 +276,17 @@ def _checked_job(options: RunOptions, devices: list[str], owner: _RunDirOwner, e
             if not start_updates:
                 _install_files(Path(staging), owner.run_dir)
     return job, config, start_updates, finish_only
+
+
+def _host_batches(batches: int, dist) -> int:
+    """The batches the checked checkpoint (host0's in a multi-host run) trained on: host i of H trains on
+    batches[i::H] when the data is sharded (hogwild.multihost.train_distributed)."""
+    if dist is None or not dist.shard_data:
+        return batches
+    from hogwild.multihost import import_mpi
+    from hogwild.multihost.dist_config import ranks_with
+    hosts = len(ranks_with(dist.roles(import_mpi().COMM_WORLD.Get_size()), "worker"))
+    return len(range(0, batches, hosts))
 
 
 def _evaluation_skipped(run_dir: Path, updates: int) -> bool:
@@ -309,6 +323,15 @@ def _rate(summary: dict[str, Any], updates: int) -> str:
     if summary["segments"] == 1:
         return f" ({rate})"
     return f" over {summary['segments']} segments (this one: {updates} updates, {rate})"
+
+
+def _exchanged(figures: list[dict] | None) -> str:
+    """A multi-host run: what the speaking host (the first training host) exchanged, in one phrase."""
+    if figures is None:
+        return ""
+    from hogwild.multihost.exchange_stats import phrase
+    first = next(entry for entry in figures if entry["role"] == "worker")
+    return f"; {first['host']}: {phrase(first)}"
 
 
 def _number(value: float | None) -> str:

@@ -7,9 +7,11 @@ Usage (under `mpiexec -n H python script.py`):
                                DistConfig(algorithm="easgd", period=4))
 
 Modules: dist_config (DistConfig, roles), math (flat parameters, the algorithms' arithmetic), protocol (message tags
-and kinds), transport (the only importer of mpi4py, lazily), agents (the training hosts' exchange thread), server
-(parameter servers and the tester), distributed_checkpoint (distributed run directories), leftovers (the janitor
-that removes what an aborted rank leaves), host (the entry point).
+and kinds), transport (the only importer of mpi4py, lazily), pieces (big transfers in pieces), wire (fp32, bf16,
+fp16 on the wire), exchange_stats (what the exchanges cost), agents and central_agents (the training hosts' exchange
+thread), server (parameter servers and the tester), distributed_checkpoint (distributed run directories), leftovers
+(the janitor that removes what an aborted rank leaves), host (the entry point); simulated_hosts and simulate (hosts as
+network namespaces on one machine, for trying and testing it over TCP).
 Importing this package never imports mpi4py: single-host use never needs MPI.
 
 The package sits above the engine: each training host runs `hogwild.train` with an agent from .agents plugged into

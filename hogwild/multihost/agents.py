@@ -1,5 +1,6 @@
 """The per-host communication agent: a thread beside the local Hogwild workers that exchanges parameters with other
-hosts (allreduce, AD-PSGD ring, EASGD/EAMSGD elastic averaging, DOWNPOUR push/fetch) while the workers keep training.
+hosts (allreduce, AD-PSGD ring here; EASGD/EAMSGD elastic averaging and DOWNPOUR push/fetch in .central_agents)
+while the workers keep training.
 
 Usage: `agent = make_agent(transport, FlatParams(params), dist, roles, steps=lambda: counter); agent.start(); ...;
 agent.finish()` (hogwild.multihost.train_distributed does this around the local engine).
@@ -18,37 +19,42 @@ from typing import Callable
 import numpy as np
 
 from .dist_config import DistConfig, ranks_with
-from .math import DownpourTracker, FlatParams, elastic_difference, pair_average_delta, partition_bounds, ring_pairing
-from .protocol import BYE, ELASTIC, FETCH, MIX, POLL_SECONDS, PUSH, TAG_MIX, TAG_MIX_REPLY, TAG_REPLY, TAG_SERVER, \
-    TAG_STOP, TAG_TESTER, TAG_TESTER_REPLY, message
+from .math import FlatParams, pair_average_delta, ring_pairing
+from .pieces import stalled
+from .protocol import BYE, MIX, POLL_SECONDS, TAG_MIX, TAG_MIX_REPLY, TAG_PAYLOAD, TAG_STOP, TAG_TESTER, \
+    TAG_TESTER_REPLY, message
 from .transport import TransportFailure
+from .wire import Reference, decode, empty, encode
+
 
 class _Exchange:
     """One exchange in flight: its requests, what to do when they complete, and a name for error messages.
 
-    deadline=True: the peers answer from their agent loops, so the exchange must finish within timeout_seconds;
+    deadline=True: the peers answer from their agent loops, so the exchange must make progress (a piece of it
+    completing) at least every timeout_seconds; however slow the link, a transfer that moves is not a failure;
     False (allreduce rounds, the final average): it waits for the other hosts' training progress, which may
     legitimately take long; a dead or hung peer is then caught by the heartbeats.
+    counted: an exchange of parameters (counted and timed in the rank's ExchangeStats); False for goodbyes.
     """
 
     def __init__(self, what: str, requests: list, complete: Callable[[], None] | None = None,
-                 deadline: bool = True) -> None:
+                 deadline: bool = True, counted: bool = True) -> None:
         self.what, self.requests, self.complete, self.started = what, requests, complete, time.monotonic()
-        self.deadline = deadline
+        self.deadline, self.counted = deadline, counted
 
 
 class HostAgent:
     """Base agent: the event loop, tester service and bookkeeping shared by all algorithms."""
 
-    def __init__(self, transport, flat: FlatParams, dist: DistConfig, roles: list[str],
-                 steps: Callable[[], int]) -> None:
+    def __init__(self, transport, flat: FlatParams, dist: DistConfig, roles: list[str], steps: Callable[[], int],
+                 start: np.ndarray) -> None:
         self.t, self.flat, self.dist, self.roles, self.steps = transport, flat, dist, roles, steps
+        self.initial = start  # the model after the initial synchronisation, the same on every rank  # (N,)
         self.hosts = ranks_with(roles, "worker")
         self.servers = ranks_with(roles, "server")
         self.tester = (ranks_with(roles, "tester") or [None])[0]
         self.index = self.hosts.index(transport.rank)
         self.local_done = threading.Event()  # set by the caller when the local engine has returned
-        self.exchanges = 0
         self.timeout = dist.timeout_seconds
         self.next_step = dist.period
         self._pending: _Exchange | None = None
@@ -59,6 +65,10 @@ class HostAgent:
         self._tester_buf = np.zeros(1, dtype=np.float32)
         self._tester_req = None
         self._tester_gone = self.tester is None or bool(self.servers) or self.index != 0
+
+    @property
+    def exchanges(self) -> int:
+        return self.t.stats.exchanges
 
     # ---- lifecycle -----------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -78,12 +88,14 @@ class HostAgent:
                 self.t.service()
                 self._service_tester()
                 if self._pending is not None:
-                    if all(self.t.test(r) for r in self._pending.requests):
+                    if all([self.t.test(r) for r in self._pending.requests]):  # each advanced, not only the first
                         pending, self._pending = self._pending, None
                         if pending.complete is not None:
                             pending.complete()
-                    elif self._pending.deadline and time.monotonic() - self._pending.started > self.timeout:
-                        self.t.abort(f"{self._pending.what} did not finish within {self.timeout} s")
+                        if pending.counted:
+                            self.t.stats.exchanged(time.monotonic() - pending.started, pending.requests)
+                    elif self._pending.deadline and stalled(self._pending.requests) > self.timeout:
+                        self.t.abort(f"{self._pending.what} made no progress for {self.timeout} s")
                 elif self.tick(self.local_done.is_set()) and self._tester_gone:
                     return
                 time.sleep(POLL_SECONDS)
@@ -127,47 +139,68 @@ class AllreduceAgent(HostAgent):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._over = False
+        self.average = Reference(self.initial, self.dist.wire)  # the last average, on every host
 
     def tick(self, local_done: bool) -> bool:
         if self._over:
             return True
         if not (local_done or self.due()):
             return False
-        snap = self.flat.snapshot()
-        send = np.concatenate([snap, np.array([1.0 if local_done else 0.0], dtype=np.float32)])
-        total = np.empty_like(send)
-        request = self.t.iallreduce(send, total)
 
-        def complete() -> None:
-            n = len(self.hosts)
-            self.flat.add_(total[:-1] / np.float32(n) - snap)
-            self.exchanges += 1
-            if int(round(float(total[-1]))) == n:
+        def complete(mean: np.ndarray, finished: int) -> None:
+            if finished == len(self.hosts):
                 self._over = True
                 self.stop_tester()
 
-        self._pending = _Exchange(f"allreduce round {self.exchanges + 1}", [request], complete, deadline=False)
+        self._pending = average_hosts(self.t, self.flat, self.average, f"allreduce round {self.exchanges + 1}",
+                                      complete, 1.0 if local_done else 0.0)
         return False
 
 
+def average_hosts(t, flat: FlatParams, reference: Reference, what: str, then: Callable[[np.ndarray, int], None],
+                  flag: float = 0.0, counted: bool = True) -> _Exchange:
+    """One allreduce over the training hosts that moves every host to their average (as a delta: local training
+    goes on meanwhile), then calls then(average, sum of the hosts' flags). 16-bit wire formats sum the differences
+    from `reference` (the last average) and move it to the new average."""
+    snap = flat.snapshot()
+    send = np.concatenate([reference.encode(snap), encode(np.array([flag], dtype=np.float32), reference.wire)])
+    total = np.empty_like(send)
+    hosts = t.hosts_comm.Get_size()
+
+    def complete() -> None:
+        mean = reference.decode_mean(total[:-1], hosts)
+        flat.add_(mean - snap)
+        reference.move_to(mean)
+        then(mean, int(round(float(decode(total[-1:], reference.wire)[0]))))
+
+    return _Exchange(what, [t.iallreduce(send, total)], complete, deadline=False, counted=counted)
+
+
 class RingAgent(HostAgent):
-    """AD-PSGD: active hosts average (0.5/0.5) with one passive ring neighbour at a time, alternating neighbours."""
+    """AD-PSGD: active hosts average (0.5/0.5) with one passive ring neighbour at a time, alternating neighbours.
+
+    A passive host answers a MIX header at once with its own parameters (both transfers then share the link's two
+    directions) and averages when the neighbour's parameters have arrived. With a 16-bit wire format each pair
+    sends differences from the average it last agreed on."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.active, self.neighbours = ring_pairing(self.index, len(self.hosts))
         self.neighbours = [self.hosts[i] for i in self.neighbours]
         self._turn = 0
-        self._inbox = np.zeros(self.flat.numel + 1, dtype=np.float32)
-        self._inbox_req = None if self.active or not self.neighbours else self.t.irecv(self._inbox, None, TAG_MIX)
+        self._headers = {q: np.zeros(1, dtype=np.float32) for q in self.neighbours}
+        self._pairs = {q: Reference(self.initial, self.dist.wire) for q in self.neighbours}
+        self._group = Reference(self.initial, self.dist.wire)  # for the final average of all hosts
+        self._inbox = empty(self.flat.numel, self.dist.wire)
+        self._asked = {} if self.active else {q: self.t.irecv(self._headers[q], q, TAG_MIX) for q in self.neighbours}
+        self._answering: tuple | None = None  # (neighbour, payload request, reply request, own snapshot, start time)
         self._byes: set[int] = set()
         self._phase = "train"  # train -> average (final allreduce over hosts) -> over
 
     def tick(self, local_done: bool) -> bool:
         if self._phase == "over":
             return True
-        if self._inbox_req is not None and self.t.test(self._inbox_req):
-            self._answer(self.t.source(self._inbox_req))
+        self._answer()
         if self._phase == "train":
             if not local_done:
                 if self.active and self.neighbours and self.due():
@@ -176,142 +209,64 @@ class RingAgent(HostAgent):
             if self.active:
                 for q in self.neighbours:
                     self.t.isend(message(BYE), q, TAG_MIX)
-            elif len(self._byes) < len(self.neighbours):
+            elif len(self._byes) < len(self.neighbours) or self._answering is not None:
                 return False  # keep answering until every active neighbour has finished
             self._phase = "average"
-            self._final_average()
+            self._pending = average_hosts(self.t, self.flat, self._group, "final AD-PSGD averaging", self._over,
+                                          counted=False)
         return False
 
+    def _over(self, mean: np.ndarray, finished: int) -> None:
+        self._phase = "over"
+        self.stop_tester()
+
     def _mix(self, peer: int) -> None:
-        snap = self.flat.snapshot()
-        reply = np.empty(self.flat.numel, dtype=np.float32)
-        requests = [self.t.isend(message(MIX, snap), peer, TAG_MIX), self.t.irecv(reply, peer, TAG_MIX_REPLY)]
+        snap, pair = self.flat.snapshot(), self._pairs[peer]
+        payload, reply = pair.encode(snap), empty(self.flat.numel, self.dist.wire)
+        requests = [self.t.isend(message(MIX), peer, TAG_MIX), self.t.isend(payload, peer, TAG_PAYLOAD),
+                    self.t.irecv(reply, peer, TAG_MIX_REPLY)]
 
         def complete() -> None:
-            self.flat.add_(pair_average_delta(snap, reply))
-            self.exchanges += 1
+            theirs = pair.decode(reply)
+            self.flat.add_(pair_average_delta(snap, theirs))
+            pair.move_to((pair.decode(payload) + theirs) * np.float32(0.5))
             self._turn += 1
 
         self._pending = _Exchange(f"AD-PSGD mixing with rank {peer}", requests, complete)
 
-    def _answer(self, source: int) -> None:
-        if self._inbox[0] == BYE:
-            self._byes.add(source)
-        else:
+    def _answer(self) -> None:
+        """A passive host: finish the mixing under way, or start answering the next neighbour that asked."""
+        if self._answering is not None:
+            peer, request, reply, own, started = self._answering
+            if not self.t.test(request):
+                if stalled([request]) > self.timeout:
+                    self.t.abort(f"AD-PSGD mixing asked by rank {peer} made no progress for {self.timeout} s")
+                return
+            pair = self._pairs[peer]
+            theirs = pair.decode(self._inbox)
+            self.flat.add_(pair_average_delta(own, theirs))
+            pair.move_to((theirs + pair.decode(reply.buffer)) * np.float32(0.5))
+            self.t.stats.exchanged(time.monotonic() - started, [request, reply])
+            self._answering = None
+            self._asked[peer] = self.t.irecv(self._headers[peer], peer, TAG_MIX)
+        for peer, request in list(self._asked.items()):
+            if not self.t.test(request):
+                continue
+            del self._asked[peer]
+            if self._headers[peer][0] == BYE:
+                self._byes.add(peer)
+                continue
             own = self.flat.snapshot()
-            self.t.isend(own, source, TAG_MIX_REPLY)
-            self.flat.add_(pair_average_delta(own, self._inbox[1:]))
-            self.exchanges += 1
-        done = len(self._byes) == len(self.neighbours)
-        self._inbox_req = None if done else self.t.irecv(self._inbox, None, TAG_MIX)
-
-    def _final_average(self) -> None:
-        snap = self.flat.snapshot()
-        total = np.empty_like(snap)
-
-        def complete() -> None:
-            self.flat.add_(total / np.float32(len(self.hosts)) - snap)
-            self._phase = "over"
-            self.stop_tester()
-
-        self._pending = _Exchange("final AD-PSGD averaging", [self.t.iallreduce(snap, total)], complete,
-                                  deadline=False)
+            reply = self.t.isend(self._pairs[peer].encode(own), peer, TAG_MIX_REPLY)
+            self._answering = (peer, self.t.irecv(self._inbox, peer, TAG_PAYLOAD), reply, own, time.monotonic())
+            return
 
 
-class ServerClientAgent(HostAgent):
-    """Shared part of the algorithms with a central model partitioned over parameter servers."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.bounds = partition_bounds(self.flat.numel, len(self.servers))
-        self._closed = False
-
-    def _to_servers(self, kind: float, values: np.ndarray | None, reply: bool) -> tuple[list, np.ndarray]:
-        """Send [kind, values[part]] to every server; with reply=True also receive every server's partition."""
-        received = np.empty(self.flat.numel, dtype=np.float32)
-        requests = []
-        for server, (lo, hi) in zip(self.servers, self.bounds):
-            requests.append(self.t.isend(message(kind, None if values is None else values[lo:hi]), server, TAG_SERVER))
-            if reply:
-                requests.append(self.t.irecv(received[lo:hi], server, TAG_REPLY))
-        return requests, received
-
-    def _close(self) -> bool:
-        if not self._closed:
-            self._closed = True
-            self._pending = _Exchange("goodbye to the servers", self._to_servers(BYE, None, reply=False)[0])
-            return False
-        return True
-
-
-class ElasticAgent(ServerClientAgent):
-    """EASGD / EAMSGD (asynchronous, Zhang et al. 2015): every tau local updates, x -= alpha (x - center) on the host
-    and center += alpha (x - center) on the servers (EAMSGD: the same exchange; the local optimizer uses momentum)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._last_exchange_done = False
-
-    def tick(self, local_done: bool) -> bool:
-        if local_done and self._last_exchange_done:
-            return self._close()
-        if local_done or self.due():  # one last exchange when training ends: the center sees the final steps
-            self._last_exchange_done = local_done
-            snap = self.flat.snapshot()
-            requests, center = self._to_servers(ELASTIC, snap, reply=True)
-
-            def complete() -> None:
-                self.flat.add_(-elastic_difference(snap, center, self.dist.alpha))
-                self.exchanges += 1
-
-            self._pending = _Exchange("elastic exchange with the servers", requests, complete)
-        return False
-
-
-class DownpourAgent(ServerClientAgent):
-    """DOWNPOUR: push the accumulated local update every n_push local updates, fetch the central model every n_fetch."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.tracker = DownpourTracker(self.flat.snapshot())
-        self.next_push, self.next_fetch = self.dist.n_push, self.dist.n_fetch
-        self._pushed_final = False
-
-    def tick(self, local_done: bool) -> bool:
-        step = self.steps()
-        if local_done and not self._pushed_final:
-            self._pushed_final = True
-            self._push()
-            return False
-        if local_done:
-            return self._close()
-        push, fetch = step >= self.next_push, step >= self.next_fetch
-        if push:
-            self.next_push = (step // self.dist.n_push + 1) * self.dist.n_push
-            self._push()
-        elif fetch:  # a due fetch waits for the push of the same step to be on its way (same-pair order is kept)
-            self.next_fetch = (step // self.dist.n_fetch + 1) * self.dist.n_fetch
-            requests, central = self._to_servers(FETCH, None, reply=True)
-
-            def complete() -> None:
-                self.flat.add_(self.tracker.fetch(central, self.flat.snapshot()))
-                self.exchanges += 1
-
-            self._pending = _Exchange("DOWNPOUR fetch from the servers", requests, complete)
-        return False
-
-    def _push(self) -> None:
-        requests, _ = self._to_servers(PUSH, self.tracker.push(self.flat.snapshot()), reply=False)
-        self._pending = _Exchange("DOWNPOUR push to the servers", requests, self._count)
-
-    def _count(self) -> None:
-        self.exchanges += 1
-
-
-AGENTS = {"allreduce": AllreduceAgent, "adpsgd": RingAgent, "easgd": ElasticAgent, "eamsgd": ElasticAgent,
-          "downpour": DownpourAgent}
-
-
-def make_agent(transport, flat: FlatParams, dist: DistConfig, roles: list[str], steps: Callable[[], int]) -> HostAgent:
-    """The communication agent for `dist.algorithm` on this training host."""
-    return AGENTS[dist.algorithm](transport, flat, dist, roles, steps)
+def make_agent(transport, flat: FlatParams, dist: DistConfig, roles: list[str], steps: Callable[[], int],
+               start: np.ndarray | None = None) -> HostAgent:
+    """The communication agent for `dist.algorithm` on this training host; `start`: the model every rank held after
+    the initial synchronisation (the first reference of a 16-bit wire format; default: the parameters now)."""
+    from .central_agents import DownpourAgent, ElasticAgent  # they build on HostAgent, below them
+    agents = {"allreduce": AllreduceAgent, "adpsgd": RingAgent, "easgd": ElasticAgent, "eamsgd": ElasticAgent,
+              "downpour": DownpourAgent}
+    return agents[dist.algorithm](transport, flat, dist, roles, steps, flat.snapshot() if start is None else start)

@@ -12,6 +12,7 @@ import dataclasses
 import math
 
 ALGORITHMS = ("allreduce", "adpsgd", "downpour", "easgd", "eamsgd")
+WIRE_FORMATS = ("fp32", "bf16", "fp16")  # hogwild.multihost.wire
 SERVER_ALGORITHMS = ("downpour", "easgd", "eamsgd")  # the ones with a central model held by parameter servers
 ROLES = ("server", "worker", "tester")
 
@@ -43,6 +44,9 @@ class DistConfig:
     # servers write their partition of the central model every checkpoint_every updates they apply (0: at the end
     # only) under Config.checkpoint_dir/distributed/; Config.resume=True restores it (and each host's engine state).
     checkpoint_every: int = 0
+    # what the exchanges' values travel as: fp32, or bf16/fp16 (half the bytes; differences from a value both ends
+    # hold, accumulated in fp32 where they land; .wire). The initial and final model always travel as fp32.
+    wire: str = "fp32"
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -65,6 +69,8 @@ class DistConfig:
             raise ValueError(
                 f"DistConfig.timeout_seconds ({self.timeout_seconds}) must exceed twice heartbeat_seconds "
                 f"({self.heartbeat_seconds}), or healthy ranks would be declared dead")
+        if self.wire not in WIRE_FORMATS:
+            raise ValueError(f"DistConfig.wire must be one of {WIRE_FORMATS}, got {self.wire!r}")
         if not isinstance(self.checkpoint_every, int) or self.checkpoint_every < 0:
             raise ValueError(f"DistConfig.checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}")
 

@@ -17,12 +17,14 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
+import numpy as np
 from torch import nn
 
 from ..parent.agent import CommunicationAgent
 from .agents import make_agent
 from .dist_config import DistConfig, ranks_with
 from .distributed_checkpoint import DistributedCheckpoint
+from .exchange_stats import report_line
 from .leftovers import RankFiles
 from .math import FlatParams
 from .server import ParameterServer, Tester
@@ -42,6 +44,9 @@ class DistributedResult:
     final_metrics: dict | None  # evaluate(final model), on the first training host and on the tester
     tester_history: list  # the tester's periodic metrics (tester rank only)
     wall_seconds: float
+    # every rank's exchange figures, in rank order: {rank, role, host, exchanges, bytes_sent, bytes_received,
+    # exchange_seconds_mean, exchange_seconds_max, wait_seconds} (exchange_stats.ExchangeStats.as_dict)
+    exchange_stats: list = dataclasses.field(default_factory=list)
 
 
 def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, config, dist: DistConfig,
@@ -76,8 +81,10 @@ def train_distributed(model: nn.Module, loss_fn: Callable, batches: Sequence, co
 
 def abort_reason(error: BaseException) -> str:
     """What a rank's abort says: an expected failure (bad input, a failed worker or peer: a ValueError, OSError or
-    RuntimeError, whose message names the cause) as its type and message, as run.py prints one; anything else (a
-    bug) with its traceback. HOGWILD_TRACEBACK=1 shows the traceback always."""
+    RuntimeError, whose message names the cause) as its type and message, as run.py prints one, a signal as such;
+    anything else (a bug) with its traceback. HOGWILD_TRACEBACK=1 shows the traceback always."""
+    if isinstance(error, KeyboardInterrupt) and not os.environ.get("HOGWILD_TRACEBACK"):
+        return "stopped by a signal (SIGINT, or SIGTERM/SIGHUP under run.py)"  # a server or tester rank: no last.pt
     if isinstance(error, (ValueError, OSError, RuntimeError)) and not os.environ.get("HOGWILD_TRACEBACK"):
         return f"{type(error).__name__}: {error}"
     import traceback
@@ -92,6 +99,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
     flat = FlatParams(list(model.parameters()))
     store = DistributedCheckpoint(config.checkpoint_dir, dist.algorithm, flat.numel, len(servers))
     sync_model(t, flat, [(0, 0, flat.numel)])  # identical starting parameters everywhere
+    initial = flat.snapshot()  # ... before a resume restores each rank's own: where 16-bit wire formats start
     finals = [(s, lo, hi) for s, (lo, hi) in zip(servers, store.bounds)] if servers else [(hosts[0], 0, flat.numel)]
 
     local, exchanges, history = None, 0, []
@@ -104,7 +112,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
         elif config.resume:  # like the engine's resume: nothing saved yet means a fresh start
             say(f"hogwild.distributed: server {index}: resume found no {store.partition_path(index)}; starting fresh")
         save = None if config.checkpoint_dir is None else lambda c, n: store.save_partition(index, c, n)
-        exchanges = ParameterServer(t, dist, roles, center, save).run()
+        exchanges = ParameterServer(t, dist, roles, center, save, initial[lo:hi]).run()
         flat.add_(center - flat.snapshot()[lo:hi], start=lo)
         sync_model(t, flat, finals)
     elif role == "tester":
@@ -119,12 +127,14 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
         shard = list(batches)[index::len(hosts)] if dist.shard_data else batches
         if not shard:
             raise ValueError(f"training host {index} got no batches: {len(batches)} batches for {len(hosts)} hosts")
-        agent = HostCommunication(t, dist, roles, finals, store if index == 0 else None)
+        agent = HostCommunication(t, dist, roles, finals, store if index == 0 else None, initial)
         from ..engine import train
         local = train(model, loss_fn, shard, dataclasses.replace(config, **changes),
                       evaluate if index == 0 else None, agent=agent)
         exchanges = agent.exchanges
     t.close()
+    say(report_line(t.describe(rank), t.stats))
+    figures = t.world.allgather({"rank": rank, "role": role, "host": t.where[rank][1], **t.stats.as_dict()})
     final = None
     if evaluate is not None and role == "tester":
         final = evaluate(model)
@@ -132,7 +142,7 @@ def _run_rank(t: MPITransport, model, loss_fn, batches, config, dist, evaluate, 
     elif local is not None:
         final = local.final_metrics
     return DistributedResult(rank, role, dist.algorithm, len(hosts), local, exchanges, final, history,
-                             time.monotonic() - start)
+                             time.monotonic() - start, figures)
 
 
 class HostCommunication(CommunicationAgent):
@@ -141,10 +151,12 @@ class HostCommunication(CommunicationAgent):
     the final model synchronisation run before the engine writes its final checkpoint and evaluates."""
 
     def __init__(self, transport: MPITransport, dist: DistConfig, roles: list[str],
-                 finals: list[tuple[int, int, int]], store: DistributedCheckpoint | None) -> None:
+                 finals: list[tuple[int, int, int]], store: DistributedCheckpoint | None, start: np.ndarray) -> None:
         self.t, self.dist, self.roles, self.finals, self.store = transport, dist, roles, finals, store
+        self.initial = start  # the model after the initial synchronisation  # (N,)
         self.agent = None
         self.exchanges = 0
+        self.stats = transport.stats
         # until the engine starts the agent (it first builds the optimizer, stores the batches, maybe loads a
         # checkpoint), a helper thread keeps answering heartbeats so that a slow start is not taken for a hang
         self._started = threading.Event()
@@ -159,7 +171,7 @@ class HostCommunication(CommunicationAgent):
         self._started.set()
         self._keepalive.join()  # from here on only the agent thread talks to MPI
         self.flat = FlatParams(state.params)
-        self.agent = make_agent(self.t, self.flat, self.dist, self.roles, steps=state.global_updates)
+        self.agent = make_agent(self.t, self.flat, self.dist, self.roles, state.global_updates, self.initial)
         self.t.defer_aborts_in(self.agent._thread)  # a dead peer: this host writes last.pt before the job aborts
         self.agent.start()
 
@@ -167,12 +179,20 @@ class HostCommunication(CommunicationAgent):
         """Another rank died, went silent or failed an exchange: the engine stops, writes last.pt and raises."""
         return None if self.agent is None or self.agent.failed is None else f"multi-host: {self.agent.failed}"
 
+    def report(self) -> dict:
+        """This host's exchange figures so far, for each record of its metrics.jsonl."""
+        return {"exchange": self.stats.as_dict()}
+
     def stop(self, state) -> None:
         if state.failure:  # a local worker failed: no closing protocol, train() raises, we abort
             return
+        stopped = time.monotonic()
         self.agent.finish()
         self.exchanges = self.agent.exchanges
+        if self.agent.failed is not None:  # a peer died or went silent in the closing exchanges: failure() says so,
+            return  # and the engine writes last.pt and raises, as when it happens while the workers train
         sync_model(self.t, self.flat, self.finals)
+        self.stats.wait_seconds = time.monotonic() - stopped
         if self.store is not None:
             self.store.save_model(state.model)
 
@@ -180,6 +200,5 @@ class HostCommunication(CommunicationAgent):
 def sync_model(t: MPITransport, flat: FlatParams, sources: list[tuple[int, int, int]]) -> None:
     """Every rank ends with params[lo:hi] = those of rank `root`, for every (root, lo, hi) in sources."""
     values = flat.snapshot()
-    requests = [t.ibcast(values[lo:hi], root) for root, lo, hi in sources]
-    t.wait(requests, f"model broadcast from rank(s) {[s[0] for s in sources]}", deadline=False)
+    t.wait([t.ibcast(values, sources)], f"model broadcast from rank(s) {[s[0] for s in sources]}", deadline=False)
     flat.assign_(values)

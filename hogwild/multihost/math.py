@@ -8,7 +8,7 @@ survive the exchange.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -46,8 +46,14 @@ class FlatParams:
                 offset += size
 
     def assign_(self, values: np.ndarray) -> None:
-        """params = values (used only when no local worker is running: start, resume and the final model)."""
-        self.add_(values - self.snapshot())
+        """params = values, exactly (used only when no local worker is running: start, resume and the final model;
+        p + (values - p) would differ from values in the last bit, and the ranks' final models with it)."""
+        values_t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+        offset = 0
+        with torch.no_grad():
+            for p, size in zip(self.params, self.sizes):
+                p.view(-1).copy_(values_t[offset:offset + size].to(p.dtype))
+                offset += size
 
 
 def partition_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -88,11 +94,17 @@ class DownpourTracker:
     def __init__(self, start: np.ndarray) -> None:
         self.reference = start.copy()  # parameter values already accounted for by the servers
 
-    def push(self, current: np.ndarray) -> np.ndarray:
-        """The accumulated update to send (current - reference); afterwards the servers account for `current`."""
+    def push(self, current: np.ndarray, arrives: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """The accumulated update to send (current - reference); afterwards the servers account for `current`.
+        arrives(update): what the servers will add (a 16-bit wire format rounds it); what the rounding lost is then
+        left in the next update (error feedback), not lost."""
         delta = (current - self.reference).astype(np.float32)
-        self.reference = current.copy()
-        return delta
+        if arrives is None:
+            self.reference = current.copy()
+            return delta
+        arrived = arrives(delta)
+        self.reference = self.reference + arrived
+        return arrived
 
     def fetch(self, central: np.ndarray, current: np.ndarray) -> np.ndarray:
         """The delta that makes the host central + (its unpushed local change); the servers then account for central."""

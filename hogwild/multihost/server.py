@@ -16,59 +16,84 @@ import numpy as np
 
 from .dist_config import DistConfig, ranks_with
 from .math import FlatParams, elastic_difference, partition_bounds
-from .protocol import BYE, ELASTIC, FETCH, POLL_SECONDS, PUSH, TAG_REPLY, TAG_SERVER, TAG_STOP, TAG_TESTER, \
-    TAG_TESTER_REPLY, message
+from .protocol import BYE, ELASTIC, FETCH, POLL_SECONDS, PUSH, TAG_PAYLOAD, TAG_REPLY, TAG_SERVER, TAG_STOP, \
+    TAG_TESTER, TAG_TESTER_REPLY, message
 from .transport import say
+from .wire import Reference, decode, empty
 
 
 class ParameterServer:
     """Holds `center` (this server's partition of the central model) and applies what the hosts send.
 
-    PUSH [delta] -> center += delta (DOWNPOUR); FETCH -> reply center; ELASTIC [x] -> reply the old center, then
-    center += alpha (x - center) (EASGD/EAMSGD); BYE -> that rank is finished. The loop ends when every training host
-    (and the tester) said goodbye.
+    PUSH [delta] -> center += delta (DOWNPOUR); FETCH -> reply center; ELASTIC [x] -> reply the old center at once
+    (both transfers then share the link's two directions), and when x has arrived center += alpha (x - old center)
+    (EASGD/EAMSGD); BYE -> that rank is finished. Values travel in DistConfig.wire's format (.wire), the tester's
+    fetches as fp32. Each client (training host, tester) has its own receive: one rank's
+    requests are taken in order, a slow one never holds up the others. The loop ends when every client said goodbye.
     """
 
     def __init__(self, transport, dist: DistConfig, roles: list[str], center: np.ndarray,
-                 save: Callable[[np.ndarray, int], None] | None = None) -> None:
+                 save: Callable[[np.ndarray, int], None] | None = None, start: np.ndarray | None = None) -> None:
+        """start: this partition of the model every rank held after the initial synchronisation (the first
+        reference of a 16-bit wire format; default: `center`)."""
         self.t, self.dist, self.center, self.save = transport, dist, center, save
         self.hosts = ranks_with(roles, "worker")
+        # per host, the center as it last received it (16-bit wire formats send differences from it)
+        self.sent = {q: Reference(center if start is None else start, dist.wire) for q in self.hosts}
         self.tester = (ranks_with(roles, "tester") or [None])[0]
         self.first_server = ranks_with(roles, "server")[0] == transport.rank
         self.updates = 0  # PUSH and ELASTIC messages applied
 
     def run(self) -> int:
-        inbox = np.zeros(self.center.size + 1, dtype=np.float32)
+        clients = self.hosts + ([self.tester] if self.tester is not None else [])
+        headers = {q: np.zeros(1, dtype=np.float32) for q in clients}
+        payloads = {q: empty(self.center.size, self.dist.wire) for q in self.hosts}
+        asked = {q: self.t.irecv(headers[q], q, TAG_SERVER) for q in clients}
+        receiving: dict[int, tuple] = {}  # client -> (payload request, reply request, kind, old center, start time)
         open_hosts = set(self.hosts)
-        tester_open = self.tester is not None
-        request = self.t.irecv(inbox, None, TAG_SERVER)
-        while open_hosts or tester_open:
+        while asked or receiving:
             self.t.service()
-            if not self.t.test(request):
-                time.sleep(POLL_SECONDS)
-                continue
-            source, kind = self.t.source(request), float(inbox[0])
-            if kind == PUSH:
-                self.center += inbox[1:]
-                self._updated()
-            elif kind == FETCH:
-                self.t.isend(self.center.copy(), source, TAG_REPLY)
-            elif kind == ELASTIC:
-                old = self.center.copy()
-                self.t.isend(old, source, TAG_REPLY)
-                self.center += elastic_difference(inbox[1:], old, self.dist.alpha)
-                self._updated()
-            elif kind == BYE:
-                if source == self.tester:
-                    tester_open = False
-                else:
-                    open_hosts.discard(source)
-                    if not open_hosts and tester_open and self.first_server:
+            busy = False
+            for q, (request, reply, kind, old, started) in list(receiving.items()):
+                if self.t.test(request):
+                    busy = True
+                    del receiving[q]
+                    if kind == PUSH:  # an update: a difference already
+                        self.center += decode(payloads[q], self.dist.wire)
+                    else:
+                        self.center += elastic_difference(self.sent[q].decode(payloads[q]), old, self.dist.alpha)
+                        self.sent[q].move_to(old)
+                    self.t.stats.exchanged(time.monotonic() - started, [request] + ([reply] if reply else []))
+                    self._updated()
+                    asked[q] = self.t.irecv(headers[q], q, TAG_SERVER)
+            for q, request in list(asked.items()):
+                if not self.t.test(request):
+                    continue
+                busy = True
+                del asked[q]
+                kind = float(headers[q][0])
+                if kind in (PUSH, ELASTIC) and q in payloads:
+                    old = reply = None
+                    if kind == ELASTIC:  # the center as the host will decode it, answered at once
+                        reply = self.t.isend(self.sent[q].encode(self.center), q, TAG_REPLY)
+                        old = self.sent[q].decode(reply.buffer)
+                    receiving[q] = (self.t.irecv(payloads[q], q, TAG_PAYLOAD), reply, kind, old, time.monotonic())
+                elif kind == FETCH:
+                    if q in self.sent:  # a host: in the wire format
+                        reply = self.t.isend(self.sent[q].encode(self.center), q, TAG_REPLY)
+                        self.sent[q].move_to(self.sent[q].decode(reply.buffer))
+                    else:  # the tester: the center itself, fp32
+                        self.t.isend(self.center.copy(), q, TAG_REPLY)
+                    self.t.stats.exchanged(0.0)  # answered at once: the reply's time is the host's
+                    asked[q] = self.t.irecv(headers[q], q, TAG_SERVER)
+                elif kind == BYE:
+                    open_hosts.discard(q)
+                    if not open_hosts and self.tester in asked and self.first_server:
                         self.t.isend(message(BYE), self.tester, TAG_STOP)
-            else:
-                self.t.abort(f"parameter server got an unknown message kind {kind} from rank {source}")
-            if open_hosts or tester_open:
-                request = self.t.irecv(inbox, None, TAG_SERVER)
+                else:
+                    self.t.abort(f"parameter server got an unknown message kind {kind} from rank {q}")
+            if not busy:
+                time.sleep(POLL_SECONDS)
         if self.save is not None:
             self.save(self.center, self.updates)
         return self.updates

@@ -1,8 +1,12 @@
 """The MPI transport of multi-host training: the only module that imports mpi4py, lazily, inside functions, so that
-single-host use never needs MPI. Non-blocking point-to-point and collectives, heartbeats that name a dead or hung
-rank, and the job-wide abort.
+single-host use never needs MPI. Non-blocking point-to-point and collectives (big ones in pieces, .pieces), heartbeats
+that name a dead or hung rank, the job-wide abort, and a goodbye that leaves no message unmatched at MPI_Finalize.
 
-Usage: `t = MPITransport(import_mpi().COMM_WORLD, roles, dist); t.wait([t.isend(buf, dest, tag)], "what")`.
+Every receive names its source: MPICH 5.0's ch4:ucx over TCP can leave a big message from one rank unmatched by an
+MPI_ANY_SOURCE receive posted for it (MPI_Iprobe sees it, the receive never completes), which hung the parameter
+servers at the end of a run on simulated hosts.
+
+Usage: `t = MPITransport(import_mpi().COMM_WORLD, roles, dist); t.wait([t.isend(buf, dest, tag)], "what"); t.close()`.
 """
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ from typing import Any, Callable, NoReturn, Sequence
 import numpy as np
 
 from .dist_config import DistConfig
+from .exchange_stats import ExchangeStats
+from .pieces import Pieces, piece_bounds, stalled
+from .wire import add_into
 
 MPI_HINT = "multi-host training needs mpi4py and an MPI library: run  pip install '.[mpi]'  (mpi4py + MPICH wheels)"
 _ALIVE, _GONE = 1, 0
@@ -41,14 +48,6 @@ class TransportFailure(RuntimeError):
     """A failure met on a thread whose aborts are deferred (MPITransport.defer_aborts_in); the message names it."""
 
 
-class _Request:
-    """A non-blocking MPI request with the status it completed with (mpi4py forgets it after Test)."""
-
-    def __init__(self, MPI, request, buffer: Any = None, peer: int | None = None) -> None:
-        self.request, self.status, self.buffer, self.done = request, MPI.Status(), buffer, False
-        self.peer = peer  # the other rank, for error messages (None: any rank, or a collective)
-
-
 class MPITransport:
     """Non-blocking messaging between ranks, plus heartbeats: any wait that outlives `timeout_seconds`, or a peer
     silent that long, aborts the whole job (MPI Abort) with a message naming the rank, its role, pid and host."""
@@ -60,12 +59,15 @@ class MPITransport:
         world.Set_errhandler(self.MPI.ERRORS_RETURN)
         self.rank, self.size = world.Get_rank(), world.Get_size()
         self.hosts_comm = world.Split(0 if roles[self.rank] == "worker" else 1, self.rank)  # training hosts only
+        self.host_ranks = [q for q, role in enumerate(roles) if role == "worker"]
         self.heart = world.Dup()  # heartbeats never mix with data messages
         for comm in (self.hosts_comm, self.heart):
             comm.Set_errhandler(self.MPI.ERRORS_RETURN)
         self.where = world.allgather((os.getpid(), socket.gethostname()))
         self.peers = [q for q in range(self.size) if q != self.rank]
-        self._sends: list[_Request] = []
+        self._sends: list[Pieces] = []
+        self.stats = ExchangeStats()  # the bytes; the exchanges are counted by the agents and servers
+        self._op16 = None  # _sum16
         self._beat_out = np.array([_ALIVE], dtype=np.int64)
         self._beat_in = {q: np.zeros(1, dtype=np.int64) for q in self.peers}
         self._beat_recv = {q: self._post_beat(q) for q in self.peers}
@@ -106,43 +108,78 @@ class MPITransport:
             self.abort(f"{what} with {other} failed ({error.Get_error_string().strip()}): {other} died or is "
                        f"unreachable")
 
-    def isend(self, buffer: np.ndarray, dest: int, tag: int) -> _Request:
-        request = _Request(self.MPI, self._call(dest, "sending", lambda: self.world.Isend(buffer, dest=dest, tag=tag)),
-                           buffer, dest)  # the buffer is kept alive until the send completes
+    def isend(self, buffer: np.ndarray, dest: int, tag: int) -> Pieces:
+        """Send a 1-d buffer (kept alive until it is delivered; in pieces when big)."""
+        self.stats.sent(buffer.nbytes)
+        starts = [lambda lo=lo, hi=hi: self.world.Isend(buffer[lo:hi], dest=dest, tag=tag)
+                  for lo, hi in piece_bounds(buffer)]
+        request = self._call(dest, "sending", lambda: Pieces(starts, buffer=buffer, peer=dest, sent=buffer.nbytes))
         self._sends.append(request)
         return request
 
-    def irecv(self, buffer: np.ndarray, source: int | None, tag: int) -> _Request:
-        any_source = self.MPI.ANY_SOURCE if source is None else source
-        request = self._call(source, "receiving", lambda: self.world.Irecv(buffer, source=any_source, tag=tag))
-        return _Request(self.MPI, request, buffer, source)
+    def irecv(self, buffer: np.ndarray, source: int, tag: int) -> Pieces:
+        """Receive exactly buffer.size elements from `source` (sent by isend, cut into the same pieces)."""
+        starts = [lambda lo=lo, hi=hi: self.world.Irecv(buffer[lo:hi], source=source, tag=tag)
+                  for lo, hi in piece_bounds(buffer)]
+        return self._call(source, "receiving", lambda: Pieces(starts, len(starts), buffer, source,
+                                                              lambda: self.stats.received(buffer.nbytes),
+                                                              received=buffer.nbytes, senders=[source]))
 
-    def iallreduce(self, send: np.ndarray, total: np.ndarray) -> _Request:
-        """Sum over the training hosts.  # (N,) -> (N,)"""
-        request = self._call(None, "allreduce", lambda: self.hosts_comm.Iallreduce(send, total, op=self.MPI.SUM))
-        return _Request(self.MPI, request, (send, total))
+    def iallreduce(self, send: np.ndarray, total: np.ndarray) -> Pieces:
+        """Sum over the training hosts, slice by slice; float32, or 16-bit wire data (.wire) summed in fp32 at every
+        step of the reduction.  # (N,) -> (N,)"""
+        self.stats.sent(send.nbytes)
+        op = self.MPI.SUM if send.dtype == np.float32 else self._sum16()
+        starts = [lambda lo=lo, hi=hi: self.hosts_comm.Iallreduce(send[lo:hi], total[lo:hi], op=op)
+                  for lo, hi in piece_bounds(send)]
+        others = [q for q in self.host_ranks if q != self.rank]  # a piece's sum needed every host's part
+        return self._call(None, "allreduce", lambda: Pieces(starts, buffer=(send, total),
+                                                            finish=lambda: self.stats.received(total.nbytes),
+                                                            sent=send.nbytes, received=total.nbytes, senders=others))
 
-    def ibcast(self, buffer: np.ndarray, root: int) -> _Request:
-        return _Request(self.MPI, self._call(root, "broadcast", lambda: self.world.Ibcast(buffer, root=root)), buffer,
-                        root)
+    def _sum16(self):
+        """The MPI reduction of DistConfig.wire's 16-bit data (MPI has no bf16 sum): a user-defined operation."""
+        if self._op16 is None:
+            wire = self.dist.wire
 
-    def test(self, request: _Request) -> bool:
+            def add(incoming, inout, datatype) -> None:
+                add_into(np.frombuffer(incoming, dtype=np.uint16), np.frombuffer(inout, dtype=np.uint16), wire)
+
+            self._op16 = self.MPI.Op.Create(add, commute=True)
+        return self._op16
+
+    def ibcast(self, buffer: np.ndarray, parts: Sequence[tuple[int, int, int]]) -> Pieces:
+        """buffer[lo:hi] from rank `root` to every rank, for each (root, lo, hi) of `parts`, as one ordered sequence
+        of broadcasts (every rank posts them in the same order, as MPI requires of collectives)."""
+        starts, mine, theirs = [], 0, 0
+        for root, lo, hi in parts:
+            starts += [lambda a=a, b=b, root=root: self.world.Ibcast(buffer[a:b], root=root)
+                       for a, b in piece_bounds(buffer, lo, hi)]
+            nbytes = (hi - lo) * buffer.itemsize
+            mine, theirs = (mine + nbytes, theirs) if root == self.rank else (mine, theirs + nbytes)
+        self.stats.sent(mine)
+        roots = {root for root, _, _ in parts} - {self.rank}
+        return self._call(None, "broadcast", lambda: Pieces(starts, buffer=buffer, senders=roots,
+                                                            finish=lambda: self.stats.received(theirs)))
+
+    def test(self, request: Pieces) -> bool:
+        """Advance `request`; a piece received is a sign of life of its senders, as a heartbeat is (over a slow link
+        a heartbeat can wait seconds behind the transfer's bytes in TCP)."""
         if not request.done:
-            request.done = bool(self._call(request.peer, "communication",
-                                           lambda: request.request.Test(request.status)))
+            before = request.progressed
+            self._call(request.peer, "communication", request.test)
+            if request.progressed != before:
+                for q in request.senders:
+                    self._last_seen[q] = max(self._last_seen[q], request.progressed)
         return request.done
 
-    def source(self, request: _Request) -> int:
-        return request.status.Get_source()
-
-    def wait(self, requests: Sequence[_Request], what: str, deadline: bool = True) -> None:
-        """Wait for all `requests` while servicing heartbeats; with `deadline`, abort after timeout_seconds (without:
-        for waits on other ranks' training progress, bounded only by their heartbeats)."""
-        start = time.monotonic()
-        while not all(self.test(r) for r in requests):
+    def wait(self, requests: Sequence[Pieces], what: str, deadline: bool = True) -> None:
+        """Wait for all `requests` while servicing heartbeats; with `deadline`, abort when they made no progress for
+        timeout_seconds (without: for waits on other ranks' training progress, bounded only by their heartbeats)."""
+        while not all([self.test(r) for r in requests]):  # each advanced (and heard), not only the first
             self.service()
-            if deadline and time.monotonic() - start > self.dist.timeout_seconds:
-                self.abort(f"{what} did not finish within {self.dist.timeout_seconds} s")
+            if deadline and stalled(requests) > self.dist.timeout_seconds:
+                self.abort(f"{what} made no progress for {self.dist.timeout_seconds} s")
             time.sleep(0.001)
 
     # ---- heartbeats ----------------------------------------------------------------------------------------------
@@ -161,6 +198,19 @@ class MPITransport:
                 if previous is None or self._call(q, "heartbeat", previous.Test):  # no pile-up for a silent peer
                     self._beat_send[q] = self._call(q, "heartbeat",
                                                     lambda: self.heart.Isend(self._beat_out, dest=q, tag=0))
+        self._take_beats(now)
+        silent = self._silent(now)
+        if silent:
+            names = ", ".join(self.describe(q) for q in silent)
+            self.abort(f"no heartbeat from {names} for more than {self.dist.timeout_seconds} s: dead or hung")
+        self._sends = [r for r in self._sends if not self.test(r)]
+
+    def _silent(self, now: float) -> list[int]:
+        """The peers neither heard (a heartbeat, a piece received) nor gone for more than timeout_seconds."""
+        return [q for q in self.peers if q not in self._gone and now - self._last_seen[q] > self.dist.timeout_seconds]
+
+    def _take_beats(self, now: float) -> None:
+        """Take in the peers' heartbeats (a goodbye: that peer sends none after it)."""
         for q in self.peers:
             while q not in self._gone and self._call(q, "heartbeat", self._beat_recv[q].Test):
                 self._last_seen[q] = now
@@ -168,22 +218,29 @@ class MPITransport:
                     self._gone.add(q)
                 else:
                     self._beat_recv[q] = self._post_beat(q)
-        silent = [q for q in self.peers if q not in self._gone and now - self._last_seen[q] > self.dist.timeout_seconds]
-        if silent:
-            names = ", ".join(self.describe(q) for q in silent)
-            self.abort(f"no heartbeat from {names} for more than {self.dist.timeout_seconds} s: dead or hung")
-        self._sends = [r for r in self._sends if not self.test(r)]
 
     def close(self) -> None:
-        """Say goodbye on the heartbeat channel (peers stop watching us) and release pending requests."""
+        """Deliver what is still on its way, say goodbye on the heartbeat channel and take in every peer's heartbeats
+        up to its goodbye: no message is left unmatched at MPI_Finalize (UCX warns of each one). Every rank closes
+        after the final model's broadcast; a peer still receiving its tail (the root's part ends once the sockets
+        hold it) says goodbye later, and is waited for as long as its heartbeats come."""
         self.wait(self._sends, "delivery of the last messages")
-        gone = np.array([_GONE], dtype=np.int64)
         for q in self.peers:
             previous = self._beat_send.get(q)
             if previous is not None:
-                previous.Wait()
-            self.heart.Isend(gone, dest=q, tag=0).Wait()
-        for q in self.peers:
-            if q not in self._gone:
-                self._beat_recv[q].Cancel()
-                self._beat_recv[q].Wait()
+                self._call(q, "heartbeat", previous.Wait)
+        gone = np.array([_GONE], dtype=np.int64)
+        goodbyes = [self._call(q, "goodbye", lambda q=q: self.heart.Isend(gone, dest=q, tag=0)) for q in self.peers]
+        while len(self._gone) < len(self.peers):  # a peer still receiving the final model says goodbye later
+            now = time.monotonic()
+            self._take_beats(now)
+            silent = self._silent(now)
+            if silent:
+                names = ", ".join(self.describe(q) for q in silent)
+                self.abort(f"no heartbeat or goodbye from {names} for more than {self.dist.timeout_seconds} s at the "
+                           f"end: dead or hung")
+            time.sleep(0.001)
+        for request in goodbyes:
+            self._call(None, "goodbye", request.Wait)
+        if self._op16 is not None:
+            self._op16.Free()

@@ -3,8 +3,8 @@
 The engine hands an agent a `SharedTrainingState` - the shared parameters and optimizer state, the live global
 update count and the stop flag - and calls it from the parent process: `start` before the workers train, `poll`
 on every tick of the parent's loop (cheap; heavy exchanges belong in the agent's own thread or process),
-`failure` to learn that the agent (e.g. a remote host) failed, and `stop` once the workers have stopped and
-before the final checkpoint. Nothing here imports MPI; `hogwild/multihost/` implements agents with it.
+`failure` to learn that the agent (e.g. a remote host) failed, `report` for the fields it adds to each metrics
+record, and `stop` once the workers have stopped and before the final checkpoint. Nothing here imports MPI; `hogwild/multihost/` implements agents with it.
 
 Serves step 4 of `hogwild.train` (supervise): the engine holds a run's agent as an `AttachedAgent`.
 
@@ -63,6 +63,10 @@ class CommunicationAgent:
     def stop(self, state: SharedTrainingState) -> None:
         """Called after the local workers stopped, before the final checkpoint and evaluation."""
 
+    def report(self) -> dict | None:
+        """Fields added to every 'train' record of metrics.jsonl (e.g. a multi-host agent's exchange figures)."""
+        return None
+
 
 @dataclass
 class AttachedAgent:
@@ -79,6 +83,9 @@ class AttachedAgent:
 
     def failure(self) -> str | None:
         return self.agent.failure()
+
+    def report(self) -> dict | None:
+        return self.agent.report()
 
     def stop(self, failure: str | None) -> None:
         """Tell the agent how the local run ended (`state.failure`), then stop it."""

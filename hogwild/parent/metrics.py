@@ -109,6 +109,7 @@ class MetricsLog:
         self.shown = initial.updates() if initial is not None else 0
         self.bar.update(self.shown)
         self.last_loss: float | None = None
+        self.extra: Callable[[], dict | None] | None = None  # fields for every 'train' record (an agent's report)
         if self.file is not None and self.file.repaired:  # a record torn by a crash or a full disk was cut off
             self.event("repaired", path=self.file.path, dropped_bytes=self.file.repaired)
         if self.shown:  # a resumed run: where this segment starts (what a killed segment logged past it was lost)
@@ -162,6 +163,7 @@ class MetricsLog:
         }
         if self.graphed:  # since the run's start: rare shapes come and go
             record.update(eager_steps=snapshot.eager_steps(), eager_share=eager_share(snapshot, self.graphed))
+        record.update((self.extra and self.extra()) or {})
         if record["loss"] is not None:
             self.last_loss = record["loss"]
             self.bar.set_postfix(loss=f"{record['loss']:.4g}", refresh=False)

@@ -33,15 +33,15 @@ def mpirun(n: int, script: str, *args: str, timeout: float = 90.0) -> subprocess
                           timeout=timeout)
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_one_exchange_matches_its_closed_form(ranks):
+@pytest.mark.parametrize("ranks, pieces", [(2, []), (4, ["--piece-bytes", "8"])])
+def test_one_exchange_matches_its_closed_form(ranks, pieces):
     """In one job per size, one after the other: allreduce (the average equals the mean across ranks); AD-PSGD
     (with 2 hosts both hold the pair's mean; with 4 the sum over hosts is kept and the closing average is the mean);
     EASGD (x - a(x - c) on the host, c + a(x - c) on the servers, for the periodic and then the last exchange; with
     -n 4 the center is in 2 partitions and a tester rank waits for the stop); DOWNPOUR (center = start + the sum of
-    the pushed updates)."""
+    the pushed updates). With -n 4 every message, allreduce and broadcast travels in pieces of 2 parameters."""
     algorithms = ["allreduce", "adpsgd", "easgd", "downpour"]
-    done = mpirun(ranks, "exchange_checks.py", *algorithms)
+    done = mpirun(ranks, "exchange_checks.py", *pieces, *algorithms)
     assert done.returncode == 0, done.stdout
     for algorithm in algorithms:
         for rank in range(ranks):
@@ -234,6 +234,46 @@ def test_the_survivors_of_a_hung_rank_write_last_pt_before_the_job_aborts(tmp_pa
     assert read_checkpoint(found.group(2))["global_step"] > 0
     assert not list(tmp_path.glob("rank*.json"))
     _assert_nothing_left(job, output)
+
+
+@pytest.mark.slow
+def test_hosts_whose_peer_hangs_after_they_finished_training_write_last_pt_and_name_it(tmp_path):
+    """Hosts 0 and 1 (unpaced) have trained their 10 epochs and wait in the closing allreduce rounds while host 2
+    (paced, 21 s) trains; host 2 is then stopped (SIGSTOP): their agents hear no heartbeat, their engines write
+    last.pt at their full step count and the job aborts naming rank 2. (Before: the hosts went on to the final
+    broadcast of the model (295 KB: it waits for rank 2), whose abort named no 'WorkerFailed' and no checkpoint.)"""
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    command = [str(MPIEXEC), "-n", "3", sys.executable, str(SCRIPTS / "train_tiny.py"), "allreduce", "--out",
+               str(tmp_path), "--epochs", "10", "--slow-rank", "2", "--sleep-per-step", "0.1", "--timeout", "3",
+               "--checkpoint-dir", str(run), "--hidden", "4096", "--lr", "0.0001", "--mark-after", "210"]
+    job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job.lines, pids = [], {}
+    try:
+        while 2 not in pids:
+            job.lines.append(job.stdout.readline())
+            assert job.lines[-1], "".join(job.lines)
+            pids = {int(m.group(1)): int(m.group(2))
+                    for m in re.finditer(r"rank (\d) \(\w+, pid (\d+) on", "".join(job.lines))}
+        deadline = time.monotonic() + 60.0
+        while not all((tmp_path / f"trained-{rank}").exists() for rank in (0, 1)):  # at step 210 of 220 and 210
+            assert time.monotonic() < deadline and job.poll() is None, "".join(job.lines)
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert not (tmp_path / "trained-2").exists()
+        os.kill(pids[2], signal.SIGSTOP)
+        output, seconds = _finish(job, 30.0)
+    finally:
+        job.kill()
+        _kill_all(pids)
+    assert job.returncode != 0 and seconds < 3.0 + 20.0, output
+    found = re.findall(r"rank ([01]) \(worker, pid \d+ on .*\) aborts the job: WorkerFailed: training stopped: "
+                       r"multi-host: no heartbeat from rank 2 \(worker, pid \d+ on .*\) for more than 3\.0 s: dead or "
+                       r"hung\ncheckpoint written to (.*/host([01])/last\.pt)\n", output)
+    assert found and all(rank == host for rank, _, host in found), output
+    from hogwild.share.checkpoint import read_checkpoint
+    for rank, path, _ in found:  # 64 batches sharded over 3 hosts: 22 and 21 an epoch
+        assert read_checkpoint(path)["global_step"] == (220 if rank == "0" else 210), path
 
 
 def test_a_failing_local_worker_aborts_the_job_naming_its_rank(tmp_path):

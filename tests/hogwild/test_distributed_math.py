@@ -147,3 +147,18 @@ def test_a_crafted_or_foreign_server_checkpoint_is_refused_naming_it(tmp_path):
     with pytest.raises(CheckpointError, match=r"server0\.pt: not a hogwild parameter-server checkpoint \(no "
                                               r"'center' entry\)"):
         store.load_partition(0)
+
+
+def test_assign_sets_the_values_exactly_where_adding_their_difference_would_not():
+    """The final model is assigned on every rank: p + (v - p) can differ from v in the last bit."""
+    p = torch.tensor([0.1, 1e8], dtype=torch.float32)
+    v = np.array([0.3, 3.0], dtype=np.float32)
+    assert (p + (torch.from_numpy(v) - p)).tolist() != v.tolist()  # the old way, off in the last bit
+    FlatParams([p]).assign_(v)
+    assert p.tolist() == v.tolist()
+
+
+def test_a_rank_stopped_by_a_signal_says_so_without_a_traceback(monkeypatch):
+    from hogwild.multihost.host import abort_reason
+    monkeypatch.delenv("HOGWILD_TRACEBACK", raising=False)
+    assert abort_reason(KeyboardInterrupt()) == "stopped by a signal (SIGINT, or SIGTERM/SIGHUP under run.py)"

@@ -79,7 +79,7 @@ class RecordingAgent(hogwild.CommunicationAgent):
             state.request_stop("agent says stop")
 
     def stop(self, state):
-        self.stopped_flag, self.failure = state.stopped(), state.failure
+        self.stopped_flag, self.stop_failure = state.stopped(), state.failure
 
 
 def test_communication_agent_hooks_see_shared_state_and_can_stop_training():
@@ -87,9 +87,32 @@ def test_communication_agent_hooks_see_shared_state_and_can_stop_training():
     result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16),
                            config(workers=1, epochs=50), agent=agent)
     assert agent.shared and agent.polls >= 1 and agent.max_seen >= 5
-    assert agent.stopped_flag and agent.failure is None
+    assert agent.stopped_flag and agent.stop_failure is None
     assert result.stop_reason == "agent says stop"
     assert 5 <= result.updates < 50 * 16
+
+
+class FailingAtTheEndAgent(hogwild.CommunicationAgent):
+    """An agent whose closing exchanges fail (a peer dies after the local workers have finished)."""
+
+    failed = None
+
+    def stop(self, state):
+        self.failed = "multi-host: no heartbeat from rank 2"
+
+    def failure(self):
+        return self.failed
+
+
+def test_an_agent_failing_as_it_stops_fails_the_run_after_writing_last_pt(tmp_path):
+    with pytest.raises(hogwild.WorkerFailed, match=r"^training stopped: multi-host: no heartbeat from rank 2\n"
+                                                   r"checkpoint written to .*last\.pt$"):
+        hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=8),
+                      config(workers=1, checkpoint_dir=str(tmp_path)), evaluate=lambda model: {"loss": 1.0},
+                      agent=FailingAtTheEndAgent())
+    assert torch.load(tmp_path / "last.pt", weights_only=False)["global_step"] == 8
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["reason"] for r in records if r["kind"] == "stop"] == ["failure"]
 
 
 def test_bad_inputs_are_refused_clearly():

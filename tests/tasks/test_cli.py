@@ -324,6 +324,7 @@ def test_flags_that_act_are_accepted():
     assert run_options(train_parser(), ["--distributed", "eamsgd", "--momentum", "0.5"]).momentum == 0.5  # msgd
     hang = run_options(train_parser(), ["--distributed", "allreduce", "--hang-timeout", "10"])
     assert (hang.dist_config().timeout_seconds, hang.resolved().engine_config(["cpu"]).hang_timeout) == (10, 10)
+    assert run_options(train_parser(), ["--distributed", "easgd", "--wire", "bf16"]).dist_config().wire == "bf16"
     assert run_options(train_parser(), ["--train", __file__, "--format", "slash", "--dev", os.path.dirname(__file__)]
                        ).format == "slash"
 

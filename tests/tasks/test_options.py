@@ -70,6 +70,7 @@ def test_engine_config_carries_every_training_choice():
     ({"task": "nmt", "tag": "upos"}, "--task: --word-column, --tag-column and --tag apply to --task pos only"),
     ({"distributed": "gossip"}, "--distributed: must be one of allreduce"),
     ({"alpha": 1.0}, "--alpha: must be in (0, 1), got 1.0"),
+    ({"wire": "fp8"}, "--wire: must be one of fp32, bf16, fp16; got 'fp8'"),
     ({"eval_device": "gpu"}, "--eval-device: must be 'auto', 'cpu' or 'cuda:N', got 'gpu'"),
     ({"update_threads": 0}, "--update-threads: must be > 0, got 0"),
     ({"train": ["/nonexistent/corpus"]}, "--train: /nonexistent/corpus does not exist"),

@@ -1,7 +1,8 @@
 """One exchange of each algorithm on hand-set parameters, checked against its closed form on every rank.
 
-Usage: mpiexec -n N python tests/hogwild/mpi_scripts/exchange_checks.py allreduce adpsgd easgd downpour
-(N >= 2; the algorithms run one after the other in the same job, each with its own transport.)
+Usage: mpiexec -n N python tests/hogwild/mpi_scripts/exchange_checks.py [--piece-bytes B] allreduce adpsgd easgd downpour
+(N >= 2; the algorithms run one after the other in the same job, each with its own transport; --piece-bytes 8 sends
+the 7 parameters in pieces of 2, as a big model travels.)
 Prints "CHECKED <algorithm> rank <r>" on success; any mismatch raises (the job then aborts naming the rank).
 """
 import sys
@@ -10,6 +11,7 @@ import time
 import numpy as np
 import torch
 
+from hogwild.multihost import pieces
 from hogwild.multihost.host import sync_model
 from hogwild.multihost.transport import MPITransport, import_mpi
 from hogwild.multihost.agents import make_agent
@@ -114,5 +116,8 @@ def deltas(rank: int) -> np.ndarray:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:]:
+    names = sys.argv[1:]
+    if names[:1] == ["--piece-bytes"]:
+        pieces.PIECE_BYTES, names = int(names[1]), names[2:]
+    for name in names:
         main(name)

@@ -23,6 +23,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("algorithm", help="single | allreduce | adpsgd | easgd | eamsgd | downpour")
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--hidden", type=int, default=32,
+                        help="the MLP's width (4096, with --lr 0.0001: a model MPI sends by rendezvous)")
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--lr", type=float, default=0.1)
@@ -37,6 +39,8 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=None, help="this rank's worker raises at its 3rd step")
     parser.add_argument("--slow-rank", type=int, default=None, help="only this rank sleeps per step")
     parser.add_argument("--sleep-per-step", type=float, default=0.0, help="slow steps down (fault tests)")
+    parser.add_argument("--mark-after", type=int, default=None, help="each rank's worker creates OUT/trained-<rank> "
+                                                                     "at its step N (a test then knows it got there)")
     parser.add_argument("--tracker-first", action="store_true",
                         help="start multiprocessing's resource tracker first, as run.py does")
     args = parser.parse_args()
@@ -44,7 +48,7 @@ def main() -> None:
         from multiprocessing import resource_tracker
         resource_tracker.ensure_running()
     torch.set_num_threads(1)
-    model, batches = make_task(seed=0)
+    model, batches = make_task(seed=0, hidden=args.hidden)
     optimizer = "nesterov" if args.algorithm == "eamsgd" else "sgd"
     config = hogwild.Config(workers=args.workers, optimizer=optimizer, lr=args.lr, epochs=args.epochs,
                             max_steps=args.max_steps, seed=0, progress=False, tensorboard=False, log_every=10**6,
@@ -54,6 +58,8 @@ def main() -> None:
     loss = SlowLoss(args.sleep_per_step, args.out) if slow else loss_fn
     if args.fail_rank is not None and int(os.environ.get("PMI_RANK", "0")) == args.fail_rank:
         loss = FailingLoss()
+    if args.mark_after:
+        loss = MarkingLoss(loss, args.mark_after, args.out)
     start = time.monotonic()
     if args.algorithm == "single":
         local = hogwild.train(model, loss, batches, config)
@@ -83,6 +89,19 @@ class FailingLoss:
         if self.calls == 3:
             raise RuntimeError("injected failure at step 3")
         return loss_fn(model, batch)
+
+
+class MarkingLoss:
+    """loss_fn that creates OUT/trained-<rank> at its `steps`-th call (one worker: the rank's step `steps`)."""
+
+    def __init__(self, inner, steps: int, out: str) -> None:
+        self.inner, self.steps, self.out, self.calls = inner, steps, out, 0
+
+    def __call__(self, model, batch):
+        self.calls += 1
+        if self.calls == self.steps:
+            open(os.path.join(self.out, f"trained-{os.environ.get('PMI_RANK', '0')}"), "w").close()
+        return self.inner(model, batch)
 
 
 class SlowLoss:
