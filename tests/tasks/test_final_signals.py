@@ -23,16 +23,24 @@ def _write_test_set(prefix, count):
     prefix.with_name(prefix.name + ".tgt").write_text("".join(" ".join(t) + "\n" for _, t in pairs))
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path, signum):
+def _start_nmt_run(tmp_path, steps, eval_every):
+    """A real run.py on the synthetic NMT task with a --test set whose beam decoding takes a while: (its command, its
+    environment, the running process), its run in tmp_path / "run"."""
     out, test = tmp_path / "run", tmp_path / "test"
     _write_test_set(test, 2000)
     command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
-               "--steps", "5", "--eval-every", "1000", "--beam", "5", "--test", str(test), "--no-progress",
-               "--out", str(out)]
+               "--steps", str(steps), "--eval-every", str(eval_every), "--beam", "5", "--test", str(test),
+               "--no-progress", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return command, env, process
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path, signum):
+    out = tmp_path / "run"
+    command, env, process = _start_nmt_run(tmp_path, steps=5, eval_every=1000)
     try:
         deadline = time.time() + 240
         while not (out / "dev.src").exists():  # written when the final held-out decoding begins
@@ -92,14 +100,8 @@ def test_one_sigterm_as_training_ends_is_the_first_and_skips_the_final_decoding(
     first signal: the decoding is skipped as documented, exit 130. (The engine's part of this, deterministic, is
     tests/hogwild/parent/test_supervisor.py::test_the_first_signal_after_training_ended_is_not_called_again_and_is_
     handed_on; here the signal may also land just after the engine, where FinalSignals takes it.)"""
-    out, test = tmp_path / "run", tmp_path / "test"
-    _write_test_set(test, 2000)
-    command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
-               "--steps", "6", "--eval-every", "5", "--beam", "5", "--test", str(test), "--no-progress",
-               "--out", str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "run"
+    *_, process = _start_nmt_run(tmp_path, steps=6, eval_every=5)
     try:
         deadline = time.time() + 240
         while '"kind": "stop"' not in ((out / "metrics.jsonl").read_text() if (out / "metrics.jsonl").exists() else ""):
