@@ -18,8 +18,11 @@ cache the cold run wrote. Each run stops when every worker is ready (just before
 `--rounds K` measures every size and start K times, the sizes interleaved round by round, and reports the medians
 (other jobs on the machine change wall times from one run to the next). With several sizes, the slope of each
 figure per million pairs (a least-squares line over the sizes), the growth from the smallest size to the largest,
-and the line's value at --extrapolate million pairs. Last, the CPU time a worker spends building one training batch
-from the largest size's cache (the workers build their own batches from the memory-mapped arrays). `--repo DIR`
+and the line's value at --extrapolate million pairs. Last, from the largest size's cache: the CPU time a worker
+spends building one training batch (the workers build their own batches from the memory-mapped arrays), and the CPU
+time a graphed GPU worker spends at start-up learning its batches' shapes (the length-bucketed batches run.py --gpus
+trains on; graphs per shape, sparse-row buffers by the largest): by building every batch, as workers did before,
+against asking the BatchSet, which reads them from its offsets (medians of --rounds, the two interleaved). `--repo DIR`
 runs another checkout's run.py on the same corpora, for a side-by-side comparison with an older commit (its cache
 format may differ: no batch timing then). `--keep` leaves the caches in --workdir, for `--runs warm` later
 (which never removes them).
@@ -40,11 +43,13 @@ import time
 from pathlib import Path
 
 from hogwild.data.batch_set import BatchSet
+from hogwild.data.buckets import training_buckets
 from hogwild.data.cache import ArrayCache
 from hogwild.data.corpora import corpora_dir
 from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset
 from hogwild.data.synthetic import synthetic_parallel
 from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+from hogwild.worker.step_graph import shape_counts
 
 from bench import command_line
 from bench.startup_probe import descendants, folder_bytes
@@ -156,6 +161,24 @@ def batch_cpu_ms(train: Path, cache: Path, count: int = 500) -> float:
     return (time.process_time() - start) * 1000 / min(count, len(batches))
 
 
+def shape_cpu_seconds(train: Path, cache: Path, rounds: int) -> tuple[float, float, int, int]:
+    """(CPU s building every batch to learn the shapes, CPU s asking the BatchSet, batches, shapes) for a graphed
+    worker's batches from the cached arrays: medians of `rounds`, the two ways interleaved; both must agree."""
+    dataset = load_nmt_dataset(NmtDataConfig(train=str(train), src_lang="fr", tgt_lang="en"), ArrayCache(cache))
+    batches = BatchSet(dataset.train.with_buckets(training_buckets("nmt", True, NmtDataConfig.max_len)))
+    built, told = [], []
+    for _ in range(rounds):
+        start = time.process_time()
+        scanned = shape_counts(iter(batches))  # an iterator cannot tell: every batch built, as before
+        built.append(time.process_time() - start)
+        start = time.process_time()
+        counts = shape_counts(batches)
+        told.append(time.process_time() - start)
+        if scanned != counts:
+            raise AssertionError("the BatchSet's shapes differ from its built batches'")
+    return statistics.median(built), statistics.median(told), len(batches), len(counts)
+
+
 def report(results: dict[tuple[int, str], dict], sizes: list[int], runs: tuple[str, ...], extrapolate: float) -> None:
     """The table of figures per size and run, then the slope per million pairs, the growth across sizes and the
     line's value at `extrapolate` million pairs."""
@@ -213,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-data-") as temporary:
         workdir = Path(args.workdir or temporary)
         samples: dict[tuple[int, str], list[dict]] = {}
-        batch_ms = None
+        batch_ms = shapes = None
         for round_, count in itertools.product(range(args.rounds), copies):  # the sizes interleaved, round by round
             train, pairs = write_copies(workdir / f"corpus-x{count}{'-quick' if args.quick else ''}", count,
                                         args.quick)
@@ -229,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name} {record[key] / unit:.2f}" for key, name, unit in FIGURES), flush=True)
             if not args.repo and round_ == args.rounds - 1 and count == copies[-1]:
                 batch_ms = batch_cpu_ms(train, cache)
+                shapes = shape_cpu_seconds(train, cache, args.rounds)
             if "cold" in runs and not args.keep:  # a cache this run wrote (warm alone reads earlier ones: kept)
                 shutil.rmtree(cache, ignore_errors=True)
         results = {key: {figure: statistics.median(record[figure] for record in records) for figure, _, _ in FIGURES}
@@ -241,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
         if batch_ms is not None:
             print(f"a worker builds a training batch (B=64) from the {sizes[-1]:,}-pair cache in {batch_ms:.3f} ms "
                   f"of CPU")
+        if shapes is not None:
+            built, told, count, kinds = shapes
+            print(f"a graphed worker learns the {kinds} shapes of its {count:,} batches from the {sizes[-1]:,}-pair "
+                  f"cache in {told:.3f} s of CPU from the BatchSet's offsets, {built:.3f} s by building every batch "
+                  f"(before): {built / max(told, 1e-9):.1f}x")
     return 0
 
 

@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from hogwild.data.batching import bucket_length
+from hogwild.data.buckets import LengthBuckets
 from hogwild.models import nmt_loss, pos_loss
 from hogwild.models.host_fields import to_device
 from hogwild.tasks.run_flags import parse_run_options
@@ -58,7 +58,7 @@ def pos_batch(sentences: int, g: torch.Generator, edges: tuple[int, ...] | None 
 
 
 def bucketed_pos(batch: dict, edges: tuple[int, ...]) -> dict:
-    steps = bucket_length(batch["words"].shape[1], edges)
+    steps = LengthBuckets(edges).length(batch["words"].shape[1])
     return {**batch, **{key: pad_time(batch[key], 1, steps, -100 if key == "tags" else 0)
                         for key in ("words", "prefixes", "suffixes", "tags")}}
 
@@ -76,7 +76,7 @@ def nmt_batch(pairs: int, vocab: int, g: torch.Generator) -> dict:
 
 
 def bucketed_nmt(batch: dict, edges: tuple[int, ...]) -> dict:
-    s, t = bucket_length(batch["src"].shape[1], edges), bucket_length(batch["tgt"].shape[1], edges)
+    s, t = (LengthBuckets(edges).length(batch[key].shape[1]) for key in ("src", "tgt"))
     return {**batch, "src": pad_time(batch["src"], 1, s, 0), "src_mask": pad_time(batch["src_mask"], 1, s, False),
             "tgt": pad_time(batch["tgt"], 1, t, 0), "tgt_mask": pad_time(batch["tgt_mask"], 1, t, False)}
 

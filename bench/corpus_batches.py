@@ -3,7 +3,7 @@ from the real corpus when it is there (Brown; the first Europarl fr-en pairs, Mo
 run.py keeps them), else from a gamma distribution with the corpus's mean and spread; bucketed by length like
 run.py's NmtBatcher (pools of 100 batches sorted by length, the batches then shuffled). Every batch carries the
 host-side `tokens` count (data/batching.py's contract); `pad_to_edges` pads its length dimensions up to bucket edges,
-as a batcher's `bucket_edges` does, so that shapes repeat (one CUDA graph per shape).
+as a batcher's `buckets` do (data/buckets.py), so that shapes repeat (one CUDA graph per shape).
 
 Usage: `lengths, source = corpus_lengths("nmt", corpora_dir()) or (fallback_lengths("nmt", 10_000, rng), "fit")`;
 `batches = [make_batch("nmt", lens, 15_000, g) for lens in bucketed(lengths, 64, 100, rng)]`;
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hogwild.data.batching import bucket_length, check_edges
+from hogwild.data.buckets import LengthBuckets
 from hogwild.models.special_ids import IGNORE_INDEX, PAD
 
 from bench.bench_models import AFFIX, POS_VOCAB
@@ -105,11 +105,11 @@ def pad_to_edges(batch: dict, edges: tuple[int, ...]) -> dict:
     """The batch with each length dimension (dim 1 of every tensor of 2+ dims: POS T, NMT S and T) padded up to the
     smallest edge that holds it (a length past the last edge is kept), with each field's padding (tags -100, ids
     0, masks False); the loss and its gradients stay the same (tests/models/test_padded_paths.py)."""
-    edges = check_edges(edges)
+    buckets = LengthBuckets(edges)
     out = dict(batch)
     for key, value in batch.items():
         if isinstance(value, torch.Tensor) and value.dim() >= 2:
-            extra = bucket_length(value.shape[1], edges) - value.shape[1]
+            extra = buckets.length(value.shape[1]) - value.shape[1]
             if extra:
                 fill = IGNORE_INDEX if key == "tags" else PAD
                 pad = value.new_full((value.shape[0], extra, *value.shape[2:]), fill)

@@ -24,7 +24,7 @@ from bench.gpu_report import Measurement
 from bench.gpu_timing import sampler_for, steady_records
 from hogwild.tasks.options import RunOptions
 from hogwild.worker.replica import torch_device
-from hogwild.worker.step_graph import graph_shapes
+from hogwild.worker.step_graph import graph_shapes, shape_counts
 
 ENGINE = {"engine": {}, "engine-bf16": {"amp": "bf16"},
           "engine-compiled": {"compile": "reduce-overhead", "hang_timeout": None}}  # Config fields per variant
@@ -117,7 +117,7 @@ def engine_step(config: hogwild.Config, result: hogwild.TrainResult, batches: li
     workers = len(config.devices)
     if not config.graphed(config.devices[0]):
         return "eager"
-    each = len(graph_shapes(batches, config.graph_limit, config.epochs))  # every worker prepares all the batches
+    each = len(graph_shapes(shape_counts(batches), config.graph_limit, config.epochs))  # every worker: all the batches
     if each == 0:
         return "no shape graphed"
     fell = workers - result.graphs // each

@@ -47,10 +47,10 @@ from types import SimpleNamespace
 import torch
 
 import hogwild
+from hogwild.data.buckets import POS_EDGES, training_buckets
 from hogwild.models import AttentionNMT, POSTagger, nmt_loss, nmt_preset, pos_loss, pos_preset
 from hogwild.models.host_fields import to_device
 from hogwild.share.run_state import PhaseClock, SharedCounters
-from hogwild.tasks.defaults import POS_BUCKET_EDGES, graph_bucket_edges
 from hogwild.tasks.run_flags import parse_run_options
 from hogwild.worker.gradients import gradient_norm, seed_batch
 from hogwild.worker.step_graph import StepGraphs
@@ -81,10 +81,10 @@ def task_batches(pairs: int, vocab: int) -> dict[str, tuple[dict, dict, dict]]:
     """Per task: (a batch at its own length, the same padded to its bucket, another batch of that bucket)."""
     g = torch.Generator().manual_seed(0)
     found = {}
-    nmt_edges = graph_bucket_edges("nmt", 50)
+    nmt_edges = training_buckets("nmt", True, max_len=50).edges
     while len(found) < 2:  # two batches per task whose bucket shapes agree
         for task, make, bucket, edges in (("nmt", lambda: nmt_batch(pairs, vocab, g), bucketed_nmt, nmt_edges),
-                                          ("pos", lambda: pos_batch(1, g), bucketed_pos, POS_BUCKET_EDGES)):
+                                          ("pos", lambda: pos_batch(1, g), bucketed_pos, POS_EDGES)):
             if task in found:
                 continue
             a, b = make(), make()

@@ -27,14 +27,16 @@ Host-side fields: ``tokens`` is a plain int, not a tensor, so it stays on the ho
 (``hogwild.worker.replica.move_batch``, ``models.host_fields.to_device``): the padded losses return it as their count
 without reading the device. Code that cuts a batch's rows or lengths recomputes it.
 
-Length buckets: with ``bucket_edges`` (increasing lengths, e.g. (8, 16, 24, 32, 48, 64)) a batcher pads each batch's
-time dimensions (POS: T; NMT: S and T, each on its own) up to the smallest edge that holds them, so an epoch's
-batches fall into a few fixed shapes: what a CUDA graph or a compiled step needs, one per shape. A batch longer
-than the last edge keeps its own length (a shape outside the buckets). Off (None) by default: T = the batch's own
-longest. ``pad_lengths`` does the same for NMT with every multiple of N as an edge (run.py's --length-bucket).
+Length buckets: with ``buckets`` (data/buckets.py's LengthBuckets, e.g. edges (8, 16, 24, 32, 48, 64)) a batcher pads
+each batch's time dimensions (POS: T; NMT: S and T, each on its own) by that rule, so an epoch's batches fall into a
+few fixed shapes: what a CUDA graph or a compiled step needs, one per shape. Off (None) by default: T = the batch's
+own longest. ``padded_sizes`` reads every batch's rows and padded lengths from the offsets alone, and ``layout``
+gives a batch of that shape with no data (meta tensors): how a BatchSet tells its shapes without building a batch.
+``pad_lengths`` pads a built NMT batch by the same rule (a library user's list of batches).
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -44,6 +46,7 @@ import torch
 
 from hogwild.models.special_ids import BOS, EOS, IGNORE_INDEX, PAD
 
+from .buckets import LengthBuckets
 from .features import AFFIX_LENGTH, affix_arrays
 from .mapped import array_from_state, array_state
 from .vocab import Vocabulary
@@ -153,34 +156,23 @@ def ragged_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, wid
     return out
 
 
-def check_edges(edges: Sequence[int] | None) -> tuple[int, ...] | None:
-    """The bucket edges as a tuple, or a clear error unless they are increasing lengths >= 1 (None: no buckets)."""
-    if edges is None:
-        return None
-    edges = tuple(int(edge) for edge in edges)
-    if not edges or edges[0] < 1 or any(a >= b for a, b in zip(edges, edges[1:])):
-        raise ValueError(f"bucket_edges must be increasing lengths >= 1, got {edges}")
-    return edges
-
-
-def bucket_length(length: int, edges: tuple[int, ...] | None) -> int:
-    """The smallest edge >= length; length itself without edges or past the last edge."""
-    if edges is None:
-        return length
-    return next((edge for edge in edges if edge >= length), length)
+def _meta(*shape: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """A tensor of that shape and dtype holding no data (the meta device): a batch's layout."""
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 class _Batcher:
     """Shared logic: ``plan`` (the batches as arrays of example indices) and ``batches`` (the batch dicts)."""
 
-    def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int,
-                 bucket_edges: Sequence[int] | None = None):
+    RUN_CHUNK = 1 << 20  # examples read at a time by padded_sizes: memory bounded whatever the corpus size
+
+    def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int, buckets: LengthBuckets | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if size < 1:
             raise ValueError("cannot batch an empty corpus")
         self.size, self.batch_size, self.shuffle, self.seed = size, batch_size, shuffle, seed
-        self.bucket_edges = check_edges(bucket_edges)
+        self.buckets = buckets
 
     def __len__(self) -> int:
         return math.ceil(self.size / self.batch_size)
@@ -209,26 +201,67 @@ class _Batcher:
         """Every batch dict, in plan order: the fixed list a training run (engine or serial loop) trains on."""
         return list(self)
 
+    def _padded(self, length: int) -> int:
+        return length if self.buckets is None else self.buckets.length(length)
+
+    def with_buckets(self, buckets: LengthBuckets | None) -> "_Batcher":
+        """A copy of this batcher (the same data and plan) padding its batches by ``buckets``."""
+        batcher = copy.copy(self)
+        batcher.buckets = buckets
+        return batcher
+
+    def padded_sizes(self, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """(len(starts), 1 + k) int64: the rows and padded time lengths (POS: T; NMT: S, T) of the batch of examples
+        ``order[start:start + batch_size]`` for each start (a multiple of batch_size, as ``flat_plan`` cuts them),
+        read from the offsets alone: ``batch`` builds exactly these shapes."""
+        size, n = self.batch_size, len(order)
+        starts = np.asarray(starts, dtype=np.int64)
+        if (starts % size).any():
+            raise ValueError(f"padded_sizes: batch starts must be multiples of batch_size {size}")
+        runs, step = [], size * max(1, self.RUN_CHUNK // size)  # whole runs of batch_size per chunk
+        for begin in range(0, n, step):
+            lengths = self.example_lengths(order[begin:begin + step])  # (m, k)
+            runs.append(np.maximum.reduceat(lengths, np.arange(0, len(lengths), size), axis=0))
+        longest = np.concatenate(runs)[starts // size]  # (B, k) each batch's longest, per time dimension
+        padded = longest if self.buckets is None else self.buckets.lengths(longest)
+        return np.column_stack([np.minimum(size, n - starts), padded]).astype(np.int64)
+
+    def example_lengths(self, indices: np.ndarray) -> np.ndarray:
+        """(len(indices), k) int64: each example's length in each time dimension of its batch, before padding."""
+        raise NotImplementedError
+
+    def layout(self, rows: int, *lengths: int) -> dict[str, torch.Tensor]:
+        """A batch of ``rows`` examples padded to ``lengths`` as its meta tensors (dtypes and shapes, no data)."""
+        raise NotImplementedError
+
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
 
 class PosBatcher(_Batcher):
     """Batches of ``batch_size`` sentences (1 = the paper's one sentence per update), grouped in a seeded order;
-    ``bucket_edges``: pad T up to the bucket edges (module docstring)."""
+    ``buckets``: pad T by them (module docstring)."""
 
     def __init__(self, data: TaggedData, batch_size: int = 1, shuffle: bool = True, seed: int = 0,
-                 bucket_edges: Sequence[int] | None = None):
-        super().__init__(len(data), batch_size, shuffle, seed, bucket_edges)
+                 buckets: LengthBuckets | None = None):
+        super().__init__(len(data), batch_size, shuffle, seed, buckets)
         self.data = data
         self.num_tokens = data.num_tokens
+
+    def example_lengths(self, indices: np.ndarray) -> np.ndarray:
+        return (self.data.offsets[indices + 1] - self.data.offsets[indices])[:, None].astype(np.int64)  # (n, 1): T
+
+    def layout(self, rows: int, *lengths: int) -> dict[str, torch.Tensor]:
+        (t,), affix = lengths, self.data.prefixes.shape[1]
+        return {"words": _meta(rows, t), "prefixes": _meta(rows, t, affix), "suffixes": _meta(rows, t, affix),
+                "tags": _meta(rows, t), "lengths": _meta(rows)}
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
         indices = np.asarray(indices)
         starts = d.offsets[indices]
         lengths = d.offsets[indices + 1] - starts
-        t = bucket_length(int(lengths.max()), self.bucket_edges)
+        t = self._padded(int(lengths.max()))
         tags = ragged_rows(d.tags, starts, lengths, t, IGNORE_INDEX)  # (B, T)
         return {"words": torch.from_numpy(ragged_rows(d.words, starts, lengths, t, PAD)),  # (B, T)
                 "prefixes": torch.from_numpy(ragged_rows(d.prefixes, starts, lengths, t, PAD)),  # (B, T, L)
@@ -240,12 +273,12 @@ class PosBatcher(_Batcher):
 class NmtBatcher(_Batcher):
     """Batches of ``batch_size`` pairs. With ``shuffle``, pairs are shuffled, cut into pools of ``pool_batches``
     batches and sorted by length inside each pool (little padding); the batches are then listed in a seeded order
-    (so that no prefix of the list is all short or all long sentences). ``bucket_edges``: pad S and T up to the
-    bucket edges (module docstring)."""
+    (so that no prefix of the list is all short or all long sentences). ``buckets``: pad S and T by them (module
+    docstring)."""
 
     def __init__(self, data: ParallelData, batch_size: int = 64, shuffle: bool = True, seed: int = 0,
-                 pool_batches: int = 100, bucket_edges: Sequence[int] | None = None):
-        super().__init__(len(data), batch_size, shuffle, seed, bucket_edges)
+                 pool_batches: int = 100, buckets: LengthBuckets | None = None):
+        super().__init__(len(data), batch_size, shuffle, seed, buckets)
         if pool_batches < 1:
             raise ValueError(f"pool_batches must be >= 1, got {pool_batches}")
         self.data, self.pool_batches = data, pool_batches
@@ -271,15 +304,26 @@ class NmtBatcher(_Batcher):
         starts = np.arange(0, self.size, self.batch_size)
         return order, starts[rng.permutation(len(starts))]
 
+    def example_lengths(self, indices: np.ndarray) -> np.ndarray:
+        d = self.data
+        src = d.src_offsets[indices + 1] - d.src_offsets[indices] + 1  # ids + eos
+        tgt = d.tgt_offsets[indices + 1] - d.tgt_offsets[indices] + 2  # bos + ids + eos
+        return np.column_stack([src, tgt]).astype(np.int64)  # (n, 2): S, T
+
+    def layout(self, rows: int, *lengths: int) -> dict[str, torch.Tensor]:
+        s, t = lengths
+        return {"src": _meta(rows, s), "src_mask": _meta(rows, s, dtype=torch.bool), "tgt": _meta(rows, t),
+                "tgt_mask": _meta(rows, t, dtype=torch.bool)}
+
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
         d = self.data
         indices = np.asarray(indices)
         src_start, tgt_start = d.src_offsets[indices], d.tgt_offsets[indices]
         src_len, tgt_len = d.src_offsets[indices + 1] - src_start, d.tgt_offsets[indices + 1] - tgt_start
-        rows, edges = np.arange(len(indices)), self.bucket_edges
-        src = ragged_rows(d.src, src_start, src_len, bucket_length(int(src_len.max()) + 1, edges), PAD)  # (B, S)
+        rows = np.arange(len(indices))
+        src = ragged_rows(d.src, src_start, src_len, self._padded(int(src_len.max()) + 1), PAD)  # (B, S)
         src[rows, src_len] = EOS  # ids + eos
-        tgt = ragged_rows(d.tgt, tgt_start, tgt_len, bucket_length(int(tgt_len.max()) + 2, edges), PAD, 1)  # (B, T)
+        tgt = ragged_rows(d.tgt, tgt_start, tgt_len, self._padded(int(tgt_len.max()) + 2), PAD, 1)  # (B, T)
         tgt[:, 0] = BOS  # bos + ids + eos
         tgt[rows, tgt_len + 1] = EOS
         src_t, tgt_t = torch.from_numpy(src), torch.from_numpy(tgt)
@@ -288,17 +332,15 @@ class NmtBatcher(_Batcher):
 
 
 def pad_lengths(batch: dict[str, torch.Tensor], multiple: int) -> dict[str, torch.Tensor]:
-    """An NMT batch whose source and target lengths (S, T) are padded up to multiples of ``multiple`` (pad 0, masks
-    False), so that an epoch's batches fall into a few shapes: what a compiled step needs, since it compiles once
-    per shape (run.py's --length-bucket). The loss and its gradients stay the same up to rounding: the encoder,
-    the attention and the loss mask the padding out, and the decoder is causal (padded target steps come after
-    every real one); the extra steps cost compute."""
-    if multiple < 1:
-        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    """A built NMT batch whose source and target lengths (S, T) are padded up to multiples of ``multiple`` (pad 0,
+    masks False), as a batcher with ``LengthBuckets(multiple=multiple)`` builds it. The loss and its gradients stay
+    the same up to rounding: the encoder, the attention and the loss mask the padding out, and the decoder is causal
+    (padded target steps come after every real one); the extra steps cost compute."""
+    buckets = LengthBuckets(multiple=multiple)
     padded = dict(batch)
     for tokens, mask in (("src", "src_mask"), ("tgt", "tgt_mask")):
         length = batch[tokens].shape[1]
-        extra = -length % multiple
+        extra = buckets.length(length) - length
         if extra:
             padded[tokens] = torch.nn.functional.pad(batch[tokens], (0, extra), value=PAD)
             padded[mask] = torch.nn.functional.pad(batch[mask], (0, extra), value=False)

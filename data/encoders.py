@@ -24,6 +24,7 @@ import torch
 from hogwild.models.special_ids import IGNORE_INDEX, PAD
 
 from .batching import ParallelData, PosBatcher, TaggedData
+from .errors import CorpusError, read_json
 from .features import AFFIX_LENGTH, affix_arrays
 from .moses import MosesText, default_processes, tokenize_lines
 from .subwords import SubwordModel
@@ -96,7 +97,11 @@ class NmtText:
 
     @classmethod
     def load(cls, run_dir: Path) -> "NmtText":
-        record = json.loads((run_dir / TEXT_FILE).read_text(encoding="utf-8"))
+        record = read_json(run_dir / TEXT_FILE)
+        if not isinstance(record, dict) or record.get("kind") not in KINDS or \
+                not all(isinstance(record.get(name), str) for name in ("src_lang", "tgt_lang")):
+            raise CorpusError(f'not a text settings file (a JSON object {{"kind": {" | ".join(map(repr, KINDS))}, '
+                              f'"src_lang": ..., "tgt_lang": ...}})', path=run_dir / TEXT_FILE)
         models = {side: str(run_dir / f"spm.{side}.model") for side in SIDES} if record["kind"] == "subwords" else {}
         return cls(record["kind"], record["src_lang"], record["tgt_lang"], record.get("lowercase", False), models,
                    processes=1)

@@ -4,12 +4,14 @@ and the smallest dtype that holds a vocabulary's ids.
 
 Usage: ``ids = open_array(folder / "train.src.npy")``; ``state = array_state(ids)`` in the parent,
 ``array_from_state(state)`` in a worker; ``with NpyWriter(path, id_dtype(len(vocab)), count) as out: out.write(ids)``;
-``with RawWriter(path, np.int32) as out: out.write(ids)`` then ``read_raw(path, np.int32, start, stop)``.
+``with RawWriter(path, np.int32) as out: out.write(ids)`` then ``read_raw(path, np.int32, start, stop)``;
+``scan = scan_array(ids)``: its file's CRC-32 and its values' range and order, read once without mapping it.
 """
 from __future__ import annotations
 
 import mmap
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,40 @@ def array_from_state(state: MappedFile | torch.Tensor) -> np.ndarray:
     if isinstance(state, MappedFile):
         return np.memmap(state.path, np.dtype(state.dtype), "r", state.offset, state.shape)
     return state.numpy()
+
+
+@dataclass(frozen=True)
+class ArrayScan:
+    """One read of an array's file: what a cache entry is checked by before it is trusted (data/cache.py)."""
+    crc32: int         # of the whole file, header included
+    low: int | None    # the smallest value (None: no values)
+    high: int | None   # the largest value
+    ordered: bool      # no value is smaller than the one before it (in file order)
+    first: int | None  # the first and last values
+    last: int | None
+
+
+SCAN_BYTES = 1 << 22  # bytes read at a time: a multiple of every itemsize
+
+
+def scan_array(array: np.ndarray) -> ArrayScan:
+    """Read a mapped array's file once with plain reads (none of its pages is mapped into this process, so a check
+    of a large entry adds nothing to its resident memory), a block of SCAN_BYTES at a time."""
+    crc, low, high, ordered, first, last = 0, None, None, True, None, None
+    with open(array.filename, "rb", buffering=0) as file:
+        crc = zlib.crc32(file.read(array.offset))
+        block = bytearray(SCAN_BYTES)
+        while size := file.readinto(block):
+            crc = zlib.crc32(memoryview(block)[:size], crc)
+            values = np.frombuffer(block, dtype=array.dtype, count=size // array.dtype.itemsize)
+            if not len(values):
+                continue
+            low = int(values.min()) if low is None else min(low, int(values.min()))
+            high = int(values.max()) if high is None else max(high, int(values.max()))
+            ordered = ordered and (last is None or values[0] >= last) and bool(np.all(values[1:] >= values[:-1]))
+            first = int(values[0]) if first is None else first
+            last = int(values[-1])
+    return ArrayScan(crc, low, high, ordered, first, last)
 
 
 class NpyWriter:

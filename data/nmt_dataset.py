@@ -26,7 +26,7 @@ from .cache import ArrayCache, read_entry
 from .encoders import SIDES, NmtEncoder, NmtText
 from .holdout import MIN_SPLIT_PAIRS, held_out_size  # noqa: F401 - part of this module's face
 from .parallel import ParallelCorpus, parallel_files, read_parallel
-from .streamed_nmt import nmt_text, prepare_nmt
+from .streamed_nmt import nmt_text, prepare_nmt, preparation_bytes
 from .subwords import MODEL_TYPES
 from .synthetic import synthetic_parallel
 from .vocab import Vocabulary
@@ -170,20 +170,31 @@ def load_nmt_dataset(config: NmtDataConfig, cache: ArrayCache | None = None) -> 
     settings = {k: v for k, v in asdict(config).items()
                 if k not in ("batch_size", "eval_batch_size", "cache", "processes")}
     key = cache.key("nmt", files, settings)
-    cached = cache.load(key, lambda arrays, meta, folder: _mapped(config, arrays, meta, folder, cached=True))
+    cached = cache.load(key, lambda arrays, meta, folder: _mapped(config, arrays, meta, folder, cached=True),
+                        _bounds)
     if cached is not None:
         return cached
-    folder, _ = cache.build(key, lambda folder: prepare_nmt(config, folder))
+    folder, _ = cache.build(key, lambda folder: prepare_nmt(config, folder), need=preparation_bytes(files))
     return _mapped(config, *read_entry(folder), folder, cached=False)
+
+
+def _bounds(meta: dict) -> tuple[dict[str, int], dict[str, str]]:
+    """What a cached entry's arrays are checked against (data/cache.py's check_entry): each side's ids below its
+    vocabulary's size, each offsets array of its ids."""
+    parts = [(part, side) for part in ("train", "dev") for side in SIDES]
+    sizes = {side: len(Vocabulary.from_dict(meta[f"{side}_vocab"])) for side in SIDES}
+    return ({f"{part}.{side}": sizes[side] for part, side in parts},
+            {f"{part}.{side}_offsets": f"{part}.{side}" for part, side in parts})
 
 
 def _mapped(config: NmtDataConfig, arrays: dict, meta: dict, folder: Path, cached: bool) -> NmtDataset:
     """The dataset of an entry's mapped arrays (a KeyError or ValueError here means the entry is damaged:
     ArrayCache.load)."""
+    vocabs = {side: Vocabulary.from_dict(meta[f"{side}_vocab"]) for side in SIDES}
     data = [ParallelData(*(arrays[f"{part}.{name}"] for name in ("src", "src_offsets", "tgt", "tgt_offsets")))
             for part in ("train", "dev")]
     text = nmt_text(config, {side: str(folder / f"spm.{side}.model") for side in meta["subword_sides"]})
-    encoder = NmtEncoder(text, Vocabulary.from_dict(meta["src_vocab"]), Vocabulary.from_dict(meta["tgt_vocab"]))
+    encoder = NmtEncoder(text, vocabs["src"], vocabs["tgt"])
     return _assemble(*data, encoder, meta["dev_sources"], meta["dev_references"], config,
                      dict(meta["info"], cached=cached))
 

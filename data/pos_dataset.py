@@ -141,7 +141,7 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
     cache = cache or ArrayCache(enabled=config.cache)
     settings = {k: v for k, v in asdict(config).items() if k not in ("batch_size", "eval_batch_size", "cache")}
     key = cache.key("pos", files, settings)
-    cached = cache.load(key, lambda arrays, meta, _: _cached(config, arrays, meta, cached=True))
+    cached = cache.load(key, lambda arrays, meta, _: _cached(config, arrays, meta, cached=True), _bounds)
     if cached is not None:
         return cached
     sentences = config.read(config.train)
@@ -163,11 +163,21 @@ def load_pos_dataset(config: PosDataConfig, cache: ArrayCache | None = None) -> 
     return dataset
 
 
+def _bounds(meta: dict) -> tuple[dict[str, int], dict[str, str]]:
+    """What a cached entry's arrays are checked against (data/cache.py's check_entry): word, character and tag ids
+    below their vocabulary's size, each offsets array of its words."""
+    sizes = {name: len(Vocabulary.from_dict(meta[vocab])) for name, vocab in
+             (("words", "words"), ("prefixes", "chars"), ("suffixes", "chars"), ("tags", "tags"))}
+    parts = ("train", "dev")
+    return ({f"{part}.{name}": size for part in parts for name, size in sizes.items()},
+            {f"{part}.offsets": f"{part}.words" for part in parts})
+
+
 def _cached(config: PosDataConfig, arrays: dict, meta: dict, cached: bool) -> PosDataset:
     """The dataset of a cache entry (a KeyError or ValueError here means the entry is damaged: ArrayCache.load)."""
+    vocabs = [Vocabulary.from_dict(meta[name]) for name in ("words", "chars", "tags")]
     data = [TaggedData(*(arrays[f"{part}.{name}"] for name in ("words", "prefixes", "suffixes", "tags", "offsets")))
             for part in ("train", "dev")]
-    vocabs = [Vocabulary.from_dict(meta[name]) for name in ("words", "chars", "tags")]
     return _assemble(*data, *vocabs, config, dict(meta["info"], cached=cached))
 
 

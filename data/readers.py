@@ -47,9 +47,16 @@ def corpus_files(path: str | os.PathLike) -> list[Path]:
     files = []
     for child in sorted(path.iterdir()):
         name = strip_compression(child.name).lower()
-        if child.is_file() and not child.name.startswith(".") and name not in _DOC_NAMES \
-                and not name.startswith("readme") and not name.endswith(_DOC_SUFFIXES):
-            files.append(child)
+        if child.name.startswith(".") or name in _DOC_NAMES or name.startswith("readme") or \
+                name.endswith(_DOC_SUFFIXES) or child.is_dir():
+            continue
+        if not child.is_file():  # was skipped without a word: its sentences would be missing from the corpus
+            kind = "a broken link" if not child.exists() else "a FIFO" if child.is_fifo() else \
+                "a socket" if child.is_socket() else "a device" if child.is_char_device() or child.is_block_device() \
+                else "not a file"
+            raise CorpusError(f"{kind}, not a data file: every file of a corpus folder is read (move it out of "
+                              f"the folder)", path=child)
+        files.append(child)
     if not files:
         raise CorpusError("no data files in folder", path=path)
     return files

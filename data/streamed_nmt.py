@@ -5,7 +5,7 @@ Usage: ``meta = prepare_nmt(config, folder)`` writes ``train.src.npy``, ``train.
 (and the sentencepiece models) into ``folder`` (data/cache.py's ArrayCache.build gives it) and returns the entry's meta.
 
 The steps (the in-memory pipeline this replaces gave the same arrays, vocabularies, dev split and counts:
-tests/data/test_streamed_nmt.py holds it to the values recorded from it):
+tests/data/test_reference_data.py holds it to the values recorded from it):
 1. read both files a chunk of CHUNK_PAIRS pairs at a time (data/parallel.py's parallel_chunks);
 2. encode each chunk in a spawn pool (data/chunk_ids.py: tokenize, drop empty and long pairs, number each side's
    units), both sides in one task, at most IN_FLIGHT chunks per process submitted ahead; a corpus of at most
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
+import signal
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +32,10 @@ from typing import Iterator
 
 import numpy as np
 
+from hogwild._lifeline import die_with_parent
+
 from .chunk_ids import ChunkIds, SideIds, encode_chunk
-from .compressed import numbered_lines
+from .compressed import numbered_lines, strip_compression
 from .encoders import SIDES, NmtText
 from .errors import CorpusError
 from .holdout import held_out_mask, held_out_size
@@ -89,8 +93,13 @@ class ChunkEncoder:
         return self
 
     def __exit__(self, *exc) -> None:
+        """The pool's processes finish the chunks in flight (a second or two) and exit: terminating them instead (a
+        SIGTERM each) could end one while it held the pool's task queue lock, waiting for its next chunk, and
+        Pool.terminate then waits on that lock for good (as after a SIGTERM to the whole process group)."""
         if self.pool is not None:
-            self.pool.terminate()
+            self.pool.close()
+            self.pool.join()
+            self.pool.terminate()  # the pool's threads; its processes have exited
 
     def encode(self, chunks: Iterator[tuple[list[str], list[str]]], max_len: int | None) \
             -> Iterator[tuple[list[str], list[str], ChunkIds]]:
@@ -100,7 +109,7 @@ class ChunkEncoder:
                 yield src, tgt, encode_chunk((self.text, max_len, src, tgt))
             return
         if self.pool is None:
-            self.pool = multiprocessing.get_context("spawn").Pool(self.processes)
+            self.pool = _start_pool(self.processes)
         pending: deque = deque()
         for src, tgt in itertools.chain(head, chunks):
             pending.append((src, tgt, self.pool.apply_async(encode_chunk, ((self.text, max_len, src, tgt),))))
@@ -110,6 +119,30 @@ class ChunkEncoder:
         while pending:
             src, tgt, result = pending.popleft()
             yield src, tgt, result.get()
+
+
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # this process's to act on: Ctrl-C, kill, hang-up
+
+
+def _start_pool(processes: int):
+    """A spawn pool whose processes die with this one (kill -9: no BrokenPipeError traceback from each as it sends a
+    result to no one) and leave the stopping signals to it (a terminal sends SIGINT and SIGHUP to the whole process
+    group, `kill -- -PGID` SIGTERM: no KeyboardInterrupt traceback from each, no process killed while it holds the
+    pool's queue); this process stops and closes the pool. The signals are blocked while they start, so that none
+    takes one in the seconds of its imports."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
+    try:
+        return multiprocessing.get_context("spawn").Pool(processes, _pool_process, (os.getpid(),))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _pool_process(parent: int) -> None:
+    """What each process of the pool runs first (the mask it inherited holds the stopping signals blocked)."""
+    die_with_parent(parent)
+    for number in STOPPING_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
 
 
 @dataclass
@@ -251,6 +284,16 @@ def write_arrays(folder: Path, name: str, blocks: Iterator[tuple[dict[str, np.nd
             end[side] += int(np.sum(lengths[side], dtype=np.int64))
     for writer in (*ids.values(), *offsets.values()):
         writer.close()
+
+
+def preparation_bytes(paths: list[Path]) -> int:
+    """Bytes a streamed preparation of these files writes at least: its provisional ids alone, 4 bytes a token, a
+    token for at most 8 bytes of text (Europarl: 7.3), a compressed file counted as 3 times its size (Europarl's xz
+    files hold 5). The folder's peak is higher, the final arrays written beside the provisional ones: 552 MB for
+    2M Europarl pairs (134 MB of xz), for which this gives 200 MB."""
+    compressed = sum(path.stat().st_size for path in paths if strip_compression(path.name) != path.name)
+    plain = sum(path.stat().st_size for path in paths) - compressed
+    return (plain + 3 * compressed) // 2
 
 
 def prepare_nmt(config, folder: Path) -> dict:

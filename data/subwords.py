@@ -15,6 +15,8 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
+from .errors import CorpusError
+
 MODEL_TYPES = ("bpe", "unigram")
 
 
@@ -23,7 +25,11 @@ class SubwordModel:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._processor = spm.SentencePieceProcessor(model_file=str(self.path))
+        try:
+            self._processor = spm.SentencePieceProcessor(model_file=str(self.path))
+        except RuntimeError as error:  # "INTERNAL: could not parse ModelProto from ...": named, as other files are
+            reason = "no such file" if "NOT_FOUND" in str(error) else "not a sentencepiece model file"
+            raise CorpusError(reason, path=self.path) from None
 
     def __getstate__(self):
         return {"path": str(self.path)}

@@ -20,6 +20,8 @@ import numpy as np
 
 from hogwild.models.special_ids import BOS, EOS, PAD, UNK
 
+from .errors import CorpusError, read_json
+
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 TAG_SPECIALS = ("<pad>", "<unk>")
 
@@ -127,4 +129,13 @@ class Vocabulary:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Vocabulary":
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        """A vocabulary file written by `save`; one that is not (not JSON, another shape) is named with its path."""
+        state = read_json(path)
+        fields = (state.get("tokens"), state.get("specials")) if isinstance(state, dict) else (None, None)
+        if not all(isinstance(field, list) and all(isinstance(token, str) for token in field) for field in fields):
+            raise CorpusError('not a vocabulary file (a JSON object {"specials": [...], "tokens": [...]} of strings)',
+                              path=path)
+        try:
+            return cls.from_dict(state)
+        except ValueError as error:
+            raise CorpusError(f"not a vocabulary file ({error})", path=path) from None

@@ -7,7 +7,8 @@ This file holds only the five steps; each module under it says in its docstring 
              before anything is written)
 2. share     share/ (shared_run.py's `share`: shared model and optimizer state, the run state, the resumed run)
 3. spawn     share/batch_store.py, share/feed.py; in each process worker/ (process_prelude.py, then worker.py or
-             sync.py, with gradients.py, replica.py, updates.py)
+             sync.py; the step: in_place.py, or step_graph.py with pull.py, copy_out.py, capture.py; gradients.py,
+             replica.py, updates.py)
 4. supervise parent/ (parent_loop.py with supervisor.py, metrics.py, evaluation.py, checkpoints and an agent.py agent)
 5. result    the final evaluation and last.pt, then a TrainResult
 """
@@ -37,8 +38,10 @@ from .share.feed import BatchFeed, as_sequence
 from .share.run_state import RunControl, StepBudget
 from .share.scratch import make_scratch, remove_scratch
 from .share.shared_run import SharedRun, share
+from .share.stream import ArrivingBatches, StreamFeed, is_streamed
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
+from .worker.replica import sparse_tables
 from .worker.worker import worker_main
 
 
@@ -68,6 +71,8 @@ class TrainResult:
     eager_steps: int = 0  # steps of graphed workers run eagerly: no graph for the batch shape, or the capture failed
     eager_share: float | None = None  # eager_steps over the graphed workers' steps (None: no graphed worker)
     restarts: int = 0  # workers replaced after dying or hanging (Config.max_restarts)
+    late_signal: str | None = None  # 'signal SIGTERM': the run's first signal came after training ended (its stop,
+    # final evaluation and last.pt went on): the run is whole, and a caller may skip what it would do next
 
 
 def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, config: Config,
@@ -79,13 +84,16 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     are trained, a tied one (one Parameter in two modules) once per step; frozen ones (requires_grad=False) are
     shared and checkpointed but get no gradient, optimizer state or update; buffers of any dtype are shared and
     checkpointed, and what forward writes into them reaches the shared model. loss_fn(model, batch) -> scalar
-    loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: a sequence (or
-    re-iterable, read once) of CPU batches - tensors, tuples or dicts of tensors. evaluate(model) -> dict of metrics,
+    loss or (loss, n_tokens_or_examples); must be picklable (a module-level function). batches: CPU batches -
+    tensors, tuples or dicts of tensors - as a sequence or a map-style Dataset (stored, indexed in each worker), or
+    any other iterable (streamed to the workers as they train: an IterableDataset, a generator; an epoch is one
+    pass; share/stream.py). evaluate(model) -> dict of metrics,
     or evaluate(model, final) (final=False: periodic check, True: the run's last evaluation), run in this process
     on a snapshot, on a thread beside the parent's loop (evaluation.py). Raises WorkerFailed when a worker fails and
     EvaluationFailed when evaluate raises, both after writing last.pt.
     """
-    batches = _validate(model, batches, config)
+    stream = batches if is_streamed(batches) else None  # read by the feed as the workers train, never listed
+    batches = _validate(model, batches, config, stream is not None)
     saved = load_resume_state(config, model, len(batches))  # checked before the run directory is written
     run_dir = prepare_run_dir(config)
     shared = share(model, config, saved, run_dir, batches)
@@ -95,9 +103,13 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         start_resource_tracker()  # before the feed's first queue starts it: a closed terminal must not end it
         store = BatchStore(batches, scratch)
         ctx = mp.get_context("spawn")
-        if config.data_assignment == "queue" and config.mode != "sync":
+        if stream is not None:
+            feed = StreamFeed(ctx, stream, config.workers, config.epochs, config.queue_depth, shared.counters,
+                              shared.start.seq, config.max_steps)
+        elif config.data_assignment == "queue" and config.mode != "sync":
             feed = BatchFeed(ctx, len(batches), config.workers, config.epochs, config.seed, config.shuffle,
                              config.queue_depth, shared.counters, shared.start.seq, config.max_steps)
+        if feed is not None:
             shared.checkpoints.queue_position = feed.resume_seq
         supervisor = _spawn(ctx, shared, model, loss_fn, store, feed, scratch)
         graphed = [worker for worker, device in enumerate(config.devices) if config.graphed(device)]
@@ -105,9 +117,13 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
                              config.tensorboard, shared.counters.snapshot(), graphed)
         # from the first worker to last.pt: SIGINT/SIGTERM/SIGHUP request a graceful stop, and a repeated one
         # (a second Ctrl-C) does not abort the stop: the checkpoint is written all the same
-        with graceful_signals(functools.partial(_stop_on_signal, shared.control)):
+        late: list[str] = []  # the signals that came once the stop was under way
+        with graceful_signals(functools.partial(_stop_on_signal, shared.control, late)):
             run = _supervise(shared, supervisor, metrics, store, feed, evaluate, agent)
-            return _result(shared, run, metrics, supervisor)
+            result = _result(shared, run, metrics, supervisor)
+        if late and not result.stop_reason.startswith("signal"):
+            result.late_signal = f"signal {late[0]}"  # the first signal the run received, after training ended
+        return result
     finally:
         if feed is not None:
             feed.close()  # again (it is idempotent) for a start-up that failed before supervising
@@ -116,14 +132,21 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
         remove_scratch(scratch)
 
 
-def _stop_on_signal(control: RunControl, name: str) -> None:
-    if control.stopping:
+def _stop_on_signal(control: RunControl, late: list[str], name: str) -> None:
+    """A signal stops training; one that comes once the stop is under way (training reached its end, or an earlier
+    signal stopped it) changes nothing here but is kept (TrainResult.late_signal); only a repeated one is "again"."""
+    if not control.stopping:
+        control.request_stop(f"signal {name}")
+        return
+    if late or str(control.stop_reason).startswith("signal"):
         print(f"hogwild: {name} again: already stopping; last.pt is being written, a moment", file=sys.stderr,
               flush=True)
-    control.request_stop(f"signal {name}")
+    late.append(name)
 
 
-def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config) -> Sequence:
+def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config, streamed: bool) -> Sequence:
+    """The batches the workers' store holds: the batches themselves, or for a stream ArrivingBatches (each comes with
+    its ticket)."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a hogwild.Config, got {type(config).__name__}")
     if any(t.device.type != "cpu" for t in model.state_dict().values()):
@@ -131,11 +154,34 @@ def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config) ->
                          "Config.devices")
     if not trainable_parameters(model):
         raise ValueError("model has no parameter with requires_grad=True: every parameter is frozen, nothing to train")
+    if streamed:
+        _check_streamable(model, config)
+        return ArrivingBatches()
     batches = as_sequence(batches)
     if config.data_assignment == "partition" and len(batches) < config.workers:
         raise ValueError(f"Config.data_assignment='partition' needs at least one batch per worker: "
                          f"{len(batches)} batches for {config.workers} workers")
     return batches
+
+
+def _check_streamable(model: nn.Module, config: Config) -> None:
+    """What a stream of batches (an iterable that cannot be indexed) cannot do: the workers see no batch before its
+    ticket, so nothing that scans every batch at start-up, and only the feed's queues carry it."""
+    why = None
+    if config.mode == "sync" or config.data_assignment == "partition":
+        why = (f"Config.{'mode' if config.mode == 'sync' else 'data_assignment'}="
+               f"{config.mode if config.mode == 'sync' else 'partition'!r} indexes the batches in each worker; a "
+               f"stream goes through the feed's queues (mode='hogwild' or 'single', data_assignment='queue')")
+    elif config.graphs == "on":
+        why = "Config.graphs='on' captures every batch shape at start-up, before any batch of a stream exists"
+    elif config.compile != "off":
+        why = "Config.compile compiles every batch shape at start-up, before any batch of a stream exists"
+    elif sparse_tables(model) and any(device != "cpu" for device in config.devices):
+        why = ("a device worker's sparse embedding tables are sized by the largest batch's ids, which a stream does "
+               "not know ahead; train on 'cpu' workers, or with dense embeddings")
+    if why:
+        raise ValueError(f"batches is a stream (an iterable that cannot be indexed: an IterableDataset, a generator, "
+                         f"a DataLoader): {why}. A list or a map-style Dataset of the batches can be indexed")
 
 
 def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: BatchStore, feed: BatchFeed | None,
@@ -204,8 +250,8 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
         saved = checkpoints.resumed_evaluator
         if saved:
             evaluator.load_state_dict(saved)
-    if feed is not None:
-        feed.start(lambda: control.stopping)
+    if feed is not None:  # a stream whose iterator raises stops the run, named below
+        feed.start(lambda: control.stopping, lambda: control.request_stop("the batches failed"))
     started, deadline = time.time(), None
     try:
         failure = loop.wait_until_ready()
@@ -230,6 +276,8 @@ def _supervise(shared: SharedRun, supervisor: Supervisor, metrics: MetricsLog, s
             failure = supervisor.failure()
         if feed is not None:
             feed.close()
+            if feed.error and failure is None:
+                failure = f"reading the batches failed (their iterator raised):\n{feed.error}"
         if attached is not None:
             attached.stop(failure)
     return _Run(failure, records, started, deadline, control.stop_reason, evaluator, periodic, evaluation_error)
@@ -255,6 +303,8 @@ def _result(shared: SharedRun, run: _Run, metrics: MetricsLog, supervisor: Super
     """The final evaluation and last.pt, then the TrainResult (or WorkerFailed / EvaluationFailed after the
     checkpoint)."""
     config, evaluator, checkpoints = shared.config, run.evaluator, shared.checkpoints
+    if run.failure and run.periodic is not None:
+        run.periodic.abandon()  # no one reads it now; left running, it would abort the process at its exit
     wall = time.time() - run.started
     snapshot = shared.counters.snapshot()
     run.records.append(metrics.record(snapshot))

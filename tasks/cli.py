@@ -291,8 +291,15 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
         _positive_ints(parser, args, ("beam", "batch_size"))
         if argv[0] in ("tag", "translate"):
             _refuse_closed_streams(parser, args, closed)
+            from hogwild.tasks.inference import output_clash
+            if clash := output_clash(args.output, args.checkpoint, args.files):  # nothing read or written yet
+                parser.error(clash)
     else:
         parser, command = train_parser(prog), _train
+        if argv and not argv[0].startswith("-"):  # `run.py prepare ...` was blamed on its first flag (--src)
+            prepare = "; corpora are prepared with `python -m hogwild.data.prepare`" if argv[0] == "prepare" else ""
+            parser.error(f"{argv[0]!r} is not a command: {prog}'s commands are {', '.join(SUBCOMMANDS)}, and "
+                         f"training takes flags only{prepare}")
         args = run_options(parser, argv)  # refuses flag prefixes too (run_flags.parse_run_options)
     _check_encoding(parser, getattr(args, "encoding", None))
     try:

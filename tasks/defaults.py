@@ -55,20 +55,9 @@ TASK_DEFAULTS = {
 EPOCHS, SYNTHETIC_EPOCHS = 1, 2  # when no --steps, --epochs or --time-limit: the default job, about a minute
 SYNTHETIC_EVAL_EVERY = 250  # updates: 8 evaluations per epoch of the default job, however fast the machine
 EVAL_EVERY_SECONDS = 60.0  # real corpora
-COMPILED_LENGTH_BUCKET = 8  # nmt with --compile: a Europarl epoch's target lengths fall into 7 buckets, not 47
-# Graphed GPU workers (--graphs) capture one CUDA graph per batch shape: the training batches' lengths are padded up
-# to these edges (data/batching.py's bucket_edges). POS (one sentence per update): Brown's sentences are 1-180 words,
-# 95% within 48; longer than the last edge keeps its own length (an eager step). NMT: source and target each to a
-# multiple of 8 up to --max-len + 2 (bos and eos), a few (S, T) shapes per batch size.
-POS_BUCKET_EDGES = (8, 16, 24, 32, 48, 64, 96, 128)
-NMT_BUCKET_STEP = 8
-
-
-def graph_bucket_edges(task: str, max_len: int) -> tuple[int, ...]:
-    """The length bucket edges of a graphed run's training batches (above)."""
-    if task == "pos":
-        return POS_BUCKET_EDGES
-    return tuple(range(NMT_BUCKET_STEP, max_len + 2 + NMT_BUCKET_STEP, NMT_BUCKET_STEP))
+# nmt with --compile, --length-bucket's default: a Europarl epoch's target lengths fall into 7 buckets, not 47 (how a
+# run's batches are padded, and the edges of graphed and compiled runs: data/buckets.py's training_buckets)
+COMPILED_LENGTH_BUCKET = 8
 
 
 def resolve_recipe(recipe: str | None, preset: str) -> str:

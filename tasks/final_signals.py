@@ -7,9 +7,13 @@ that.
 Before the engine starts (loading the data, building the model), `stops_as_interrupt` makes SIGTERM and SIGHUP end
 run.py as Ctrl-C does there (KeyboardInterrupt: run.lock released, "interrupted", exit 130).
 
-Usage: `with stops_as_interrupt(): run_training(...)`; `with FinalSignals() as signals: heldout =
+A signal that comes as training ends (the engine stopping its workers, evaluating, writing last.pt) is the engine's
+to handle; it hands it on (`TrainResult.late_signal`), and FinalSignals takes it as the first signal: the final
+evaluation is skipped as if the signal had come during it.
+
+Usage: `with stops_as_interrupt(): run_training(...)`; `with FinalSignals(result.late_signal) as signals: heldout =
 signals.run(lambda: job.finish(best, run_dir)); ...write the summary...`; then `signals.skipped` is e.g. "signal
-SIGTERM" when the evaluation was cut short (heldout None).
+SIGTERM" when the evaluation was cut short or skipped (heldout None).
 """
 from __future__ import annotations
 
@@ -57,8 +61,10 @@ class FinalSignals:
     the block ends and the previous handlers return.
     Handlers can only be set from the main thread: elsewhere (a library caller's thread) nothing changes."""
 
-    def __init__(self) -> None:
-        self.received: str | None = None  # 'signal SIGTERM': the first signal that arrived in the block
+    def __init__(self, received: str | None = None) -> None:
+        """received: a signal that came before the block, once training had ended (hogwild.TrainResult.late_signal:
+        while the engine stopped its workers and wrote last.pt); it counts as the first, and skips the evaluation."""
+        self.received: str | None = received  # 'signal SIGTERM': the first signal, in the block or given
         self.skipped: str | None = None  # the same, when it stopped an evaluation
         self._running = False
         self._previous: dict[int, object] = {}

@@ -12,22 +12,19 @@ Usage: `job = nmt_job(RunOptions(task="nmt").resolved())`; `Translator.load(run_
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hogwild.data.batch_set import BatchSet
-from hogwild.data.batching import pad_lengths
 from hogwild.data.encoders import NmtEncoder
 from hogwild.data.nmt_dataset import NmtDataConfig, NmtDataset, load_nmt_dataset, synthetic_nmt_dataset
 from hogwild.models import (AttentionNMT, NMTConfig, corpus_bleu, evaluate_nmt, heldout_loss, nmt_loss, nmt_preset,
                             translate)
 from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import DECODE_MAX_LEN, EVAL_BATCH, EVAL_MAX_LEN, cap_source, full_and_periodic, nmt_heldout
-from hogwild.tasks.task_job import TaskJob, fixed_shape_training, trained_model
+from hogwild.tasks.task_job import TaskJob, trained_model, training_batches
 
 
 def load_data(options) -> NmtDataset:
@@ -47,8 +44,8 @@ def load_data(options) -> NmtDataset:
 def nmt_job(options, dataset: NmtDataset | None = None, fixed_shapes: bool = False) -> TaskJob:
     """The NMT job for resolved options; `dataset` (default: `load_data(options)`) when the caller already holds it.
     fixed_shapes (workers that capture their step, hogwild.Config.graphs, or compile it): the padded loss (no host
-    read) and source and target lengths padded to tasks.defaults' bucket edges, so that the batches fall into a
-    few shapes."""
+    read) and source and target lengths padded to data/buckets.py's edges, so that the batches fall into a few
+    shapes."""
     dataset = load_data(options) if dataset is None else dataset
     config = nmt_preset(options.preset, src_words=len(dataset.src_vocab), tgt_words=len(dataset.tgt_vocab),
                         dropout=options.dropout)
@@ -84,12 +81,9 @@ def nmt_job(options, dataset: NmtDataset | None = None, fixed_shapes: bool = Fal
         return results
 
     spec = {"task": "nmt", "preset": options.preset, "config": dataclasses.asdict(config)}
-    loss_fn, batcher = nmt_loss, dataset.train
-    if fixed_shapes:
-        loss_fn, batcher = fixed_shape_training(nmt_loss, batcher, "nmt", options.max_len)
     # built by each worker from the (memory-mapped) arrays: nothing corpus-sized is built or pickled here
-    batches = BatchSet(batcher, functools.partial(pad_lengths, multiple=options.length_bucket)
-                       if options.length_bucket > 1 else None)
+    loss_fn, batches = training_batches("nmt", nmt_loss, dataset.train, fixed_shapes, options.max_len,
+                                        options.length_bucket)
     return TaskJob("nmt", model, loss_fn, batches, evaluate, METRICS["nmt"], spec, dataset.save, finish,
                    dict(dataset.info, dev_eval_sentences=len(references), dev_periodic_sentences=len(periodic.rows),
                         dev_truncated=full.truncated))

@@ -48,7 +48,9 @@ def _check_run_section(path: Path, loaded: dict[str, Any]) -> None:
         raise OptionsFileError(f"{path}: has no 'run' section (the options run.py recorded, which --resume "
                                f"continues); restore it, or give the run's options with --config FILE")
     if not isinstance(loaded["run"], dict):
-        raise OptionsFileError(f"{path}: its 'run' section is a {type(loaded['run']).__name__}, not a mapping of "
+        kind = type(loaded["run"]).__name__
+        kind = "null" if loaded["run"] is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"  # not "a int"
+        raise OptionsFileError(f"{path}: its 'run' section is {kind}, not a mapping of "
                                f"option names to values (the options run.py recorded); restore it, or give the run's "
                                f"options with --config FILE")
 

@@ -12,14 +12,13 @@ from typing import Any
 
 import torch
 
-from hogwild.data.batch_set import BatchSet
 from hogwild.data.encoders import PosEncoder
 from hogwild.data.pos_dataset import (PosDataConfig, PosDataset, build_pos_dataset, load_pos_dataset, split_sentences,
                                       synthetic_pos_dataset)
 from hogwild.models import POSConfig, POSTagger, evaluate_pos, pos_loss, pos_preset, tag_sentences
 from hogwild.tasks.defaults import METRICS
 from hogwild.tasks.heldout import EVAL_BATCH, full_and_periodic, pos_heldout
-from hogwild.tasks.task_job import TaskJob, fixed_shape_training, trained_model
+from hogwild.tasks.task_job import TaskJob, trained_model, training_batches
 
 
 def load_data(options) -> PosDataset:
@@ -55,7 +54,7 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
     SGD 24-29 ms dense -> 6-7 ms sparse, Adam 229 ms -> 58 ms; forward+backward unchanged.
 
     fixed_shapes (workers that capture their step, hogwild.Config.graphs, or compile it): the padded loss (no host
-    read) and sentence lengths padded to tasks.defaults' bucket edges, so that the batches fall into a few shapes."""
+    read) and sentence lengths padded to data/buckets.py's edges, so that the batches fall into a few shapes."""
     dataset = load_data(options) if dataset is None else dataset
     config = pos_preset(options.preset, n_words=len(dataset.words), n_chars=len(dataset.chars),
                         n_tags=len(dataset.tags), dropout=options.dropout, sparse_embeddings=sparse_embeddings)
@@ -79,10 +78,8 @@ def pos_job(options, dataset: PosDataset | None = None, sparse_embeddings: bool 
         return results
 
     spec = {"task": "pos", "preset": options.preset, "config": dataclasses.asdict(config)}
-    loss_fn, batcher = pos_loss, dataset.train
-    if fixed_shapes:
-        loss_fn, batcher = fixed_shape_training(pos_loss, batcher, "pos")
-    return TaskJob("pos", model, loss_fn, BatchSet(batcher), evaluate, METRICS["pos"], spec, dataset.save,
+    loss_fn, batches = training_batches("pos", pos_loss, dataset.train, fixed_shapes)
+    return TaskJob("pos", model, loss_fn, batches, evaluate, METRICS["pos"], spec, dataset.save,
                    finish, dict(dataset.info, dev_eval_sentences=count, dev_periodic_sentences=len(periodic.rows)))
 
 

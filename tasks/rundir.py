@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from hogwild.data.cache import cache_root
+from hogwild.data.errors import read_json
 from hogwild.files import RecordLog, update_sections
 from hogwild.share.checkpoint import CheckpointError, load_file
 from hogwild.tasks.runlock import LOCK_FILE, busy, live_holder
@@ -44,6 +46,11 @@ def check_out(run_dir: Path, resume: bool, writer: bool = True, locked: bool = F
         raise RunDirError(f"--out {run_dir}: is a file, not a directory")
     if run_dir.parent.exists() and not run_dir.parent.is_dir():
         raise RunDirError(f"--out {run_dir}: {run_dir.parent} is a file, not a directory")
+    cache, out = cache_root().resolve(), run_dir.resolve()
+    if cache == out or cache.is_relative_to(out) or out.is_relative_to(cache):  # the data would land in the run
+        raise RunDirError(f"--out {run_dir}: {'is' if cache == out else 'overlaps'} the data cache {cache_root()} "
+                          f"($HOGWILD_CACHE): the prepared data and the run's files would mix; give them separate "
+                          f"folders")
     holder = live_holder(run_dir) if writer and not locked and run_dir.is_dir() else None
     if holder is not None:  # a run still writing there: not "already holds a run" nor "no last.pt" (not yet)
         raise busy(run_dir, holder)
@@ -119,7 +126,10 @@ def load_trained(run_dir: str | Path, checkpoint: str | Path = "best") -> tuple[
         raise RunDirError(str(error)) from None
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise RunDirError(f"{path}: not a hogwild checkpoint (no 'model' entry)")
-    return json.loads(spec_path.read_text(encoding="utf-8")), state["model"], path
+    spec = read_json(spec_path)  # not JSON: named with its line and column
+    if not isinstance(spec, dict):
+        raise RunDirError(f"{spec_path}: not a run's model file (a JSON object with its task and model config)")
+    return spec, state["model"], path
 
 
 @dataclass
@@ -213,7 +223,9 @@ def read_curves(run_dir: str | Path, metric: str | None = None, name: str | None
         raise RunDirError(f"{run_dir}: no metrics.jsonl (not a training run directory?)")
     summary_path = run_dir / "summary.json"
     if metric is None and summary_path.exists():
-        metric = json.loads(summary_path.read_text(encoding="utf-8")).get("best", {}).get("metric")
+        summary = read_json(summary_path)
+        best = summary.get("best") if isinstance(summary, dict) else None
+        metric = best.get("metric") if isinstance(best, dict) else None
     curves = Curves(name or run_dir.name, metric)
     records = read_metrics(path)
     if not any(record.get("kind") in ("train", "eval", "final_eval") for record in records):

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hogwild.data.errors import read_json
 from hogwild.files import write_text_atomic
 
 SUMMARY_FILE = "summary.json"
@@ -29,7 +30,12 @@ EAGER_NOTE = 0.01  # the end-of-run line names the eager share above this
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / SUMMARY_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    if not path.exists():
+        return None
+    summary = read_json(path)  # a damaged file is named with its line and column
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: not a run summary (a JSON object), got {type(summary).__name__}")
+    return summary
 
 
 def make_summary(options, devices: list[str], result, metric: str, start_updates: int,

@@ -9,7 +9,6 @@ Usage: `job = pos_job(options); result = hogwild.train(job.model, job.loss_fn, j
 """
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -19,8 +18,8 @@ from typing import Any
 
 from torch import nn
 
-from hogwild.data.batching import check_edges
-from hogwild.tasks.defaults import graph_bucket_edges
+from hogwild.data.batch_set import BatchSet
+from hogwild.data.buckets import training_buckets
 
 MODEL_FILE = "model.json"  # which model class and sizes: enough to rebuild it for inference
 
@@ -44,13 +43,15 @@ class TaskJob:
         (run_dir / MODEL_FILE).write_text(json.dumps(self.model_spec, indent=2) + "\n", encoding="utf-8")
 
 
-def fixed_shape_training(loss_fn: Callable, batcher: Any, task: str, max_len: int = 0) -> tuple[Callable, Any]:
-    """What workers that capture or compile their step train on (hogwild.Config.graphs, --compile): the task's padded
-    loss (no host read) and a copy of its batcher padding lengths to tasks.defaults' bucket edges, so that the
-    batches fall into a few shapes."""
-    batcher = copy.copy(batcher)
-    batcher.bucket_edges = check_edges(graph_bucket_edges(task, max_len))
-    return functools.partial(loss_fn, padded=True), batcher
+def training_batches(task: str, loss_fn: Callable, batcher: Any, fixed_shapes: bool, max_len: int = 0,
+                     length_bucket: int = 1) -> tuple[Callable, BatchSet]:
+    """What the workers train on: the batcher's batches as a BatchSet, their lengths padded by
+    data.buckets.training_buckets (fixed_shapes: workers that capture or compile their step, hogwild.Config.graphs,
+    --compile, so that the batches fall into a few shapes; NMT's --length-bucket), and with fixed_shapes the task's
+    padded loss (no host read)."""
+    buckets = training_buckets(task, fixed_shapes, max_len, length_bucket)
+    loss = functools.partial(loss_fn, padded=True) if fixed_shapes else loss_fn
+    return loss, BatchSet(batcher if buckets is None else batcher.with_buckets(buckets))
 
 
 def trained_model(model_class: type[nn.Module], config_class: type, spec: dict[str, Any],

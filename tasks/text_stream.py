@@ -148,10 +148,10 @@ def _decoded(raw: bytes, source: _Lines, encoding: str, max_words: int | None) -
 class TextOutput:
     """Where the answers go, chunk by chunk: stdout, flushed after each chunk, or --output FILE, written beside it and
     put in its place whole when the command succeeds (a failure leaves the previous file; a symbolic link's target
-    is the file). --output that is a stream (a FIFO, a device: /dev/stdout) is written as it goes, never replaced:
-    a file renamed over it replaced /dev/full itself. conll: each chunk is a list of CoNLL blocks (each ending in a
-    newline), separated by a blank line. A write that fails names stdout or the file; a closed stdout pipe raises
-    ReaderGone."""
+    is the file; the file keeps its permissions, a new one gets the umask's). --output that is a stream (a FIFO, a
+    device: /dev/stdout) is written as it goes, never replaced: a file renamed over it replaced /dev/full itself.
+    conll: each chunk is a list of CoNLL blocks (each ending in a newline), separated by a blank line. A write that
+    fails names stdout or the file; a closed stdout pipe raises ReaderGone."""
 
     def __init__(self, path: str | None = None, conll: bool = False):
         self.path, self.conll = path, conll
@@ -169,6 +169,7 @@ class TextOutput:
             place = os.path.realpath(self.path)
             handle, self._temporary = tempfile.mkstemp(prefix=os.path.basename(place) + ".", suffix=".tmp",
                                                        dir=os.path.dirname(place))
+            os.fchmod(handle, _mode_for(place))
         except OSError as error:
             raise describe_write_error(self.path, error) from None
         self._file, self._place = os.fdopen(handle, "wb"), place
@@ -208,6 +209,17 @@ class TextOutput:
                     raise describe_write_error(self.path, failed) from None
             if self._temporary is not None and os.path.exists(self._temporary):
                 os.unlink(self._temporary)
+
+
+def _mode_for(place: str) -> int:
+    """The permissions of the file that --output replaces, or those open() gives a new one under the umask (mkstemp
+    makes its files 0600: the answers were private whatever the umask, and a replaced file lost its mode)."""
+    try:
+        return stat.S_IMODE(os.stat(place).st_mode)
+    except FileNotFoundError:
+        mask = os.umask(0o077)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def _to_stdout(text: str) -> None:

@@ -174,7 +174,7 @@ def _train(options: RunOptions, devices: list[str], dist, owner: _RunDirOwner, a
     else:
         result = hogwild.train(job.model, job.loss_fn, job.batches, config, evaluate)
     interrupted = result.stop_reason.startswith("signal")
-    with FinalSignals() as signals:  # a signal from here on stops the final evaluation, not the summary
+    with FinalSignals(result.late_signal) as signals:  # a signal (from the engine's end on) stops the final evaluation
         heldout = None
         if not interrupted:
             # the final (beam) decoding runs where the periodic evaluations ran: a GPU when the workers were on GPUs

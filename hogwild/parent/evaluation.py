@@ -35,11 +35,12 @@ noticing failures while evaluate runs. A thread rather than a process: evaluate(
 Usage: `ev = Evaluator(model, evaluate, config, on_best); metrics = ev(updates); if ev.should_stop: ...`;
 in the parent's loop `periodic = PeriodicEvaluation(ev, config, updates)`; every tick `done = periodic.poll()` ->
 (updates, metrics) or None, then `periodic.maybe_start(updates)`; at the end `done = periodic.finish()` waits for a
-running evaluation.
+running evaluation, or `periodic.abandon()` stops it when the run failed.
 """
 from __future__ import annotations
 
 import copy
+import ctypes
 import inspect
 import math
 import threading
@@ -51,6 +52,14 @@ import torch
 from torch import nn
 
 from ..config import Config
+
+
+ABANDON_SECONDS = 60.0  # an abandoned evaluation stops at its next Python line: this bounds one torch call
+
+
+class EvaluationAbandoned(BaseException):
+    """Raised inside an evaluation the run no longer waits for (PeriodicEvaluation.abandon); a BaseException, so that
+    an evaluate() that catches Exception does not swallow it."""
 
 
 class EvaluationFailed(RuntimeError):
@@ -246,6 +255,19 @@ class PeriodicEvaluation:
         if self.thread is None or self.thread.is_alive():
             return None
         return self._collect()
+
+    def abandon(self, timeout: float = ABANDON_SECONDS) -> None:
+        """Stop an evaluation whose result no one will read (the run failed): an exception is raised in its thread,
+        which takes it at evaluate's next Python line (torch's kernels run to their end), and it is waited for, at
+        most `timeout` seconds. A process that exits while that thread is inside torch aborts ("terminate called
+        without an active exception", exit 134) instead of exiting with its own status."""
+        if self.thread is None:
+            return
+        if self.thread.is_alive():
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident),
+                                                       ctypes.py_object(EvaluationAbandoned))
+        self.thread.join(timeout)
+        self.thread, self.outcome = None, (None, None)
 
     def finish(self) -> tuple[int, dict[str, float]] | None:
         """Wait for a running evaluation (bounded by evaluate itself) and record it; None when none runs."""

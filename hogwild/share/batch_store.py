@@ -106,9 +106,17 @@ class BatchStore:
         self.path = os.path.join(directory, "batches.pt")
         self.structure = os.path.join(directory, "batches.pkl")
         self.length = len(batches)
+        dataset = opens_in_worker(batches)
         with open(self.structure, "wb") as file:
             packer = _Packer(file)
-            packer.dump(batches if opens_in_worker(batches) else list(batches))
+            try:
+                packer.dump(batches if dataset else list(batches))
+            except (pickle.PicklingError, AttributeError, TypeError) as error:  # "Can't pickle local object ..."
+                what = f"the {type(batches).__name__} Dataset to the workers (each gets it pickled, as DataLoader's " \
+                    f"workers do)" if dataset else "the batches to the workers (they are pickled into the batch store)"
+                raise TypeError(f"cannot send {what}: {error}. Keep lambdas, local functions and classes, open files "
+                                f"and locks out of them (define them at module level, or open them in __setstate__)") \
+                    from error
         torch.save(packer.flat(), self.path)
 
     def load(self) -> Sequence:

@@ -170,8 +170,11 @@ def check_resumable(state: dict[str, Any], path: str, n_batches: int, data_assig
     worker count - before anything is written or started."""
     position = state["data_position"]
     if position["n_batches"] != n_batches:
-        raise CheckpointMismatch(f"cannot resume {path}: it was trained on {position['n_batches']} batches, now "
-                                 f"there are {n_batches} (same data, batch size and seed are needed)")
+        stream = "a stream of batches (an iterable that cannot be indexed)"  # 0 batches: hogwild/share/stream.py
+        trained = stream if position["n_batches"] == 0 else f"{position['n_batches']} batches"
+        now = f"it is {stream}" if n_batches == 0 else f"there are {n_batches}"
+        raise CheckpointMismatch(f"cannot resume {path}: it was trained on {trained}, now {now} (same data, batch "
+                                 f"size and seed are needed)")
     if data_assignment == "partition" and len(position.get("workers", [])) != workers:
         raise CheckpointMismatch(f"cannot resume {path} in partition mode with {workers} workers: it was written "
                                  f"with {len(position.get('workers', []))} shards")

@@ -17,6 +17,9 @@ its data position, the first ticket not known to be done (`resume_seq`): a resum
 with the same order. In 'partition' mode each worker walks its own fixed shard (`indices[w::W]`, reshuffled within
 the shard every epoch) and no queue is used.
 
+A streamed run's tickets bring their batch (share/stream.py's StreamFeed deals them): QueueReader keeps it for the
+worker's step to take (`take_arrived`).
+
 Serves step 3 of `hogwild.train` (spawn): the feed is built before spawning, its dealer started in step 4.
 
 Usage: `feed = BatchFeed(ctx, 100, workers=2, epochs=3, seed=0, shuffle=True, depth=16, counters=counters)`;
@@ -26,8 +29,9 @@ from __future__ import annotations
 
 import queue
 import threading
+import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,17 +67,11 @@ def partition_order(n: int, workers: int, worker: int, seed: int, epoch: int, sh
     return shard[torch.randperm(len(shard), generator=generator).numpy()]
 
 
-def as_sequence(batches: Sequence | Iterable) -> Sequence:
-    """Indexable batches: a Sequence as is; any other re-iterable is read once into a list."""
-    if isinstance(batches, Sequence) or (hasattr(batches, "__getitem__") and hasattr(batches, "__len__")):
-        sequence = batches
-    elif isinstance(batches, Iterable):
-        sequence = list(batches)
-    else:
-        raise TypeError(f"batches must be a sequence or re-iterable of batches, got {type(batches).__name__}")
-    if len(sequence) == 0:
+def as_sequence(batches: Sequence) -> Sequence:
+    """Indexable batches (share/stream.py's `is_streamed` is False), checked not to be empty."""
+    if len(batches) == 0:
         raise ValueError("batches is empty: nothing to train on")
-    return sequence
+    return batches
 
 
 @dataclass
@@ -102,7 +100,7 @@ class BatchFeed:
         self.queues = [ctx.Queue(maxsize=self.depth) for _ in range(workers)]
         self._lock = threading.Lock()  # the dealer thread and the parent's loop (reassign, resume_seq)
         self._epoch, self._position = divmod(start_seq, n_batches)
-        self._order = epoch_order(n_batches, seed, self._epoch, shuffle)
+        self._order = self._epoch_order()
         self._returned: deque[Ticket] = deque()  # tickets of a dead worker, dealt again first
         self._held = [deque() for _ in range(workers)]  # dealt to each worker, not yet known done, in dealt order
         self._counted = counters.tickets_done().copy()  # each worker's done count when its _held was last trimmed
@@ -113,20 +111,30 @@ class BatchFeed:
         self._dealt = 0  # tickets dealt and not given back
         self._next = 0  # the worker the dealer serves first on its next round
         self._thread: threading.Thread | None = None
+        self.error: str | None = None  # the traceback of what stopped the dealer (a stream's iterator that raised)
+
+    def _epoch_order(self) -> np.ndarray:
+        return epoch_order(self.n, self.seed, self._epoch, self.shuffle)
 
     def mailbox(self, worker: int) -> Mailbox:
         return Mailbox(self.queues[worker], self.room)
 
-    def start(self, stopped: Callable[[], bool]) -> None:
-        self._thread = threading.Thread(target=self._deal, args=(stopped,), name="hogwild-feed", daemon=True)
+    def start(self, stopped: Callable[[], bool], failed: Callable[[], None] = lambda: None) -> None:
+        """Start the dealer; failed() is called (on its thread) if it stops on an error, which `error` then holds."""
+        self._thread = threading.Thread(target=self._deal, args=(stopped, failed), name="hogwild-feed", daemon=True)
         self._thread.start()
 
-    def _deal(self, stopped: Callable[[], bool]) -> None:
-        while not stopped():
-            with self._lock:
-                dealt, waiting = self._round()
-            if not dealt:  # every queue full, or the budget waits on updates in flight: sleep until a worker reads
-                self.room.acquire(timeout=_BUDGET_POLL if waiting else _POLL)
+    def _deal(self, stopped: Callable[[], bool], failed: Callable[[], None]) -> None:
+        try:
+            while not stopped():
+                self._read_ahead()
+                with self._lock:
+                    dealt, waiting = self._round()
+                if not dealt:  # every queue full, or the budget waits on updates in flight: sleep until a worker reads
+                    self.room.acquire(timeout=_BUDGET_POLL if waiting else _POLL)
+        except Exception:  # noqa: BLE001 - the run stops, naming it (engine.py)
+            self.error = traceback.format_exc().rstrip()
+            failed()
 
     def _round(self) -> tuple[int, bool]:
         """Deal to every worker with room, one item each per pass, until none can take more. Returns (items put,
@@ -170,15 +178,24 @@ class BatchFeed:
             size = min(size, max(1, left // (2 * self.workers)))
         if self._returned:
             return [self._returned.popleft() for _ in range(min(size, len(self._returned)))]
-        if self.epochs is not None and self._epoch >= self.epochs:
-            return None
+        return self._fresh(size) or (None if self._data_ended() else _WAIT)
+
+    def _read_ahead(self) -> None:
+        """What to do outside the lock before each round (a stream reads its next batch)."""
+
+    def _data_ended(self) -> bool:
+        """Whether _fresh gives nothing because the data are over (else: nothing yet, a stream still reading)."""
+        return True
+
+    def _fresh(self, size: int) -> list[tuple]:
+        """Up to `size` tickets the data has not dealt yet, in feed order ([] at its end)."""
         chunk = []
         while len(chunk) < size and (self.epochs is None or self._epoch < self.epochs):
             chunk.append((self._epoch * self.n + self._position, self._epoch, int(self._order[self._position])))
             self._position += 1
             if self._position == self.n:
                 self._epoch, self._position = self._epoch + 1, 0
-                self._order = epoch_order(self.n, self.seed, self._epoch, self.shuffle)
+                self._order = self._epoch_order()
         return chunk
 
     def _trim(self, worker: int, done: int) -> None:
@@ -222,8 +239,8 @@ class BatchFeed:
             first = self._epoch * self.n + self._position
             for worker in range(self.workers):
                 self._trim(worker, done[worker])
-                first = min([first] + [seq for seq, _, _ in self._held[worker]])
-            return min([first] + [seq for seq, _, _ in self._returned])
+                first = min([first] + [ticket[0] for ticket in self._held[worker]])
+            return min([first] + [ticket[0] for ticket in self._returned])
 
     def close(self) -> None:
         if self._thread is not None:
@@ -234,6 +251,14 @@ class BatchFeed:
 
 
 _WAIT = object()  # BatchFeed._take: nothing to deal now, maybe later
+
+
+_arrived: dict[int, Any] = {}  # in a worker of a streamed run: the batch of the ticket QueueReader last returned
+
+
+def take_arrived(index: int) -> Any:
+    """The batch that came with the ticket of `index` (QueueReader just returned it), once."""
+    return _arrived.pop(index)
 
 
 class QueueReader:
@@ -263,7 +288,9 @@ class QueueReader:
             self.pending = chunk[::-1]  # pop() from the end takes them in feed order
         if not self.pending or self.stopped():
             return None
-        seq, epoch, index = self.pending.pop()
+        seq, epoch, index, *batch = self.pending.pop()  # a streamed ticket brings its batch
+        if batch:
+            _arrived[index] = batch[0]
         self.view.take(seq)
         return epoch, index
 

@@ -3,13 +3,15 @@ forward and backward, the gradient copy-out (copy_out.py). With Config.graphs th
 per batch shape, replayed on static input buffers; without, the same step runs eagerly on the batch moved to the
 device (`StepGraphs(..., graphs=False)`): one step object, the capture an option of it.
 
-During start-up, before the worker reports ready (outside the training clock and the hang watch), the batches are
-indexed once by shape signature (the dtype and shape of every tensor field; host-side fields such as `tokens` do not
-count). The signatures the run uses often enough each get static device inputs, a warm-up on a side stream and a
-capture (`graph_shapes`: every signature used at least GRAPH_MIN_USES times over the run's epochs, or the
-Config.graph_limit most frequent), all graphs in one shared memory pool (they never run concurrently, and every output
-leaves the pool through the outbox, so their private memory may overlap: more graphs cost start-up time and each
-graph's static inputs, not another step's memory). A batch whose signature has no graph runs the same step eagerly,
+During start-up, before the worker reports ready (outside the training clock and the hang watch), the batches' shape
+signatures (the dtype and shape of every tensor field; host-side fields such as `tokens` do not count) are counted once
+(`shape_counts`): a BatchSet, or any Dataset with a `batch_shapes()` method, tells them from its sizes without building
+a batch; a list is read; any other Dataset builds every batch once. The largest batch's integer elements size the sparse
+tables' row buffers (`id_capacity`). The signatures the run uses often enough each get static device inputs, a warm-up
+on a side stream and a capture (`graph_shapes`: every signature used at least GRAPH_MIN_USES times over the run's
+epochs, or the Config.graph_limit most frequent), all graphs in one shared memory pool (they never run concurrently, and
+every output leaves the pool through the outbox, so their private memory may overlap: more graphs cost start-up time and
+each graph's static inputs, not another step's memory). A batch whose signature has no graph runs the same step eagerly,
 counted (run_state's eager steps). On the CPU nothing is captured: `run` copies the batch into the same static inputs
 and calls the same step function, so the CPU tests exercise everything but the capture.
 
@@ -21,13 +23,15 @@ else the leading dimension), checked against the loss's own count at capture. Dr
 
 Serves step 3 of `hogwild.train` (spawn): it runs inside the worker processes (worker.py's loop).
 
-Usage: `step = StepGraphs(spec.model, spec.loss_fn, device, config)`; `step.prepare(batches, shapes)` before ready;
+Usage: `step = StepGraphs(spec.model, spec.loss_fn, device, config)`; `counts = shape_counts(batches)`;
+`step.prepare(batches, counts, graph_shapes(counts, limit, epochs))` before ready (it builds one batch per graph);
 per step `step.pull.prefetch(version, batch)`, `step.pull.make_current()`, `result = step.run(batch, slot, clock)`;
 whoever applies the update `result.resolve()` -> (finite, loss, grads, phases).
 """
 from __future__ import annotations
 
 import copy
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -68,33 +72,49 @@ def batch_signature(batch: Any) -> tuple:
     return tuple((path, tensor.dtype, tuple(tensor.shape)) for path, tensor in tensor_fields(batch))
 
 
-def shape_counts(batches: list) -> list[tuple[tuple, int, int]]:
-    """(signature, index of its first batch, batches of it) of every signature, most frequent first (ties: the earlier
-    first)."""
+def shape_counts(batches: Any) -> list[tuple[tuple, int, int]]:
+    """(signature, index of its first batch, batches of it) of every signature of `batches`, most frequent first
+    (ties: the earlier first). Batches that tell their shapes - a `batch_shapes()` method giving (index of the first
+    batch of a shape, batches of it, a batch of that shape, its tensors may be on the meta device): data/batch_set.py's
+    BatchSet, docs/library.md's protocol - are asked, and no batch is built; a list's batches are read as they are;
+    any other Dataset builds each of its batches once (seconds per million examples)."""
+    tell = getattr(batches, "batch_shapes", None)
+    groups = tell() if callable(tell) else ((index, 1, batch) for index, batch in enumerate(batches))
     counts: Counter = Counter()
     first: dict[tuple, int] = {}
-    for index, batch in enumerate(batches):
+    for index, count, batch in groups:
         signature = batch_signature(batch)
-        counts[signature] += 1
-        first.setdefault(signature, index)
+        counts[signature] += count
+        first[signature] = min(first.get(signature, index), index)
+    if callable(tell) and sum(counts.values()) != len(batches):
+        raise ValueError(f"{type(batches).__name__}.batch_shapes() counts {sum(counts.values())} batches, but it "
+                         f"has {len(batches)}")
     ranked = sorted(counts, key=lambda s: (-counts[s], first[s]))
     return [(signature, first[signature], counts[signature]) for signature in ranked]
 
 
-def shape_buckets(batches: list, limit: int | None = None) -> list[tuple[tuple, int]]:
-    """(signature, index of its first batch) of the `limit` most frequent signatures (None: all), most frequent
-    first."""
-    return [(signature, first) for signature, first, _ in shape_counts(batches)[:limit]]
+def shape_buckets(counts: list[tuple[tuple, int, int]], limit: int | None = None) -> list[tuple[tuple, int]]:
+    """(signature, index of its first batch) of the `limit` most frequent signatures of `counts` (shape_counts; None:
+    all), most frequent first."""
+    return [(signature, first) for signature, first, _ in counts[:limit]]
 
 
-def graph_shapes(batches: list, limit: int | None, epochs: int | None) -> list[tuple[tuple, int]]:
-    """The signatures the step captures, as (signature, index of its first batch): the `limit` most frequent
-    (Config.graph_limit), or with None every signature the run uses at least GRAPH_MIN_USES times (its batches
-    times Config.epochs, one epoch when the run stops otherwise): a rarer one costs more to capture than it saves."""
+def graph_shapes(counts: list[tuple[tuple, int, int]], limit: int | None,
+                 epochs: int | None) -> list[tuple[tuple, int]]:
+    """The signatures the step captures, as (signature, index of its first batch), from the batches' shape_counts:
+    the `limit` most frequent (Config.graph_limit), or with None every signature the run uses at least GRAPH_MIN_USES
+    times (its batches times Config.epochs, one epoch when the run stops otherwise): a rarer one costs more to capture
+    than it saves."""
     if limit is not None:
-        return shape_buckets(batches, limit)
-    return [(signature, first) for signature, first, count in shape_counts(batches)
-            if count * (epochs or 1) >= GRAPH_MIN_USES]
+        return shape_buckets(counts, limit)
+    return [(signature, first) for signature, first, count in counts if count * (epochs or 1) >= GRAPH_MIN_USES]
+
+
+def id_capacity(counts: list[tuple[tuple, int, int]]) -> int:
+    """The most elements of integer tensors in a batch of any of these shapes (shape_counts): a bound on the distinct
+    ids a batch can hold, the rows each sparse table's pull and copy-out buffers are sized for."""
+    return max((sum(math.prod(shape) for _, dtype, shape in signature
+                    if not dtype.is_floating_point and dtype != torch.bool) for signature, _, _ in counts), default=1)
 
 
 def host_count(batch: Any) -> int:
@@ -102,11 +122,6 @@ def host_count(batch: Any) -> int:
     if isinstance(batch, dict) and isinstance(batch.get("tokens"), int):
         return batch["tokens"]
     return batch_examples(batch)
-
-
-def integer_elements(batch: Any) -> int:
-    """Elements of the batch's integer tensors: a bound on the distinct ids it can hold."""
-    return sum(t.numel() for _, t in tensor_fields(batch) if not t.dtype.is_floating_point and t.dtype != torch.bool)
 
 
 class NotGraphable(RuntimeError):
@@ -207,19 +222,22 @@ class StepGraphs:
         self.pull: PrefetchPull | None = None
         self.pool = torch.cuda.MemPool() if self.capture else None  # every graph's: capture.py counts its uses
 
-    def prepare(self, batches: list, shapes: list[tuple[tuple, int]] | None = None) -> int:
-        """Build the pull and the outbox (sized by the batches' ids), then, with graphs, capture `shapes` ((signature,
-        index of a batch of it), as graph_shapes picks them for a run; None: every shape of `batches`), warm-up
-        first; returns the number of graphs (on the CPU: of static-input signatures)."""
-        # only sparse tables need it: the scan reads every batch (a Dataset builds each: seconds per million examples)
-        capacity = max((integer_elements(batch) for batch in batches), default=1) if self.tables else 0
+    def prepare(self, batches: Any, counts: list[tuple[tuple, int, int]] | None = None,
+                shapes: list[tuple[tuple, int]] | None = None) -> int:
+        """Build the pull and the outbox (sized by the batches' ids: `counts`, shape_counts(batches) unless given),
+        then, with graphs, capture `shapes` ((signature, index of a batch of it), as graph_shapes picks them for a run;
+        None: every shape of `batches`), warm-up first; returns the number of graphs (on the CPU: of static-input
+        signatures). Builds only the batches it captures: one per graph."""
+        if counts is None and (self.tables or (self.graphed and shapes is None)):
+            counts = shape_counts(batches)
+        capacity = id_capacity(counts) if self.tables else 0
         rows = {i: capacity for i in self.tables} if self.sparse_pull else None
         self.pull = PrefetchPull(self.shared, self.params, self.shared_buffers, list(self.replica.buffers()),
                                  self.device, rows)
         self.outbox = GradientOutbox(self.params, self.tables, {i: capacity for i in self.tables}, self.device)
         if not self.graphed:
             return 0
-        for signature, index in shape_buckets(batches) if shapes is None else shapes:
+        for signature, index in shape_buckets(counts) if shapes is None else shapes:
             self.graphs[signature] = self._capture(batches[index])
         return len(self.graphs)
 

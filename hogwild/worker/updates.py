@@ -73,8 +73,8 @@ class Update:
     loss: float
     phases: list[float]  # seconds of pull, compute, push
     clip_scale: float | None = None  # multiply the gradients by this first (clip_norm)
-    result: Any = None  # a graphed step still on the device (step_graph.StepResult): grads, loss, phases and the
-    #                     skip come from it once its copy has finished
+    result: Any = None  # the step's result, maybe still on the device (step_graph.StepResult, graphed or eager; or
+    #                     in_place.py's): grads, loss, phases and the skip come from it once it has finished
 
 
 @dataclass
@@ -103,7 +103,7 @@ class Updater:
                  view: WorkerView, background: bool, device: torch.device = torch.device("cpu"), threads: int = 1,
                  skip: SkipRule | None = None):
         self.optimizer, self.shared, self.schedule, self.view = optimizer, shared, schedule, view
-        self.skip = skip  # decides the late skips of graphed steps (Update.result)
+        self.skip = skip  # decides the late skips of the steps' results (Update.result)
         self.executor = None
         if background:
             # The main thread fixes its own thread count now: a thread's count is set lazily from the last
@@ -149,7 +149,7 @@ class Updater:
             self.executor.shutdown(wait=True)
 
     def _apply(self, update: Update) -> None:
-        if update.result is not None:  # a graphed step: wait for its copy to the host, then read it there
+        if update.result is not None:  # a step's result: wait for its copy to the host (a device's), then read it
             finite, loss, grads, phases = update.result.resolve()
             if not finite:
                 self.skip.skipped()

@@ -31,7 +31,7 @@ from .gradients import NonFiniteStreak, batch_seed, compiled_loss, seed_batch
 from .in_place import InPlaceStep
 from .process_prelude import WorkerSpec, run_worker_process
 from .replica import PageLocked, torch_device
-from .step_graph import NotGraphable, StepGraphs, graph_shapes, shape_buckets
+from .step_graph import NotGraphable, StepGraphs, graph_shapes, shape_buckets, shape_counts
 from .updates import SkipRule, Update, Updater, update_threads
 
 Step = InPlaceStep | StepGraphs
@@ -94,9 +94,10 @@ def make_step(spec: WorkerSpec, batches: list) -> Step:
         step.prepare(batches)
         return step
     view, began = spec.counters.worker_view(spec.worker), time.perf_counter()
+    counts = shape_counts(batches)  # a BatchSet tells them: no batch built (a graph's capture builds one)
     step = StepGraphs(spec.model, loss_fn, device, config)
     try:
-        count = step.prepare(batches, graph_shapes(batches, config.graph_limit, config.epochs))
+        count = step.prepare(batches, counts, graph_shapes(counts, config.graph_limit, config.epochs))
     except (NotGraphable, CaptureFailed) as error:
         reason = str(error).strip().splitlines()[0] if isinstance(error, NotGraphable) else \
             f"capturing the step failed ({describe(error.__cause__)})"
@@ -112,7 +113,7 @@ def make_step(spec: WorkerSpec, batches: list) -> Step:
         torch.cuda.empty_cache()  # before the eager step is made; capture.py left no capture under way
     warnings.warn(f"worker {spec.worker}: {reason}; this worker runs the eager step", RuntimeWarning)
     step = StepGraphs(spec.model, loss_fn, device, config, graphs=False)
-    step.prepare(batches)
+    step.prepare(batches, counts)
     view.graphs_captured(0, time.perf_counter() - began)
     return step
 
@@ -126,7 +127,7 @@ def compile_every_shape(spec: WorkerSpec, stopped: Callable[[], bool], step: Ste
     while spec.worker and 0 in spec.counters.not_ready() and not stopped():
         time.sleep(0.05)  # worker 0 fills the cache first
     saved = [buffer.clone() for buffer in step.shared_buffers]
-    for _, index in shape_buckets(batches):
+    for _, index in shape_buckets(shape_counts(batches)):  # one batch built per shape
         step.warm_up(batches[index])
     for shared, value in zip(step.shared_buffers, saved):
         shared.copy_(value)

@@ -1,5 +1,6 @@
 """bench/bench_data.py: the --quick run starts run.py's NMT job cold under the probe (bench/startup_probe.py) on a
-synthetic corpus and reports its figures and the batch-building time; the least-squares line behind the slopes."""
+synthetic corpus and reports its figures, the batch-building time and a graphed worker's time to learn its batches'
+shapes; the least-squares line behind the slopes."""
 import re
 
 import pytest
@@ -19,6 +20,9 @@ def test_quick_run_starts_a_job_cold_and_reports_its_figures_and_command(run_ben
     assert re.search(r"^\| 2,000 \| cold \| [\d.]+ \|", done.stdout, re.M)
     assert re.search(r"^a worker builds a training batch \(B=64\) from the 2,000-pair cache in [\d.]+ ms of CPU$",
                      done.stdout, re.M)
+    assert re.search(r"^a graphed worker learns the \d+ shapes of its [\d,]+ batches from the 2,000-pair cache in "
+                     r"[\d.]+ s of CPU from the BatchSet's offsets, [\d.]+ s by building every batch \(before\): "
+                     r"[\d.]+x$", done.stdout, re.M)
 
 
 def test_the_line_through_the_sizes():

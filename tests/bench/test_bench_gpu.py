@@ -29,7 +29,7 @@ from bench import plain_loop as P
 from bench.gpu_timing import StepSpans, steady_records, steady_tokens, steady_window
 from hogwild.models import nmt_loss
 from hogwild.worker.capture import CaptureFailed
-from hogwild.worker.step_graph import batch_signature, graph_shapes
+from hogwild.worker.step_graph import batch_signature, graph_shapes, shape_counts
 from tests.bench.usage_errors import assert_refused
 from tests.hogwild.worker.fake_cuda import FakeCuda
 
@@ -357,7 +357,7 @@ def test_an_engine_row_says_which_step_its_workers_ran_and_is_timed_by_their_upd
     model, batches = B.build("pos", pos, 40, Path("/nonexistent"), 0)
     config = B.engine_config(pos, "cpu-replica", 1, overrides={"graphs": "on"})
     m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, config, False)
-    shapes = {signature for signature, _ in graph_shapes(batches.bucketed, None, 1)}  # the shapes used 4+ times
+    shapes = {signature for signature, _ in graph_shapes(shape_counts(batches.bucketed), None, 1)}  # used 4+ times
     eager = sum(batch_signature(b) not in shapes for b in batches.bucketed)
     assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", len(shapes), eager, 40, "counters")
     assert m.eager_share == pytest.approx(eager / 40)

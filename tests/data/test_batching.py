@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from hogwild.data.batching import NmtBatcher, ParallelData, PosBatcher, TaggedData, pad_lengths
+from hogwild.data.buckets import LengthBuckets
 from hogwild.data.synthetic import synthetic_parallel
 from hogwild.data.vocab import TAG_SPECIALS, Vocabulary
 
@@ -109,7 +110,7 @@ def test_bad_batcher_arguments():
 def test_pos_bucket_edges_pad_each_batch_to_its_edge():
     data = pos_data()[0]  # sentence lengths 2, 3, 1
     plain = PosBatcher(data, batch_size=1, shuffle=False).batches()
-    bucketed = PosBatcher(data, batch_size=1, shuffle=False, bucket_edges=(2, 4)).batches()
+    bucketed = PosBatcher(data, batch_size=1, shuffle=False, buckets=LengthBuckets((2, 4))).batches()
     assert [b["words"].shape[1] for b in bucketed] == [2, 4, 2]
     for tight, padded in zip(plain, bucketed):
         n = tight["words"].shape[1]
@@ -118,14 +119,14 @@ def test_pos_bucket_edges_pad_each_batch_to_its_edge():
             assert torch.equal(padded[key][:, :n], tight[key])
         assert padded["words"][:, n:].eq(0).all() and padded["tags"][:, n:].eq(-100).all()
         assert padded["prefixes"][:, n:].eq(0).all() and padded["suffixes"][:, n:].eq(0).all()
-    beyond = PosBatcher(data, batch_size=1, shuffle=False, bucket_edges=(2,)).batches()
+    beyond = PosBatcher(data, batch_size=1, shuffle=False, buckets=LengthBuckets((2,))).batches()
     assert [b["words"].shape[1] for b in beyond] == [2, 3, 2]  # past the last edge: the batch's own length
 
 
 def test_nmt_bucket_edges_pad_source_and_target_apart():
     data, pairs = nmt_data(40)[:2]
     edges = (8, 12, 16, 24, 32)
-    plain, bucketed = NmtBatcher(data, 8, seed=2), NmtBatcher(data, 8, seed=2, bucket_edges=edges)
+    plain, bucketed = NmtBatcher(data, 8, seed=2), NmtBatcher(data, 8, seed=2, buckets=LengthBuckets(edges))
     for tight, padded in zip(plain, bucketed):
         s, t = tight["src"].shape[1], tight["tgt"].shape[1]
         assert padded["src"].shape[1] == min(e for e in edges if e >= s)
@@ -137,7 +138,7 @@ def test_nmt_bucket_edges_pad_source_and_target_apart():
     assert pad_lengths(next(iter(bucketed)), 8)["tokens"] == next(iter(bucketed))["tokens"]
 
 
-@pytest.mark.parametrize("edges", [(), (0, 4), (4, 4), (8, 4)])
+@pytest.mark.parametrize("edges", [(0, 4), (4, 4), (8, 4)])
 def test_bad_bucket_edges_are_refused(edges):
-    with pytest.raises(ValueError, match="bucket_edges must be increasing lengths >= 1"):
-        PosBatcher(pos_data()[0], bucket_edges=edges)
+    with pytest.raises(ValueError, match="bucket edges must be increasing lengths >= 1"):
+        LengthBuckets(edges)

@@ -174,16 +174,36 @@ def test_a_corpus_too_small_to_split_is_refused_naming_dev(tmp_path):
 
 
 def _damage(folder, how):
+    """The damages of issue 51 (shapes intact: a load used to train on them silently, or fail in a worker) and
+    earlier ones. A meta.json whose vocabulary lost its last words leaves every array's checksum as written."""
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     if how == "short array":
         np.save(folder / "train.src.npy", np.load(folder / "train.src.npy")[:-3])
+    elif how in ("zeros", "ids 65535", "offsets reversed"):
+        array = np.load(folder / ("train.src_offsets.npy" if how == "offsets reversed" else "train.src.npy"),
+                        mmap_mode="r+")
+        if how == "offsets reversed":
+            array[5:50] = array[5:50][::-1].copy()
+        else:
+            array[:] = 0 if how == "zeros" else 65535
+        array.flush()
+    elif how == "a smaller vocabulary":
+        meta["src_vocab"]["tokens"] = meta["src_vocab"]["tokens"][:-2]
     else:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         del meta["src_vocab"]
-        (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
-@pytest.mark.parametrize("how, error", [("short array", r"ValueError: offsets do not match the id arrays"),
-                                        ("meta.json without a key", r"KeyError: 'src_vocab'")])
+@pytest.mark.parametrize("how, error", [
+    ("short array", r"/train\.src_offsets\.npy \(offsets that do not run from 0 up to 597 \(the length of "
+                    r"train\.src\.npy\) without decreasing\)"),
+    ("offsets reversed", r"/train\.src_offsets\.npy \(offsets that do not run from 0 up to 600 \(the length of "
+                         r"train\.src\.npy\) without decreasing\)"),
+    ("ids 65535", r"/train\.src\.npy \(id 65535 where the vocabulary has 73 ids\)"),
+    ("a smaller vocabulary", r"/train\.src\.npy \(id 72 where the vocabulary has 71 ids\)"),
+    ("zeros", r"/train\.src\.npy \(its CRC-32 is 0x[0-9a-f]{8}, not the 0x[0-9a-f]{8} written when it was prepared: "
+              r"the file changed since\)"),
+    ("meta.json without a key", r" \(KeyError: 'src_vocab'\)")])
 def test_a_damaged_cache_entry_is_named_once_and_rebuilt(tmp_path, how, error):
     write_corpus(tmp_path)
     cache = ArrayCache(tmp_path / "cache")
@@ -195,8 +215,7 @@ def test_a_damaged_cache_entry_is_named_once_and_rebuilt(tmp_path, how, error):
     with pytest.warns(CacheWarning) as caught:
         rebuilt = load_nmt_dataset(config, cache)
     assert len(caught) == 1
-    assert re.fullmatch(rf"damaged cache entry {re.escape(str(folder))} \({error}\): rebuilding it",
-                        str(caught[0].message))
+    assert re.fullmatch(rf"damaged cache entry {re.escape(str(folder))}{error}: rebuilding it", str(caught[0].message))
     assert rebuilt.info["cached"] is False and rebuilt.dev_references == fresh.dev_references
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # replaced: the next load is a clean hit
@@ -204,3 +223,80 @@ def test_a_damaged_cache_entry_is_named_once_and_rebuilt(tmp_path, how, error):
     assert hit.info["cached"] is True
     assert all(np.array_equal(a, arrays[name]) for name, a in hit.train.data.arrays().items())
     assert [path.name for path in (tmp_path / "cache").iterdir()] == [folder.name]  # nothing else left
+
+
+@pytest.mark.slow
+def test_a_preparation_killed_half_way_leaves_no_traceback_and_the_next_load_removes_its_folder(tmp_path):
+    """kill -9 during a cold preparation over the pool left a hidden `.nmt-...` folder in the cache for good, and the
+    pool's processes printed BrokenPipeError tracebacks as they sent their results to a dead parent. They die with
+    it now, and the folder (its writer's lock released by the kernel) goes at the next load."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.tasks.helpers import REPO, write_parallel
+
+    write_parallel(tmp_path / "train", 30_000, 0)  # over POOL_PAIRS: encoded in a pool of 2 processes
+    cache = tmp_path / "cache"
+    code = (f"from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset; from hogwild.data.cache import "
+            f"ArrayCache; load_nmt_dataset(NmtDataConfig(train={str(tmp_path / 'train')!r}, processes=2), "
+            f"ArrayCache({str(cache)!r}))")
+    preparing = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not any(path.stat().st_size for path in cache.glob(".nmt-*/train.src.ids")):  # chunks merged
+            assert preparing.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        preparing.send_signal(signal.SIGKILL)
+        _, errors = preparing.communicate(timeout=60)  # the pool's processes hold stderr until they die too
+    finally:
+        if preparing.poll() is None:
+            preparing.kill()
+            preparing.wait()
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors, errors
+    (left,) = cache.iterdir()
+    assert left.name.startswith(".nmt-") and (left / ".owner").exists()
+    assert ArrayCache(cache).load("nmt-another") is None
+    assert list(cache.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_whole_process_group_during_a_pooled_preparation_ends_run_py_cleanly(tmp_path, signum):
+    """Ctrl-C reaches every process of the terminal's group: each process of the tokenization pool printed a
+    KeyboardInterrupt traceback. A SIGTERM to the group (`kill -- -PGID`) killed them, one of them while it held the
+    pool's task queue lock, and run.py then waited on that lock for good when it terminated the pool. The pool
+    leaves these signals to run.py, which stops ("interrupted", exit 130) and closes it; the next load removes the
+    half-built entry."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.tasks.helpers import REPO, write_parallel
+
+    write_parallel(tmp_path / "train", 30_000, 0)  # over POOL_PAIRS: encoded in a pool of 2 processes
+    cache = tmp_path / "cache"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HOGWILD_CACHE": str(cache)}
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), "--task", "nmt", "--train",
+                                str(tmp_path / "train"), "--src-lang", "fr", "--tgt-lang", "en", "--steps", "1",
+                                "--out", str(tmp_path / "run")], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(path.stat().st_size for path in cache.glob(".nmt-*/train.src.ids")):  # the pool is at work
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        os.killpg(process.pid, getattr(signal, signum))
+        _, errors = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert (process.returncode, errors.splitlines()[-1]) == (130, "run.py: interrupted"), errors
+    assert "Traceback" not in errors and not (tmp_path / "run").exists()
+    assert ArrayCache(cache).load("nmt-another") is None and list(cache.iterdir()) == []

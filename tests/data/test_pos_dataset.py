@@ -82,6 +82,28 @@ def test_load_from_folder_with_split_and_cache(tmp_path):
     assert other.info["cached"] is False  # the seed changes the split, hence the key
 
 
+@pytest.mark.parametrize("array, value, error", [
+    ("train.tags", 200, r"train\.tags\.npy \(id 200 where the vocabulary has \d+ ids\)"),
+    ("train.offsets", 0, r"train\.offsets\.npy \(offsets that do not run from 0 up to \d+ \(the length of "
+                         r"train\.words\.npy\) without decreasing\)"),
+    ("train.prefixes", 1, r"train\.prefixes\.npy \(its CRC-32 is 0x\w+, not the 0x\w+ written when it was prepared: "
+                          r"the file changed since\)")])
+def test_a_cached_array_damaged_in_content_is_named_and_rebuilt(tmp_path, array, value, error):
+    """A POS entry is checked as an NMT one is: tags past the tag vocabulary (a worker's IndexError), offsets set to 0
+    (every sentence empty), character ids all 1 (trained silently)."""
+    cache = ArrayCache(tmp_path / "cache")
+    config = PosDataConfig(train=str(FIXTURES / "slash"), dev_fraction=0.34, word_min_freq=1, seed=1)
+    first = {name: np.array(a) for name, a in load_pos_dataset(config, cache).train.data.arrays().items()}  # copies
+    (folder,) = (tmp_path / "cache").iterdir()
+    mapped = np.load(folder / f"{array}.npy", mmap_mode="r+")
+    mapped[:] = value
+    mapped.flush()
+    with pytest.warns(UserWarning, match=rf"^damaged cache entry {folder}/{error}: rebuilding it$"):
+        again = load_pos_dataset(config, cache)
+    assert again.info["cached"] is False
+    assert all(np.array_equal(a, again.train.data.arrays()[name]) for name, a in first.items())
+
+
 def test_separate_dev_file(tmp_path):
     config = PosDataConfig(train=str(FIXTURES / "tiny.conllu"), dev=str(FIXTURES / "tiny.conllu"), tag="xpos",
                            word_min_freq=1, cache=False, batch_size=2)

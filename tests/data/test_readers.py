@@ -76,6 +76,24 @@ def test_detect_conllu_by_content_and_through_compression(tmp_path):
     assert read_tagged(tmp_path / "b.conllu.gz") == read_tagged(FIXTURES / "tiny.conllu")
 
 
+def test_a_fifo_or_a_broken_link_in_a_corpus_folder_is_named_not_skipped(tmp_path):
+    """A FIFO inside a POS corpus folder was skipped without a word (its sentences missing from the corpus)."""
+    import os
+
+    (tmp_path / "ca01").write_text("The/at dog/nn ./.\n")
+    (tmp_path / "notes").mkdir()  # a folder inside is not a data file: left alone
+    os.mkfifo(tmp_path / "ca02")
+    with pytest.raises(CorpusError, match=rf"^{tmp_path}/ca02: a FIFO, not a data file: every file of a corpus "
+                                          r"folder is read \(move it out of the folder\)$"):
+        corpus_files(tmp_path)
+    (tmp_path / "ca02").unlink()
+    (tmp_path / "ca03").symlink_to(tmp_path / "gone")
+    with pytest.raises(CorpusError, match=rf"^{tmp_path}/ca03: a broken link, not a data file"):
+        corpus_files(tmp_path)
+    (tmp_path / "ca03").unlink()
+    assert corpus_files(tmp_path) == [tmp_path / "ca01"]
+
+
 def test_compressed_folder(tmp_path):
     for path in corpus_files(FIXTURES / "slash"):
         (tmp_path / (path.name + ".xz")).write_bytes(lzma.compress(path.read_bytes()))

@@ -32,3 +32,12 @@ def test_the_model_file_depends_on_the_text_not_the_path(tmp_path):
 def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="model_type must be one of"):
         SubwordModel.train(LINES, tmp_path / "x", model_type="wordpiece")
+
+
+def test_a_file_that_is_not_a_model_is_named(tmp_path):
+    """sentencepiece said "INTERNAL: could not parse ModelProto from ..." (a RuntimeError)."""
+    (tmp_path / "spm.src.model").write_text("translations\n")
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/spm\.src\.model: not a sentencepiece model file$"):
+        SubwordModel(tmp_path / "spm.src.model")
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/none\.model: no such file$"):
+        SubwordModel(tmp_path / "none.model")

@@ -1,6 +1,7 @@
 """docs/library.md's dataset larger than memory, run as written: a torch Dataset over a memory-mapped .npy of token ids,
 trained by two workers (one in place, one on a replica) that each map the file. The parent never builds a batch, the
-batch store holds no token, and every batch is built once per step that trains it, in a worker."""
+batch store holds no token, and every batch is built once per step that trains it, in a worker; the example's
+batch_shapes() tells the one shape of its batches without building one."""
 import os
 import pathlib
 import re
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 
 import hogwild
 from hogwild.share.batch_store import BatchStore
+from hogwild.worker.step_graph import batch_signature, shape_counts
 
 DOC = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "library.md").read_text(encoding="utf-8")
 EXAMPLE = next(block for block in re.findall(r"```python\n(.*?)```", DOC, re.S) if "class TokenWindows" in block)
@@ -41,7 +43,10 @@ def test_workers_train_on_a_mapped_dataset_that_the_parent_never_indexes(tmp_pat
     dataset = CountedWindows(tmp_path / "ids.npy")
     assert len(dataset) == 30  # batch 2 starts at id 1056, which is 22 mod 47:
     assert torch.equal(dataset[2]["target"][0, :3], torch.tensor([23, 24, 25]))
+    built = [dataset[i] for i in range(len(dataset))]
     CountedWindows.built = 0
+    assert shape_counts(dataset) == shape_counts(built) == [(batch_signature(built[0]), 0, 30)]
+    assert CountedWindows.built == 0  # the example's batch_shapes(): what a device worker asks, no batch built
     dataset.log = str(tmp_path / "built.txt")
     store = BatchStore(dataset, str(tmp_path))  # what the engine writes: the object, not its batches
     assert (tmp_path / "batches.pkl").stat().st_size < 500 and torch.load(store.path) == {}

@@ -207,6 +207,10 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
                                 "continues); restore it, or give the run's options with --config FILE"),
     ('{"run": ["pos"]}', "--resume {path}: its 'run' section is a list, not a mapping of option names to values (the "
                          "options run.py recorded); restore it, or give the run's options with --config FILE"),
+    ('{"run": 5}', "--resume {path}: its 'run' section is an int, not a mapping of option names to values (the "
+                   "options run.py recorded); restore it, or give the run's options with --config FILE"),  # "a int"
+    ('{"run": null}', "--resume {path}: its 'run' section is null, not a mapping of option names to values (the "
+                      "options run.py recorded); restore it, or give the run's options with --config FILE"),
 ])
 def test_resume_refuses_a_broken_config_json_naming_file_line_and_column(tmp_path, capsys, text, message):
     path = tmp_path / "config.json"
@@ -346,3 +350,16 @@ def test_every_warning_is_one_line_without_the_source_that_warned(tmp_path, caps
 def test_help_says_flags_are_spelled_out_in_full():
     assert ("flags are spelled out in full: a prefix (--step for --steps) is an error, so that a recorded command keeps "
             "its meaning when a later version adds flags") in " ".join(train_parser().format_help().split())
+
+
+@pytest.mark.parametrize("argv, hint", [(["prepare", "europarl", "--src", "fr"], "; corpora are prepared with "
+                                                                                "`python -m hogwild.data.prepare`"),
+                                        (["train", "--steps", "2"], "")])
+def test_a_word_that_is_not_a_command_is_named_not_its_first_flag(capsys, argv, hint):
+    """`run.py prepare europarl --src fr` said "--src: not a flag ... (did you mean --src-lang?)"."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"run.py: error: {argv[0]!r} is not a command: run.py's commands are tag, translate, plot, and training takes "
+        f"flags only{hint}")

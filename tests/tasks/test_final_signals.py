@@ -84,3 +84,36 @@ def test_while_the_data_loads_sigterm_and_sighup_interrupt_as_ctrl_c_does(name):
             f"    print('interrupted', signal.getsignal(signal.{name}) is before)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "interrupted True\n", "")
+
+
+def test_one_sigterm_as_training_ends_is_the_first_and_skips_the_final_decoding(tmp_path):
+    """One SIGTERM while the run stops at --steps (the engine's stop record written, its evaluation and last.pt under
+    way) was answered "SIGTERM again: already stopping", then the whole final beam decoding ran, exit 0. It is the
+    first signal: the decoding is skipped as documented, exit 130. (The engine's part of this, deterministic, is
+    tests/hogwild/parent/test_supervisor.py::test_the_first_signal_after_training_ended_is_not_called_again_and_is_
+    handed_on; here the signal may also land just after the engine, where FinalSignals takes it.)"""
+    out, test = tmp_path / "run", tmp_path / "test"
+    _write_test_set(test, 2000)
+    command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
+               "--steps", "6", "--eval-every", "5", "--beam", "5", "--test", str(test), "--no-progress",
+               "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while '"kind": "stop"' not in ((out / "metrics.jsonl").read_text() if (out / "metrics.jsonl").exists() else ""):
+            assert process.poll() is None, process.communicate()
+            assert time.time() < deadline, "training did not stop within 240 s"
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stdout + stderr
+    assert "again" not in stderr and "Traceback" not in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reason"] == ("signal SIGTERM during the final held-out evaluation, which was skipped "
+                                      "(training had stopped: max_steps)")
+    assert summary["updates"] == 6 and summary["heldout"] is None and not (out / "test.hyp").exists()

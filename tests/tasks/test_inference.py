@@ -131,8 +131,8 @@ def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
         assert len(done.stdout.splitlines()) == 1
         note, warning = done.stderr.splitlines()
         assert note == f"run.py tag: using {out / 'best.pt'} (update 0)"
-        assert re.fullmatch(rf"run\.py tag: warning: {re.escape(str(out))} is still training \(pid {training.pid} "
-                            rf"\(started [0-9: -]+\)\): best\.pt is the checkpoint of update 0, not of the finished "
+        assert re.fullmatch(rf"run\.py tag: warning: {re.escape(str(out))} is still training, by pid {training.pid} "
+                            rf"\(started [0-9: -]+\): best\.pt is the checkpoint of update 0, not of the finished "
                             rf"run", warning), warning
         training.send_signal(signal.SIGINT)
         assert training.wait(120) == 130
@@ -182,3 +182,104 @@ def test_sigterm_while_tagging_into_output_leaves_no_partial_file(pos_run, tmp_p
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _fake_run(folder):
+    """The files of a trained run, by name (output_clash reads no content)."""
+    folder.mkdir()
+    for name in ("model.json", "config.json", "metrics.jsonl", "last.pt", "best.pt", "vocab.words.json"):
+        (folder / name).write_text(name)
+    (folder / "host0").mkdir()
+    (folder / "host0" / "last.pt").write_text("host0")
+    return folder
+
+
+def test_an_output_on_a_file_of_the_run_or_on_the_input_is_refused_by_any_path(tmp_path):
+    """--output RUN/last.pt (metrics.jsonl, a vocabulary ...) replaced the run's file with the answers, exit 0; so did
+    a link to it or another name for it (files are compared by device and inode), a name the run writes later, and
+    the input file itself. A new name beside the run, a device and a file elsewhere are written as before."""
+    from hogwild.tasks.inference import output_clash
+
+    run = _fake_run(tmp_path / "run")
+    source = tmp_path / "in.txt"
+    source.write_text("a b\n")
+    (tmp_path / "link.pt").symlink_to(run / "last.pt")
+    os.link(run / "best.pt", tmp_path / "hard.pt")
+    (tmp_path / "alias").symlink_to(run)
+    refused = {str(run / "last.pt"): "", str(run / "metrics.jsonl"): "", str(run / "host0" / "last.pt"): "",
+               str(run / "summary.json"): "",  # not written yet: the run writes it at its end
+               str(tmp_path / "link.pt"): f"is {run / 'last.pt'}, ",
+               str(tmp_path / "hard.pt"): f"is {run / 'best.pt'}, ",
+               str(tmp_path / "alias" / "vocab.words.json"): f"is {run / 'vocab.words.json'}, ",
+               str(tmp_path / "alias" / "best.pt"): f"is {run / 'best.pt'}, ",  # best.pt is run/best.pt and hard.pt
+               str(tmp_path / "alias" / "summary.json"): f"is {run / 'summary.json'}, "}
+    for output, other in refused.items():
+        for checkpoint in (run, run / "best.pt", run / "host0" / "last.pt"):
+            assert output_clash(output, str(checkpoint), [str(source)]) == (
+                f"--output {output}: {other}a file of the --checkpoint run {run}: the answers would replace it; write "
+                f"them outside the run directory")
+    assert output_clash(str(source), str(run), ["-", str(source)]) == (
+        f"--output {source}: is the input {source}: the answers would replace it; write them to another file")
+    for output in (str(run / "answers.txt"), str(tmp_path / "out.txt"), os.devnull, None):
+        assert output_clash(output, str(run), [str(source)]) is None
+
+
+@pytest.mark.parametrize("command, target, stdin", [("tag", "last.pt", None), ("tag", "config.json", "stdout"),
+                                                    ("tag", "in", "stdin"), ("translate", "vocab.src.json", None)])
+def test_run_py_refuses_an_output_on_its_run_or_input_and_touches_nothing(command, target, stdin, pos_run, nmt_run,
+                                                                          tmp_path):
+    """The reported cases, end to end: exit 2 before the run is loaded; every file of the run and the input stay
+    byte for byte (`--output /dev/stdout >> RUN/config.json` and `--output /dev/stdin < in.txt` too)."""
+    run = pos_run if command == "tag" else nmt_run
+    source = tmp_path / "in.txt"
+    source.write_text("ta lavial dulodium .\n")
+    before = {path: path.read_bytes() for path in [*run.iterdir(), source]}
+    output = {"stdout": "/dev/stdout", "stdin": "/dev/stdin"}.get(stdin, str(run / target))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(run / target if stdin == "stdout" else source, "ab" if stdin == "stdout" else "rb") as stream:
+        done = subprocess.run([sys.executable, str(REPO / "run.py"), command, "--checkpoint", str(run), "--output",
+                               output, *([] if stdin else [str(source)])], cwd=REPO, env=env, timeout=120,
+                              stdin=stream if stdin == "stdin" else subprocess.DEVNULL,
+                              stdout=stream if stdin == "stdout" else subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    assert done.returncode == 2
+    named = "is the input stdin" if stdin == "stdin" else f"is {run / target}, a file" if stdin else "a file"
+    assert done.stderr.splitlines()[-1].startswith(f"run.py {command}: error: --output {output}: {named}")
+    assert {path: path.read_bytes() for path in [*run.iterdir(), source]} == before
+
+
+def test_a_run_file_that_cannot_be_parsed_is_named_with_its_path(nmt_run, tmp_path):
+    """`translate --output RUN/vocab.src.json` left a file that the next translate refused with json's bare
+    "Expecting value: line 1 column 1 (char 0)". Each file tag/translate read is named, with line and column."""
+    import shutil
+
+    from hogwild.tasks.inference import load_translator
+    from hogwild.tasks.rundir import RunDirError
+
+    run = tmp_path / "run"
+    shutil.copytree(nmt_run, run)
+    damages = {"vocab.src.json": ("Das Haus\n", "vocab.src.json:1:1: not valid JSON (Expecting value)"),
+               "vocab.tgt.json": ("[1]", 'vocab.tgt.json: not a vocabulary file (a JSON object {"specials": [...], '
+                                         '"tokens": [...]} of strings)'),
+               "text.json": ('{"kind": "moses",\n "src_lang": }', "text.json:2:14: not valid JSON (Expecting value)"),
+               "model.json": (b"\xff", "model.json: not JSON text (byte 0 is not utf-8)"),
+               }
+    for name, (text, message) in damages.items():
+        kept = (run / name).read_bytes()
+        (run / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(ValueError) as raised:
+            load_translator(run)
+        assert str(raised.value) == f"{run}/{message}"
+        (run / name).write_bytes(kept)
+    spec = (run / "model.json").read_text()
+    (run / "model.json").write_text(json.dumps({**json.loads(spec), "config": {**json.loads(spec)["config"],
+                                                                               "readout": 7}}))
+    with pytest.raises(RunDirError, match=rf"^{run}/model\.json and {run}/best\.pt do not make one model "
+                                          r"\(RuntimeError: Error\(s\) in loading state_dict for AttentionNMT: size "
+                                          r"mismatch for .*\); is one of them from another run\?$"):
+        load_translator(run)
+    (run / "model.json").write_text(spec)
+    (run / "vocab.src.json").write_text("x")
+    done = run_py("translate", "--checkpoint", str(run), input="a b\n")
+    assert (done.returncode, done.stderr.splitlines()[-1]) == (
+        1, f"run.py translate: error: {run}/vocab.src.json:1:1: not valid JSON (Expecting value)")

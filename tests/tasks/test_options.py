@@ -222,12 +222,12 @@ def test_the_dev_help_says_how_the_held_out_set_is_split():
 def test_a_graphed_job_trains_the_padded_loss_on_length_buckets(task):
     """--graphs (on with --gpus by default): the task's padded loss and its batches padded to the bucket edges."""
     from hogwild.tasks.job_builders import build_job
-    from hogwild.tasks.defaults import graph_bucket_edges
+    from hogwild.data.buckets import training_buckets
     options = RunOptions(task=task, synthetic_size=120).resolved()
     assert options.engine_config(["cuda:0"]).graphed("cuda:0") and not options.engine_config(["cpu"]).graphed("cpu")
     plain, graphed = build_job(options), build_job(options, fixed_shapes=True)
     assert plain.loss_fn.__name__ == f"{task}_loss" and graphed.loss_fn.keywords == {"padded": True}
-    edges = graph_bucket_edges(task, options.max_len)
+    edges = training_buckets(task, True, options.max_len).edges
     keys = ("words", "tags") if task == "pos" else ("src", "tgt")
     assert len(plain.batches) == len(graphed.batches)
     for tight, padded in zip(plain.batches, graphed.batches):

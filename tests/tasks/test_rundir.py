@@ -149,3 +149,35 @@ def test_run_py_tag_on_a_crafted_best_pt_runs_nothing_and_exits_1(tmp_path):
         f"run.py tag: error: {tmp_path}/best.pt: not a hogwild checkpoint (it needs io.open unpickled; refused: "
         f"loading it could run code)")
     assert not marker.exists()
+
+
+def test_a_damaged_summary_or_model_json_is_named_with_its_line(tmp_path):
+    _write(tmp_path / "metrics.jsonl", [{"kind": "train", "elapsed": 1.0, "updates": 5, "loss": 2.0}])
+    (tmp_path / "summary.json").write_text('{"best": \n')
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/summary\.json:2:1: not valid JSON \(Expecting value\)$"):
+        read_curves(tmp_path)
+    (tmp_path / "model.json").write_text("ta/DET lavial/VERB\n")
+    torch.save({"format": 1, "model": {"w": torch.ones(2)}}, tmp_path / "last.pt")
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/model\.json:1:1: not valid JSON \(Expecting value\)$"):
+        load_trained(tmp_path)
+
+
+def test_an_out_that_is_the_data_cache_or_overlaps_it_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """HOGWILD_CACHE equal to --out prepared the data into the folder, then refused it as "holds other files" and
+    removed it: such a run could never start."""
+    from hogwild.tasks.rundir import check_out
+    from tests.tasks.helpers import run_py
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HOGWILD_CACHE", str(cache))
+    for out, how in ((cache, "is"), (cache / "run", "overlaps"), (tmp_path, "overlaps")):
+        with pytest.raises(RunDirError, match=rf"^--out {out}: {how} the data cache {cache} \(\$HOGWILD_CACHE\): the "
+                                              r"prepared data and the run's files would mix; give them separate "
+                                              r"folders$"):
+            check_out(out, resume=False)
+    check_out(tmp_path / "run", resume=False)
+    done = run_py("--task", "pos", "--synthetic-size", "100", "--steps", "1", "--out", str(cache),
+                  env={"HOGWILD_CACHE": str(cache)})
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].startswith(f"run.py: error: --out {cache}: is the "
+                                                                           f"data cache")
+    assert not cache.exists()

@@ -122,3 +122,20 @@ def test_a_full_device_as_output_is_named_and_stays_a_device(tmp_path):
         with TextOutput(str(full)) as output:
             output.write(["one"])
     assert stat.S_ISCHR(os.lstat(full).st_mode) and os.listdir(tmp_path) == ["full"]
+
+
+def test_output_keeps_the_replaced_files_mode_and_a_new_file_follows_the_umask(tmp_path):
+    """mkstemp's 0600 reached every --output: private answers whatever the umask, and a replaced file lost its mode."""
+    previous = os.umask(0o027)
+    try:
+        with TextOutput(str(tmp_path / "new.txt")) as output:
+            output.write(["one"])
+        kept = tmp_path / "kept.txt"
+        kept.write_text("previous\n")
+        kept.chmod(0o664)
+        with TextOutput(str(kept)) as output:
+            output.write(["two"])
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "new.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o664 and kept.read_text() == "two\n"

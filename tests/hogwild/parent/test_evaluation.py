@@ -3,6 +3,8 @@ through train); the evaluation budget's arithmetic and evaluations on a thread b
 train: the loop keeps checkpointing, stopping on time and noticing failures while evaluate runs; an evaluate that
 raises stops the run after a checkpoint."""
 import json
+import pathlib
+import re
 import multiprocessing
 import threading
 import time
@@ -427,3 +429,38 @@ def test_a_run_whose_evaluations_are_all_nan_writes_no_best_pt_but_says_so(tmp_p
     warned = [(r["updates"], r["final"]) for r in records if r["kind"] == "nan_metrics"]
     assert warned == [(0, False), (4, True)]  # the start and the final evaluation
     assert capsys.readouterr().err.count("warning: evaluate() returned NaN for loss") == 2
+
+
+def test_a_worker_killed_during_an_evaluation_ends_the_process_with_its_own_status(tmp_path):
+    """The evaluation thread, still inside torch when the process exited, aborted it: "terminate called without an
+    active exception", exit 134 (run.py's NMT run, a worker killed during its first evaluation: 3 of 3). The run now
+    stops the evaluation it no longer waits for, and exits 1 within seconds, not after the evaluation's minute."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).parents[1] / "engine_scripts" / "evaluate_while_a_worker_dies.py"
+    process = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        assert H.wait_for(lambda: (tmp_path / "evaluating").exists() and _worker_pids(process.pid), timeout=120)
+        time.sleep(0.5)
+        os.kill(sorted(_worker_pids(process.pid))[-1], signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 1, err
+    assert re.fullmatch(r"training stopped: worker \d \(cpu, pid \d+\) was killed by signal SIGKILL\n", out)
+    assert "terminate called" not in err and time.monotonic() - killed < 30
+    assert (tmp_path / "last.pt").exists()
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """The engine's worker processes among a process's children (by their spawn command line)."""
+    import subprocess
+    found = subprocess.run(["pgrep", "-P", str(parent), "-f", "spawn_main"], capture_output=True, text=True)
+    return [int(pid) for pid in found.stdout.split()]

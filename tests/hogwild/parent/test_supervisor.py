@@ -113,6 +113,22 @@ def test_sigint_sigterm_and_sighup_stop_gracefully_with_a_checkpoint(tmp_path, s
     assert saved["global_step"] == result["updates"] >= 2
 
 
+def test_the_first_signal_after_training_ended_is_not_called_again_and_is_handed_on(tmp_path, capfd):
+    """A SIGTERM while the run stops at max_steps (here: during its final evaluation) was called "SIGTERM again:
+    already stopping" and lost: run.py then ran its whole final beam decoding and exited 0. It is the first signal:
+    training keeps its own stop reason, the evaluation and last.pt go on, and TrainResult.late_signal names it."""
+    def evaluate(model, final):
+        if final:
+            os.kill(os.getpid(), signal.SIGTERM)  # the engine's handler takes it, in this (main) thread
+        return {"score": 1.0}
+
+    result = hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=8),
+                           config(tmp_path, workers=1, max_steps=6), evaluate)
+    assert (result.stop_reason, result.late_signal, result.updates) == ("max_steps", "signal SIGTERM", 6)
+    assert result.final_metrics == {"score": 1.0} and (tmp_path / "last.pt").exists()
+    assert "again" not in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_whole_process_group_stops_gracefully(tmp_path, signum):
     """`timeout`, batch schedulers and service managers (SIGTERM) and a closed terminal (SIGHUP) signal every process

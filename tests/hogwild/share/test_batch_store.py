@@ -120,3 +120,22 @@ def test_a_dataset_is_stored_as_itself_and_indexed_after_loading(tmp_path):
     assert torch.equal(loaded.corpus, dataset.corpus) and _mapped_from(loaded.corpus, store.path)
     assert os.path.getsize(store.structure) < 1000  # the structure, not 99,999 batches
     assert torch.load(store.path)["int64"].numel() == 100_000  # the corpus once
+
+
+def test_a_dataset_that_cannot_be_pickled_is_named_with_what_to_change(tmp_path):
+    """hogwild.train on a Dataset holding a lambda failed with pickle's bare "AttributeError: Can't pickle local
+    object 'Batches.__init__.<locals>.<lambda>'"."""
+    class Batches(torch.utils.data.Dataset):
+        def __init__(self):
+            self.transform = lambda batch: batch
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return self.transform(torch.zeros(1))
+
+    with pytest.raises(TypeError, match=r"^cannot send the Batches Dataset to the workers \(each gets it pickled, as "
+                                        r"DataLoader's workers do\): Can't pickle local object .*\. Keep lambdas, "
+                                        r"local functions and classes, open files and locks out of them"):
+        BatchStore(Batches(), str(tmp_path))

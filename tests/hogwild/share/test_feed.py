@@ -1,6 +1,7 @@
 """hogwild.share.feed: seeded epoch orders, exactly-once tickets through each worker's bounded queue, a dead
 worker's tickets dealt again once, max_steps dealt exactly, shards, resume positions."""
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -8,8 +9,9 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from hogwild.share.feed import (BatchFeed, PartitionReader, QueueReader, as_sequence, epoch_order,
-                                partition_order, tickets_per_item)
+from hogwild.share.feed import (BatchFeed, PartitionReader, QueueReader, as_sequence, epoch_order, partition_order,
+                                tickets_per_item)
+from hogwild.share.stream import STREAM_EPOCH, ArrivingBatches, StreamFeed, is_streamed
 from hogwild.share.run_state import IN_PROGRESS, LAST_SEQ, TAKEN, UPDATES, SharedCounters
 
 
@@ -164,13 +166,125 @@ def test_partition_reader_walks_its_shard_and_resumes_mid_epoch():
     assert counters.ints[1, TAKEN] == 2
 
 
-def test_as_sequence():
+def test_what_is_stored_and_what_is_streamed():
     class Reiterable:
         def __iter__(self):
             return iter([torch.zeros(1), torch.ones(1)])
 
-    assert [t.item() for t in as_sequence(Reiterable())] == [0.0, 1.0]
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter([torch.zeros(1)])
+
+        def __len__(self):  # an IterableDataset is iterated, even with a length
+            return 1
+
+    assert [is_streamed(b) for b in ([1], (1,), torch.utils.data.TensorDataset(torch.zeros(2)), Reiterable(),
+                                     Batches(), iter([1]), (b for b in [1]), {1: 2}.values())] == \
+        [False, False, False, True, True, True, True, True]
+    assert as_sequence([torch.zeros(1)])[0].item() == 0.0
     with pytest.raises(ValueError, match="batches is empty"):
         as_sequence([])
-    with pytest.raises(TypeError, match="sequence or re-iterable"):
-        as_sequence(5)
+    with pytest.raises(TypeError, match="a sequence, a torch Dataset or an iterable of batches, got int"):
+        is_streamed(5)
+
+
+class Counting(torch.utils.data.IterableDataset):
+    """Batches tensor([0]) .. tensor([n - 1]) a pass, `read` counting every batch taken from it (all passes); `fail_at`:
+    raise at that batch."""
+
+    def __init__(self, n, fail_at=None):
+        self.n, self.read, self.fail_at = n, 0, fail_at
+
+    def __iter__(self):
+        for i in range(self.n):
+            if i == self.fail_at:
+                raise ValueError(f"batch {i} could not be read")
+            self.read += 1
+            yield torch.tensor([i])
+
+
+def _stream_feed(stream, workers, **kwargs):
+    ctx, counters, stop = mp.get_context("spawn"), SharedCounters(workers), threading.Event()
+    feed = StreamFeed(ctx, stream, workers=workers, counters=counters, **{"epochs": 1, "depth": 4, **kwargs})
+    return feed, counters, stop
+
+
+_arriving = threading.Lock()  # the consumer threads share this process's ArrivingBatches
+
+
+def _consume_stream(feed, worker, counters, stop, taken):
+    view, batches = counters.worker_view(worker), ArrivingBatches()
+    reader = QueueReader(feed.mailbox(worker), stop.is_set, view)
+    while True:
+        with _arriving:
+            ticket = reader.next()
+            if ticket is None:
+                return
+            taken[worker].append((ticket[0], batches[ticket[1]].item()))
+        view.applied(0, 1, 0.0, 0.1)
+        reader.done()
+
+
+def test_a_stream_is_dealt_a_pass_per_epoch_each_batch_once_with_its_ticket():
+    stream = Counting(9)
+    feed, counters, stop = _stream_feed(stream, 2, epochs=2)
+    feed.start(stop.is_set)
+    taken = [[], []]
+    threads = [threading.Thread(target=_consume_stream, args=(feed, w, counters, stop, taken)) for w in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert Counter(taken[0] + taken[1]) == Counter((epoch, i) for epoch in range(2) for i in range(9))
+    assert stream.read == 18 and feed.resume_seq() == STREAM_EPOCH + 9  # after pass 1 (of 0, 1): its end
+    assert len(ArrivingBatches()) == 0 and list(ArrivingBatches()) == []
+    stop.set()
+    feed.close()
+
+
+def test_a_stream_is_read_only_as_far_as_the_queues_have_room_and_a_resume_skips_what_was_taken():
+    """Nobody reads the queue: the dealer takes from an endless-looking stream only what the queue holds (bounded
+    memory); a feed resumed at pass 1, position 3 reads 3 batches of that pass again without dealing them."""
+    stream = Counting(1000)
+    feed, counters, stop = _stream_feed(stream, 1, epochs=None, depth=4)
+    feed.start(stop.is_set)
+    time.sleep(0.5)
+    assert stream.read <= feed.depth + 2  # the queue's items, one read ahead, one in the queue's feeder
+    stop.set()
+    feed.close()
+    resumed = Counting(5)
+    feed, counters, stop = _stream_feed(resumed, 1, epochs=2, start_seq=STREAM_EPOCH + 3)
+    feed.start(stop.is_set)
+    taken = [[]]
+    _consume_stream(feed, 0, counters, stop, taken)
+    assert taken == [[(1, 3), (1, 4)]] and resumed.read == 5
+    feed.close()
+
+
+def test_a_dead_workers_streamed_batches_are_dealt_again_and_a_failing_stream_is_named():
+    stream = Counting(6)
+    feed, counters, stop = _stream_feed(stream, 2)
+    with feed._lock:
+        feed._read_ahead()
+        feed._round()  # each worker is dealt a batch: worker 0 the first
+    feed.reassign(0)  # worker 0 died before counting it done
+    assert [ticket[:3] + (ticket[3].item(),) for ticket in feed._returned] == [(0, 0, 0, 0)]
+    failing = Counting(6, fail_at=2)
+    feed, counters, stop = _stream_feed(failing, 1)
+    failed = threading.Event()
+    feed.start(stop.is_set, failed.set)
+    assert failed.wait(10)
+    assert feed.error.startswith("Traceback") and feed.error.endswith("ValueError: batch 2 could not be read")
+    stop.set()
+    feed.close()
+
+
+def test_a_pass_that_gives_nothing_ends_the_data_with_a_warning():
+    once = (torch.tensor([i]) for i in range(3))  # a generator: read once
+    feed, counters, stop = _stream_feed(once, 1, epochs=3)
+    with pytest.warns(RuntimeWarning, match="the batches gave none in pass 2: the data ends there"):
+        feed.start(stop.is_set)
+        taken = [[]]
+        _consume_stream(feed, 0, counters, stop, taken)
+    assert taken == [[(0, 0), (0, 1), (0, 2)]]
+    feed.close()

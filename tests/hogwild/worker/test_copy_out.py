@@ -10,7 +10,7 @@ from hogwild.share.run_state import SharedCounters
 from hogwild.shared_optim import SharedOptimizer, trainable_parameters
 from hogwild.worker import step_graph
 from hogwild.worker.gradients import NonFiniteStreak
-from hogwild.worker.step_graph import StepGraphs, shape_buckets
+from hogwild.worker.step_graph import StepGraphs, shape_buckets, shape_counts
 from hogwild.worker.updates import SkipRule, Update, Updater
 from tests.hogwild.worker.test_step_graph import PADDED_POS, config, pos_batches, prepared, run_one
 
@@ -46,7 +46,7 @@ def trained(sparse: bool, batches: list, lr: float = 0.5, epochs: int = 2) -> li
     pulled by rows), the step uncaptured, its copy-out, the shared optimizer's update (Updater, plain SGD)."""
     model = tagger(sparse).share_memory()
     step = StepGraphs(model, PADDED_POS, torch.device("cpu"), config(lr=lr, sparse_pull=True))
-    step.prepare(batches, shape_buckets(batches, 8))
+    step.prepare(batches, shapes=shape_buckets(shape_counts(batches), 8))
     shared = trainable_parameters(model)
     optimizer = SharedOptimizer(shared, "sgd")
     optimizer.attach(shared)

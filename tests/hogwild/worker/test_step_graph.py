@@ -17,7 +17,7 @@ from hogwild.models.nmt import AttentionNMT, NMTConfig, nmt_loss
 from hogwild.models.pos_tagger import POSConfig, POSTagger, pos_loss
 from hogwild.share.run_state import PhaseClock
 from hogwild.worker.step_graph import (GRAPH_MIN_USES, NotGraphable, StepGraphs, batch_signature, graph_shapes,
-                                       host_count, shape_buckets)
+                                       host_count, shape_buckets, shape_counts)
 from tests.hogwild import engine_helpers as H
 from tests.models.conftest import nmt_batch, pos_batch
 
@@ -89,9 +89,9 @@ def test_shapes_are_ranked_by_frequency_then_first_appearance_and_host_fields_do
     batches = [{"x": b, "tokens": 1}, {"x": a, "tokens": 2}, {"x": a, "tokens": 3}, {"x": b, "tokens": 4},
                {"x": c, "tokens": 5}]
     assert batch_signature(batches[1]) == batch_signature(batches[2]) == ((("x",), torch.float32, (2, 3)),)
-    assert shape_buckets(batches) == [(batch_signature(batches[0]), 0), (batch_signature(batches[1]), 1),
-                                      (batch_signature(batches[4]), 4)]
-    assert shape_buckets(batches, limit=1) == [(batch_signature(batches[0]), 0)]
+    assert shape_buckets(shape_counts(batches)) == [(batch_signature(batches[0]), 0), (batch_signature(batches[1]), 1),
+                                                    (batch_signature(batches[4]), 4)]
+    assert shape_buckets(shape_counts(batches), limit=1) == [(batch_signature(batches[0]), 0)]
     assert host_count(batches[3]) == 4 and host_count((torch.zeros(7, 2),)) == 7
 
 
@@ -101,7 +101,7 @@ EVERY_SHAPE = 8  # a graph_limit above the shapes of these few batches: each get
 def prepared(make, loss_fn, batches, limit=EVERY_SHAPE, **kwargs):
     model = make().share_memory()
     step = StepGraphs(model, loss_fn, torch.device("cpu"), config(**kwargs))
-    return model, step, step.prepare(batches, shape_buckets(batches, limit))
+    return model, step, step.prepare(batches, shapes=shape_buckets(shape_counts(batches), limit))
 
 
 def run_one(step, batch, slot=0):
@@ -255,9 +255,10 @@ def test_without_a_limit_every_shape_the_run_uses_often_enough_gets_a_graph():
     epochs runs eager. 30 shapes, no constant cap: sizes 1-24 four times each, 25-30 once (and twice over 2 epochs)."""
     sizes = [n for n in range(1, 25) for _ in range(GRAPH_MIN_USES)] + list(range(25, 31))
     batches = [(torch.randn(n, 4), torch.randn(n, 1)) for n in sizes]
-    assert len(graph_shapes(batches, None, epochs=1)) == 24
-    assert len(graph_shapes(batches, None, epochs=GRAPH_MIN_USES)) == 30
-    assert len(graph_shapes(batches, 5, epochs=None)) == 5
+    counts = shape_counts(batches)
+    assert len(graph_shapes(counts, None, epochs=1)) == 24
+    assert len(graph_shapes(counts, None, epochs=GRAPH_MIN_USES)) == 30
+    assert len(graph_shapes(counts, 5, epochs=None)) == 5
     graphed, _ = final_parameters(H.regression_model, H.mse_loss, batches, graphs="on", epochs=2, shuffle=False)
     assert graphed.graphs == 24 and graphed.eager_steps == 12  # six shapes used twice
     assert graphed.eager_share == pytest.approx(12 / graphed.updates)
