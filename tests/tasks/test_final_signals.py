@@ -28,8 +28,8 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     out, test = tmp_path / "run", tmp_path / "test"
     _write_test_set(test, 2000)
     command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
-               "--steps", "5", "--eval-every", "1000", "--beam", "5", "--test", str(test), "--no-progress",
-               "--out", str(out)]
+               "--steps", "5", "--eval-every", "1000", "--dev-limit", "20", "--beam", "5", "--test", str(test),
+               "--no-progress", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -55,6 +55,7 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     assert f"--resume --out {out} runs the final held-out evaluation" in stdout
 
     records = (out / "metrics.jsonl").read_text()
+    _write_test_set(test, 100)  # 2,000 sentences made the decoding long enough to be signalled; 100 finish it sooner
     done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "training finished at update 5 (max_steps); running the final held-out evaluation that was skipped" \
@@ -63,10 +64,10 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     assert (out / "metrics.jsonl").read_text() == records
     finished = json.loads((out / "summary.json").read_text())
     assert finished["stop_reason"] == "max_steps" and "training_stop_reason" not in finished
-    assert finished["heldout"]["test"]["sentences"] == 2000 and finished["heldout"]["dev"]["sentences"] == 200
+    assert finished["heldout"]["test"]["sentences"] == 100 and finished["heldout"]["dev"]["sentences"] == 20
     assert {key: finished[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")} == \
         {key: summary[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")}
-    assert len((out / "test.hyp").read_text().splitlines()) == 2000
+    assert len((out / "test.hyp").read_text().splitlines()) == 100
     assert len((out / "command.txt").read_text().splitlines()) == 2 and not (out / "run.lock").exists()
     again = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 1  # now finished: nothing to train, nothing to decode
