@@ -112,7 +112,7 @@ def quick_start(tmp_path_factory):
     return clone, done
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first=True)
 @pytest.mark.timeout(1200)
 def test_readme_main_command_runs_from_a_fresh_copy_and_learns(quick_start):
     clone, done = quick_start

@@ -103,7 +103,7 @@ def step_output(log: str, name: str) -> str:
     return log.split(f"=== {name} (limit ", 1)[1].split("\n", 1)[1].split(f"=== {name}: ", 1)[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(first=True)
 def test_gpu_check_runs_every_stage_on_the_cpu_in_order(cpu_check):
     out, done = cpu_check
     summary = (out / "summary.txt").read_text()
