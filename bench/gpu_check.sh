@@ -8,6 +8,7 @@
 #                  must end in the eager step); its verdict streams into step-check.log
 #   b  one-worker  timed, alone: one graphed engine worker against the graphed plain loop, fp32 (TF32 off on both),
 #                  both tasks, 750 updates a run (a steady window of 600); each run's captures come before its window
+#                  (on the CPU: bench_gpu's own --quick run, every CPU variant, 1 and 2 workers)
 #   c  tests       the CUDA tests, `pytest -m cuda -v -rfEs` (each name and outcome streams as it finishes, so a cut
 #                  run still names them), a per-test timeout; less the ones stage d runs
 #   d  more        timed, alone: 2 and 4 workers against the graphed plain loop, then bf16 (the graphed bf16 loop
@@ -218,11 +219,14 @@ main() {
     if [ "$CPU_MODE" = 1 ]; then
         device=cpu
         step_check=(--device cpu --quick)
-        # the engine rows' workers on 'cpu-replica' run the graphed step's code without capture (graphs on); the
-        # batches' lengths from a gamma fit, not from the corpora (tokenizing Europarl takes longer than the runs)
-        bench=(env "HOGWILD_CORPORA=$WORK/no-corpora" "$PYTHON" -m bench.bench_gpu --device cpu --quick
-               --engine-option graphs=on --engine-option graph_limit=4)  # 20 updates use no shape 4 times
-        one=(--tasks pos,nmt --updates 20) more_k=(--tasks pos --updates 20 --worker-counts 2 --variants engine)
+        # the batches' lengths from a gamma fit, not from the corpora (tokenizing Europarl takes longer than the runs)
+        quick=(env "HOGWILD_CORPORA=$WORK/no-corpora" "$PYTHON" -m bench.bench_gpu --device cpu --quick)
+        # stage b: the bench's own quick CPU run, graphs auto (eager engine rows): tests/bench/test_gpu_check.py checks
+        # its rows from this stage, not from a run of its own; stage d's engine rows run the graphed step's code on
+        # 'cpu-replica' without capture (graphs on)
+        one=("${quick[@]}" --tasks pos,nmt --variants plain,plain-graphed,engine --worker-counts 1,2)
+        bench=("${quick[@]}" --engine-option graphs=on --engine-option graph_limit=4)  # 20 updates use no shape 4 times
+        more_k=(--tasks pos --updates 20 --worker-counts 2 --variants engine)
         more_bf16=(--tasks pos --updates 20)
         # the CUDA tests are skipped without CUDA: the stages themselves are what is tested here
         tests=(-m cuda tests/hogwild/test_gpu.py) COMPILED_TESTS=(-m cuda tests/hogwild/worker/test_compile_tf32.py)
@@ -233,7 +237,7 @@ main() {
         device=cuda:0
         step_check=(--device cuda:0)
         bench=("$PYTHON" -m bench.bench_gpu --device cuda:0)
-        one=(--tasks pos,nmt --updates 750)
+        one=("${bench[@]}" --tasks pos,nmt --updates 750 --variants plain-graphed,engine --worker-counts 1)
         more_k=(--tasks pos,nmt --updates 750 --worker-counts 2,4 --variants plain-graphed,engine)
         more_bf16=(--tasks pos,nmt --updates 750)
         # The tests that need CUDA (marked `cuda` by tests/conftest.py from their skip reason), less three that
@@ -283,8 +287,7 @@ main() {
     step a step-check 90 30 "$PYTHON" -m bench.gpu_step_check "${step_check[@]}" --timed-steps 0
     publish
     # b: one graphed worker against the graphed plain loop, fp32 (timed, alone).
-    step b one-worker 220 60 "${bench[@]}" "${one[@]}" --variants plain-graphed,engine \
-        --worker-counts 1 --repeats 1 --json "$OUT/one-worker.json"
+    step b one-worker 220 60 "${one[@]}" --repeats 1 --json "$OUT/one-worker.json"
     publish
     # c: the CUDA tests.
     step c tests 170 30 "$PYTHON" -m pytest -v -rfEs --tb=short -p no:cacheprovider -o timeout=90 \

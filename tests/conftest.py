@@ -26,9 +26,13 @@ def pytest_collection_modifyitems(items):
         if any("CUDA" in mark.kwargs.get("reason", "") for mark in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.cuda)  # bench/gpu_check.sh runs these: `pytest -m cuda`
     # Files holding a slow (end-to-end) test first, each kept whole: under the README's `pytest -n 2` they start early
-    # and the short files fill in at the end, so that both workers finish together.
-    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: the collection order within each group
+    # and the short files fill in at the end, so that both workers finish together. First of all the files with a
+    # test marked `slow(first=True)`, a job of minutes (the README's quick start, gpu_check.sh's CPU mode): the two
+    # workers take one each at once, where landing together on one worker, or last, they would end the suite alone.
+    slow = [item.get_closest_marker("slow") for item in items]
+    first_files = {item.path for item, mark in zip(items, slow) if mark is not None and mark.kwargs.get("first")}
+    slow_files = {item.path for item, mark in zip(items, slow) if mark is not None}
+    items.sort(key=lambda item: (item.path not in first_files, item.path not in slow_files))  # stable: files whole
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)

@@ -1,22 +1,22 @@
-"""The package as a user installs it: `pip install <checkout>` (not editable) into a fresh virtualenv outside the
-checkout, then, from a folder outside it, import hogwild, hogwild.models/data/tasks/multihost and train the POS
-tagger for a few updates with two workers; and the installed `hogwild` command (run.py's command line): its --help,
-a short run of the built-in synthetic job that writes its run directory there, and `hogwild tag` on that run.
+"""The package as a user installs it, in one fresh virtualenv: the README's first quick-start command as written (make
+the venv, install torch and the checkout, run the default job) in a fresh copy of the tracked files; then, in that same
+venv, `pip install <checkout>` (not editable, replacing the quick start's editable install) and, from a folder outside
+any checkout, import hogwild, hogwild.models/data/tasks/multihost and train the POS tagger for a few updates with two
+workers; and the installed `hogwild` command (run.py's command line): its --help, a short run of the built-in
+synthetic job that writes its run directory there, and `hogwild tag` on that run. Also: `.ci/run` runs exactly the
+README's test command.
 
-The dependencies (torch, numpy, ...) are not downloaded again: a .pth file in the new venv adds the running
-interpreter's site-packages to sys.path. Python does not process the .pth files of a folder added that way, so an
-editable install of the checkout there (`pip install -e .` in the README's quick start) cannot leak into the venv;
-the test checks both that mechanism (a probe .pth) and where every hogwild module comes from.
+One venv for both installs: making a venv and installing torch into it is most of the quick start's time, and the
+non-editable install needs nothing more than that venv holds.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -27,11 +27,10 @@ PACKAGES = ("hogwild", "hogwild/feed", "hogwild/share", "hogwild/worker", "hogwi
             "hogwild/models", "hogwild/data", "hogwild/tasks")
 
 INSIDE_THE_VENV = textwrap.dedent("""
-    import builtins, importlib, importlib.util, math, os, sys
+    import importlib, importlib.util, math, os, sys
     from pathlib import Path
 
     site = Path(sys.argv[1]).resolve()
-    assert not hasattr(builtins, "HOGWILD_PROBE"), "a .pth of the shared site-packages was processed"
     import hogwild
     import hogwild.data, hogwild.models, hogwild.multihost, hogwild.tasks
     from hogwild.tasks.job_builders import build_job  # the tasks package imports cleanly when installed
@@ -70,14 +69,28 @@ INSIDE_THE_VENV = textwrap.dedent("""
 """)
 
 
-def _copy_tracked_files(destination: Path) -> Path:
-    """What a clone holds (the working tree's version of every tracked file): never build inside the checkout."""
+def _readme_command(which: str) -> str:
+    done = subprocess.run([sys.executable, str(REPO / ".ci" / "readme_commands.py"), which], capture_output=True,
+                          text=True, check=True)
+    return done.stdout.strip()
+
+
+def _copy_tracked_files(destination: Path, leave_out: tuple[str, ...] = ()) -> Path:
+    """The tracked files (as in the working tree) copied to `destination`, less the folders `leave_out` names: what a
+    clone holds. Never build inside the checkout."""
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     for name in filter(None, listed.decode().split("\0")):
-        if (REPO / name).is_file() and not name.startswith(("tests/", "docs/")):
+        if (REPO / name).is_file() and not name.startswith(leave_out):
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, destination / name)
     return destination
+
+
+def _clean_env() -> dict[str, str]:
+    """This process's environment less its venv: what a user's shell holds."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p)
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def _run(command, **kwargs):
@@ -86,28 +99,48 @@ def _run(command, **kwargs):
     return done
 
 
-@pytest.mark.slow
-def test_a_non_editable_install_imports_and_trains_outside_the_checkout(tmp_path):
-    source = _copy_tracked_files(tmp_path / "source")
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
-    python = venv / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    probe = tmp_path / "probe"  # stands for an editable install's .pth in the shared site-packages
-    probe.mkdir()
-    (probe / "probe.pth").write_text("import builtins; builtins.HOGWILD_PROBE = True\n")
-    shared = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], str(probe)])
-    (site / "shared_dependencies.pth").write_text("".join(f"{path}\n" for path in shared))
+@pytest.fixture(scope="module")
+def quick_start(tmp_path_factory):
+    """The README's main command run as written in a fresh copy -> (the copy, the finished command). The copy's
+    .venv is the fresh venv both installs use."""
+    command = _readme_command("main")
+    assert command.endswith("run.py")  # the main job: run.py with no arguments
+    clone = _copy_tracked_files(tmp_path_factory.mktemp("quick-start") / "clone")
+    hidden = str(tmp_path_factory.getbasetemp() / "corpora-hidden")  # as the autouse fixture hides them, later
+    done = subprocess.run(["bash", "-c", command], cwd=clone, env={**_clean_env(), "HOGWILD_CORPORA": hidden},
+                          capture_output=True, text=True, timeout=1100)
+    return clone, done
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "HOGWILD_CORPORA")}
-    env.update(OMP_NUM_THREADS="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    # setuptools and wheel come through the .pth when the running interpreter has them (no network needed);
-    # otherwise pip's build isolation fetches them.
-    offline = all(importlib.util.find_spec(name) for name in ("setuptools", "wheel"))
-    flags = ["--no-build-isolation", "--no-index"] if offline else []
+
+@pytest.mark.slow(first=True)
+@pytest.mark.timeout(1200)
+def test_readme_main_command_runs_from_a_fresh_copy_and_learns(quick_start):
+    clone, done = quick_start
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    accuracies = [float(x) for x in re.findall(r"^\[eval\].*held-out accuracy (\d\.\d+)", done.stdout, re.M)]
+    assert len(accuracies) >= 3, done.stdout
+    assert accuracies[0] < 0.5 and max(accuracies) > accuracies[0] + 0.3, accuracies  # visibly learning
+    assert "best held-out accuracy" in done.stdout
+    assert len(list((clone / "runs").glob("pos-*/summary.json"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_non_editable_install_imports_and_trains_outside_the_checkout(quick_start, tmp_path):
+    clone, done = quick_start
+    python = clone / ".venv" / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    assert any(site.glob("__editable__*hogwild*")), "the quick start installed nothing:\n" + done.stderr[-3000:]
+    source = _copy_tracked_files(tmp_path / "source", leave_out=("tests/", "docs/"))
+    env = {k: v for k, v in _clean_env().items() if k != "HOGWILD_CORPORA"}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    # The venv's setuptools (torch needs one) builds the wheel itself (70.1+), so no build environment is fetched; an
+    # older one lets pip's build isolation fetch what pyproject.toml asks for.
+    builds = subprocess.run([str(python), "-c", "import setuptools.command.bdist_wheel"], capture_output=True)
+    flags = ["--no-build-isolation", "--no-index"] if builds.returncode == 0 else []
     _run([str(python), "-m", "pip", "install", "-q", "--no-deps", *flags, str(source)], env=env, cwd=tmp_path)
 
+    assert not any(site.glob("__editable__*hogwild*"))  # replaced: nothing maps the names to the copy any more
     record = next(site.glob("hogwild-*.dist-info")) / "RECORD"
     installed = {line.split(",")[0] for line in record.read_text().splitlines()}
     for package in PACKAGES:
@@ -120,9 +153,10 @@ def test_a_non_editable_install_imports_and_trains_outside_the_checkout(tmp_path
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "use_hogwild.py").write_text(INSIDE_THE_VENV)
-    done = _run([str(python), "use_hogwild.py", str(site)], env=env, cwd=elsewhere)
-    assert "updates on 2 workers, loss" in done.stdout
-    _check_the_command(venv / "bin" / "hogwild", {**env, "HOGWILD_CACHE": str(tmp_path / "cache")}, elsewhere)
+    trained = _run([str(python), "use_hogwild.py", str(site)], env=env, cwd=elsewhere)
+    assert "updates on 2 workers, loss" in trained.stdout
+    _check_the_command(clone / ".venv" / "bin" / "hogwild", {**env, "HOGWILD_CACHE": str(tmp_path / "cache")},
+                       elsewhere)
 
 
 def _check_the_command(hogwild: Path, env: dict, cwd: Path) -> None:
@@ -148,3 +182,18 @@ def _check_the_command(hogwild: Path, env: dict, cwd: Path) -> None:
     assert tagged.returncode == 0, tagged.stderr[-2000:]
     assert [word.rsplit("/", 1)[0] for word in tagged.stdout.split()] == ["the", "cat", "sat"], tagged.stdout
     assert tagged.stderr.startswith("hogwild tag: "), tagged.stderr  # the checkpoint used, named by the command
+
+
+def test_ci_runs_exactly_the_readme_test_command(tmp_path):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line.strip() for line in block.strip().splitlines() if line.strip()]
+    assert _readme_command("main") == lines[0] and _readme_command("test") == lines[1]
+    # .ci/run executes whatever the README's second line says: swap it for a harmless marker in a copy.
+    clone = _copy_tracked_files(tmp_path / "clone")
+    marker = "echo README-TEST-COMMAND-RAN"
+    (clone / "README.md").write_text(readme.replace(lines[1], marker, 1), encoding="utf-8")
+    done = subprocess.run(["bash", str(clone / ".ci" / "run")], cwd=tmp_path, env=_clean_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"+ {marker}", "README-TEST-COMMAND-RAN"]

@@ -1,9 +1,11 @@
 """bench/bench_convergence.py: the --quick run, as CI runs it (`python -m bench.bench_convergence --quick`), reaches
 its target through hogwild.train's Config.target and through the mnist_hogwild pattern, and reports times, updates
-and ratios; offline scoring, levels and the auto target on stand-in snapshots."""
+and ratios; offline scoring, levels and the auto target on stand-in snapshots; bad options refused (in process)."""
 import json
 
 import pytest
+
+from tests.bench.usage_errors import assert_refused
 
 
 @pytest.mark.slow
@@ -26,9 +28,8 @@ def test_quick_run_reaches_the_target_with_the_engine_and_the_torch_pattern(tmp_
     assert "command: python -m bench.bench_convergence --quick --scoring online --variants single,torch2" in done.stdout
 
 
-def test_unknown_variant_is_refused(run_bench):
-    done = run_bench("bench_convergence", "--quick", "--variants", "single,async9", timeout=120)
-    assert done.returncode == 2 and "--variants: unknown ['async9']" in done.stderr
+def test_unknown_variant_is_refused(capsys):
+    assert_refused(_bench().main, ["--quick", "--variants", "single,async9"], "--variants: unknown ['async9']", capsys)
 
 
 def _bench():
@@ -79,7 +80,7 @@ def test_offline_scoring_scores_the_last_snapshot_when_the_target_is_not_reached
     assert scored == pytest.approx([0.0, 0.4, 0.5]) and curve.first_reaching(0.9) is None
 
 
-def test_minutes_per_variant_and_bad_values_are_refused(run_bench):
+def test_minutes_per_variant_and_bad_values_are_refused(capsys):
     import argparse
     bench = _bench()
     parser = argparse.ArgumentParser()
@@ -87,9 +88,7 @@ def test_minutes_per_variant_and_bad_values_are_refused(run_bench):
     assert bench.parse_minutes(parser, "7", ["sync2"]) == {"sync2": 7.0}
     for text, message in (("single=22", "no time for hogwild2"), ("12,solo=3", "unknown variant 'solo'"),
                           ("ten", "'ten' is not MINUTES"), ("0", "must be positive")):
-        done = run_bench("bench_convergence", "--quick", "--variants", "single,hogwild2", "--minutes", text,
-                         timeout=120)
-        assert done.returncode == 2 and message in done.stderr, (text, done.stderr)
+        assert_refused(bench.main, ["--quick", "--variants", "single,hogwild2", "--minutes", text], message, capsys)
 
 
 @pytest.mark.slow
@@ -151,20 +150,18 @@ def test_a_lower_is_better_metric_takes_the_target_rounded_up_and_reaches_it_fro
     assert bench.rounded_target(4.4539, "loss") == 4.46 and bench.rounded_target(4.46, "loss") == 4.46
 
 
-def test_metric_must_belong_to_the_task_and_lower_is_better_needs_offline_scoring(run_bench):
+def test_metric_must_belong_to_the_task_and_lower_is_better_needs_offline_scoring(capsys):
     for extra, message in ((["--quick", "--metric", "bleu"], "--metric bleu: --task pos measures accuracy"),
                            (["--task", "nmt", "--metric", "perplexity", "--scoring", "online"],
                             "--metric perplexity needs --scoring offline")):
-        done = run_bench("bench_convergence", *extra, timeout=120)
-        assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
+        assert_refused(_bench().main, extra, message, capsys)
 
 
-def test_auto_target_needs_single_and_offline_scoring(run_bench):
+def test_auto_target_needs_single_and_offline_scoring(capsys):
     for extra, message in ((["--variants", "hogwild2"], "add it to --variants"),
                            (["--variants", "single", "--scoring", "online"], "needs --scoring offline"),
                            (["--variants", "single", "--target", "high"], "'high' is not a number or 'auto'")):
-        done = run_bench("bench_convergence", "--quick", "--target", "auto", *extra, timeout=120)
-        assert done.returncode == 2 and message in done.stderr, (extra, done.stderr)
+        assert_refused(_bench().main, ["--quick", "--target", "auto", *extra], message, capsys)
 
 
 def test_scored_points_keep_the_evaluations_other_numbers():
@@ -206,9 +203,10 @@ def test_levels_give_minutes_updates_and_ratios_to_single_at_each_level(capsys):
     assert "| 0.94 | 2.00 (200) | 1.50 (570) | 0.750 |" in out and "| 0.95 | 3.00 (300) | n/a (n/a) | n/a |" in out
 
 
-def test_bad_levels_are_refused(run_bench):
-    done = run_bench("bench_convergence", "--quick", "--levels", "0.9,high", timeout=120)
-    assert done.returncode == 2 and "--levels" in done.stderr and "'0.9,high'" in done.stderr
+def test_bad_levels_are_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _bench().main(["--quick", "--levels", "0.9,high"])
+    assert exit_.value.code == 2 and "--levels" in (err := capsys.readouterr().err) and "'0.9,high'" in err
 
 
 @pytest.mark.slow

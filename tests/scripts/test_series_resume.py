@@ -16,11 +16,11 @@ pytestmark = pytest.mark.slow
 
 
 def _series(tmp_path, runs_dir, *extra):
-    train = write_tagged(tmp_path / "train.txt", 300, 0)
+    train = write_tagged(tmp_path / "train.txt", 150, 0)
     dev = write_tagged(tmp_path / "dev.txt", 30, 1)
     return [sys.executable, "-m", "scripts.reproduce_pos", "--train", str(train), "--dev", str(dev), "--format",
-            "slash", "--epochs", "2", "--time-limit", "0", "--workers", "1", "--seeds", "0,1", "--eval-every", "150",
-            "--checkpoint-every", "100", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(runs_dir),
+            "slash", "--epochs", "2", "--time-limit", "0", "--workers", "1", "--seeds", "0,1", "--eval-every", "75",
+            "--checkpoint-every", "50", "--results-dir", str(tmp_path / "results"), "--runs-dir", str(runs_dir),
             *extra]
 
 
@@ -59,7 +59,7 @@ def test_a_killed_series_resumes_its_stopped_run_and_reports_what_finished(tmp_p
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     first = json.loads((killed / "sgd-1-seed0" / "summary.json").read_text())
     once = json.loads((whole / "sgd-1" / "summary.json").read_text())  # one seed 0: the plain name
-    assert first["updates"] == once["updates"] == 600  # 2 epochs of 300 sentences, one per update
+    assert first["updates"] == once["updates"] == 300  # 2 epochs of 150 sentences, one per update
     assert first["segments"] == 2 and first["stop_reason"] == once["stop_reason"]
     assert first["final_metrics"] == once["final_metrics"]  # the same parameters at the end
     assert first["final_train_loss"] == pytest.approx(once["final_train_loss"], rel=0.2)
@@ -68,7 +68,7 @@ def test_a_killed_series_resumes_its_stopped_run_and_reports_what_finished(tmp_p
 
     from hogwild.tasks.rundir import read_curves, segment_start
     curves = read_curves(killed / "sgd-1-seed0")
-    assert curves.eval_updates == sorted(curves.eval_updates) and curves.eval_updates[-1] == 600
+    assert curves.eval_updates == sorted(curves.eval_updates) and curves.eval_updates[-1] == 300
     assert curves.loss_updates == sorted(curves.loss_updates)  # work lost in the kill is not drawn twice
     assert curves.eval_seconds == sorted(curves.eval_seconds)
     killed_time = segment_start(killed / "sgd-1-seed0")  # up to the checkpoint the second segment resumed from

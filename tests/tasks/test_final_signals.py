@@ -23,13 +23,13 @@ def _write_test_set(prefix, count):
     prefix.with_name(prefix.name + ".tgt").write_text("".join(" ".join(t) + "\n" for _, t in pairs))
 
 
-def _start_nmt_run(tmp_path, steps, eval_every):
+def _start_nmt_run(tmp_path, steps, eval_every, extra=()):
     """A real run.py on the synthetic NMT task with a --test set whose beam decoding takes a while: (its command, its
     environment, the running process), its run in tmp_path / "run"."""
     out, test = tmp_path / "run", tmp_path / "test"
     _write_test_set(test, 2000)
     command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
-               "--steps", str(steps), "--eval-every", str(eval_every), "--beam", "5", "--test", str(test),
+               "--steps", str(steps), "--eval-every", str(eval_every), *extra, "--beam", "5", "--test", str(test),
                "--no-progress", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
@@ -40,7 +40,7 @@ def _start_nmt_run(tmp_path, steps, eval_every):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path, signum):
     out = tmp_path / "run"
-    command, env, process = _start_nmt_run(tmp_path, steps=5, eval_every=1000)
+    command, env, process = _start_nmt_run(tmp_path, steps=5, eval_every=1000, extra=("--dev-limit", "20"))
     try:
         deadline = time.time() + 240
         while not (out / "dev.src").exists():  # written when the final held-out decoding begins
@@ -63,6 +63,7 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     assert f"--resume --out {out} runs the final held-out evaluation" in stdout
 
     records = (out / "metrics.jsonl").read_text()
+    _write_test_set(tmp_path / "test", 100)  # 2,000 sentences made the decoding long enough to be signalled; 100 finish it sooner
     done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "training finished at update 5 (max_steps); running the final held-out evaluation that was skipped" \
@@ -71,10 +72,10 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     assert (out / "metrics.jsonl").read_text() == records
     finished = json.loads((out / "summary.json").read_text())
     assert finished["stop_reason"] == "max_steps" and "training_stop_reason" not in finished
-    assert finished["heldout"]["test"]["sentences"] == 2000 and finished["heldout"]["dev"]["sentences"] == 200
+    assert finished["heldout"]["test"]["sentences"] == 100 and finished["heldout"]["dev"]["sentences"] == 20
     assert {key: finished[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")} == \
         {key: summary[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")}
-    assert len((out / "test.hyp").read_text().splitlines()) == 2000
+    assert len((out / "test.hyp").read_text().splitlines()) == 100
     assert len((out / "command.txt").read_text().splitlines()) == 2 and not (out / "run.lock").exists()
     again = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 1  # now finished: nothing to train, nothing to decode
