@@ -63,7 +63,7 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     assert f"--resume --out {out} runs the final held-out evaluation" in stdout
 
     records = (out / "metrics.jsonl").read_text()
-    _write_test_set(tmp_path / "test", 100)  # 2,000 sentences made the decoding long enough to be signalled; 100 finish it sooner
+    _write_test_set(tmp_path / "test", 100)  # 2,000 sentences let the decoding be signalled; 100 finish it sooner
     done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "training finished at update 5 (max_steps); running the final held-out evaluation that was skipped" \
