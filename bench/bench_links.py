@@ -37,6 +37,7 @@ from typing import Iterator
 from bench import command_line
 from hogwild.multihost.dist_config import ALGORITHMS, SERVER_ALGORITHMS
 from hogwild.multihost.simulated_hosts import SimulatedHosts, rate_bits, unavailable
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 REPO = Path(__file__).resolve().parent.parent
 RATES = ("unlimited", "1gbit", "100mbit", "20mbit")
@@ -167,20 +168,22 @@ def bench_hosts(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple[
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__ + "\nOf run.py's options it takes --steps (updates per training host; or --config FILE's).",
+        formatter_class=HelpFormatter)
+    add_run_options(parser, only=("steps",), defaults={"steps": 400})
     parser.add_argument("--models", default="pos", help="comma-separated: pos, nmt (default: pos)")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated (default: all)")
     parser.add_argument("--rates", default=",".join(RATES), help="comma-separated tc rates; 'unlimited' first, it "
                                                                  "is the reference (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions (default: 2)")
-    parser.add_argument("--steps", type=int, default=400, help="updates per training host (default: 400)")
     parser.add_argument("--quick", action="store_true", help="pos, easgd, unlimited,20mbit, 40 steps, 1 round")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    _, args = parse_run_options(parser, argv)  # run.py's --steps checked, then read from args
     if args.quick:
         args.models, args.algorithms, args.rates, args.steps, args.rounds = "pos", "easgd", "unlimited,20mbit", 40, 1
     models, algorithms, rates = args.models.split(","), args.algorithms.split(","), args.rates.split(",")

@@ -19,6 +19,7 @@ import statistics
 
 from bench.bench_links import bench_hosts, run_one
 from hogwild.multihost.dist_config import ALGORITHMS, WIRE_FORMATS
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 
 def table(rows: list[dict]) -> str:
@@ -39,14 +40,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__ + "\nOf run.py's options it takes --steps (updates per training host; or --config FILE's).",
+        formatter_class=HelpFormatter)
+    add_run_options(parser, only=("steps",), defaults={"steps": 400})
     parser.add_argument("--algorithms", default="easgd,allreduce", help="comma-separated (default: %(default)s)")
     parser.add_argument("--wires", default="fp32,bf16", help="comma-separated, fp32 first (default: %(default)s)")
     parser.add_argument("--seeds", default="1,2", help="comma-separated run.py --seed values (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=400, help="updates per training host (default: 400)")
     parser.add_argument("--quick", action="store_true", help="easgd, fp32 and bf16, seed 1, 40 steps")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    _, args = parse_run_options(parser, argv)  # run.py's --steps checked, then read from args
     if args.quick:
         args.algorithms, args.wires, args.seeds, args.steps = "easgd", "fp32,bf16", "1", 40
     algorithms, wires = args.algorithms.split(","), args.wires.split(",")
@@ -64,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
                 for wire in wires:
                     out = scratch / f"{algorithm}-{wire}-{seed}"
                     row = run_one(hosts, "pos", algorithm, "unlimited", args.steps, out,
-                                  ("--seed", str(seed), "--wire", wire))
+                                  ["--seed", str(seed), "--wire", wire])
                     row.update(wire=wire, seed=seed)
                     rows.append(row)
                     print(f"seed {seed}: {json.dumps(row)}", flush=True)
