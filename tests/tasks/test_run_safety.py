@@ -188,7 +188,7 @@ def test_a_reader_that_closes_the_output_pipe_does_not_stop_the_run(tmp_path):
     """`run.py ... | head -2`: once the reader has gone, every line written (progress, evaluations, warnings) would
     meet a closed pipe; the run goes on silently to --steps and exits 0 (it stopped, blaming evaluate())."""
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--steps", "400", "--eval-every", "20",
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--steps", "100", "--eval-every", "20",
                                 "--log-every", "10", "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT)
     try:
@@ -199,7 +199,7 @@ def test_a_reader_that_closes_the_output_pipe_does_not_stop_the_run(tmp_path):
         if process.poll() is None:
             process.kill()
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["updates"], summary["stop_reason"]) == (400, "max_steps")
+    assert (summary["updates"], summary["stop_reason"]) == (100, "max_steps")
 
 
 def test_a_killed_worker_stops_the_run_with_its_name_and_how_to_continue(tmp_path):

@@ -138,7 +138,7 @@ def test_compare_optimizers(tiny_pos, tmp_path):
     out = tmp_path / "results"
     assert _script("compare_optimizers").main([
         "--train", str(tiny_pos["train"]), "--dev", str(tiny_pos["dev"]), "--optimizers", "adam",
-        "--time-limit", "4", "--eval-every-seconds", "2", "--target", "0.3", "--results-dir", str(out),
+        "--time-limit", "2", "--eval-every-seconds", "1", "--target", "0.3", "--results-dir", str(out),
         "--runs-dir", str(tmp_path / "runs")]) == 0
     rows = _rows(out / "compare_optimizers.csv")
     assert [(r["run"], r["mode"], r["workers"]) for r in rows] == [
