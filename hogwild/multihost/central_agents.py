@@ -81,6 +81,7 @@ class DownpourAgent(ServerClientAgent):
         self.tracker = DownpourTracker(self.flat.snapshot())
         self.next_push, self.next_fetch = self.dist.n_push, self.dist.n_fetch
         self._pushed_final = False
+        self._fetch_waited = False  # a due fetch waited for a push: it goes next
 
     def tick(self, local_done: bool) -> bool:
         step = self.steps()
@@ -91,11 +92,16 @@ class DownpourAgent(ServerClientAgent):
         if local_done:
             return self._close()
         push, fetch = step >= self.next_push, step >= self.next_fetch
-        if push:
+        # a due fetch waits for the push of the same step to be on its way (same-pair order is kept), but never for
+        # a second push: when the local steps outpace the exchanges both are due at every tick, and a push first
+        # each time would leave the host training alone, the servers summing every host's whole local run
+        if push and not self._fetch_waited:
             self.next_push = (step // self.dist.n_push + 1) * self.dist.n_push
+            self._fetch_waited = fetch
             self._push()
-        elif fetch:  # a due fetch waits for the push of the same step to be on its way (same-pair order is kept)
+        elif fetch:
             self.next_fetch = (step // self.dist.n_fetch + 1) * self.dist.n_fetch
+            self._fetch_waited = False
             requests, received = self._to_servers(FETCH, None, reply=True)
 
             def complete() -> None:
