@@ -12,8 +12,6 @@ import multiprocessing
 import os
 from typing import Sequence
 
-from sacremoses import MosesDetokenizer, MosesTokenizer
-
 
 class MosesText:
     """A Moses tokenizer/detokenizer pair for one language; picklable (rebuilt from ``lang`` in each process)."""
@@ -22,6 +20,8 @@ class MosesText:
         if not lang or not lang.isalpha():
             raise ValueError(f"lang must be a language code such as 'fr', got {lang!r}")
         self.lang, self.lowercase = lang, lowercase
+        from sacremoses import MosesDetokenizer, MosesTokenizer  # here: its import compiles regexes (0.3-0.7 s), and
+        # every run.py start (and every spawned worker's) imports this module, most of them never tokenizing
         self._tokenizer = MosesTokenizer(lang=lang)
         self._detokenizer = MosesDetokenizer(lang=lang)
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import sacrebleu
 import torch
 from torch import Tensor
 
@@ -35,6 +34,7 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: 
     """sacreBLEU corpus BLEU of detokenized hypotheses against one detokenized reference each."""
     if len(hypotheses) != len(references):
         raise ValueError(f"corpus_bleu: {len(hypotheses)} hypotheses but {len(references)} references")
+    import sacrebleu  # here: its import costs a run.py start (and each spawned worker's) 0.1-0.2 s, most never scoring
     metric = sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
     score = metric.corpus_score(list(hypotheses), [list(references)])
     return BleuResult(score.score, str(metric.get_signature()), str(score), len(hypotheses))

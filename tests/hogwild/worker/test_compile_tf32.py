@@ -128,7 +128,7 @@ def test_every_batch_shape_compiles_in_start_up_and_forward_written_buffers_are_
     from hogwild.worker.worker import compile_every_shape
     from tests.hogwild import frozen_tied_model as F
 
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "restored after the test")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "before"))  # under tmp_path: torch may create it
     torch._dynamo.reset()
     model = F.FrozenTiedLM().share_memory()
     batches = [F.word_batches(n=1, size=size)[0] for size in (2, 3, 2, 4)]  # three shapes
