@@ -11,6 +11,7 @@ import time
 import pytest
 
 from hogwild.data.synthetic import synthetic_parallel
+from hogwild.tasks.cli import main
 from tests.tasks.helpers import REPO
 
 pytestmark = pytest.mark.slow
@@ -23,24 +24,27 @@ def _write_test_set(prefix, count):
     prefix.with_name(prefix.name + ".tgt").write_text("".join(" ".join(t) + "\n" for _, t in pairs))
 
 
-def _start_nmt_run(tmp_path, steps, eval_every, extra=()):
-    """A real run.py on the synthetic NMT task with a --test set whose beam decoding takes a while: (its command, its
-    environment, the running process), its run in tmp_path / "run"."""
+def _start_nmt_run(tmp_path, steps, eval_every):
+    """A real run.py on the synthetic NMT task with a --test set whose beam decoding takes a while (and 20 held-out
+    sentences of the 200, evaluated and decoded first): (its command, its environment, the running process), its run
+    in tmp_path / "run"."""
     out, test = tmp_path / "run", tmp_path / "test"
     _write_test_set(test, 2000)
     command = [sys.executable, str(REPO / "run.py"), "--task", "nmt", "--synthetic-size", "200", "--workers", "1",
-               "--steps", str(steps), "--eval-every", str(eval_every), *extra, "--beam", "5", "--test", str(test),
-               "--no-progress", "--out", str(out)]
+               "--steps", str(steps), "--eval-every", str(eval_every), "--dev-limit", "20", "--beam", "5", "--test",
+               str(test), "--no-progress", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return command, env, process
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path, signum):
+@pytest.mark.parametrize("signum, resume", [(signal.SIGTERM, True), (signal.SIGHUP, False)], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes_it(tmp_path, capsys, signum, resume):
+    """Either signal leaves the same summary; the --resume that finishes the decoding (the same whichever signal
+    stopped it) is run once, after SIGTERM."""
     out = tmp_path / "run"
-    command, env, process = _start_nmt_run(tmp_path, steps=5, eval_every=1000, extra=("--dev-limit", "20"))
+    command, env, process = _start_nmt_run(tmp_path, steps=5, eval_every=1000)
     try:
         deadline = time.time() + 240
         while not (out / "dev.src").exists():  # written when the final held-out decoding begins
@@ -61,9 +65,11 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     assert summary["updates"] == 5 and summary["final_train_loss"] is not None
     assert not (out / "run.lock").exists() and not (out / "test.hyp").exists()
     assert f"--resume --out {out} runs the final held-out evaluation" in stdout
+    if not resume:
+        return
 
     records = (out / "metrics.jsonl").read_text()
-    _write_test_set(tmp_path / "test", 100)  # 2,000 sentences let the decoding be signalled; 100 finish it sooner
+    _write_test_set(tmp_path / "test", 20)  # 2,000 sentences let the decoding be signalled; 20 finish it sooner
     done = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "training finished at update 5 (max_steps); running the final held-out evaluation that was skipped" \
@@ -72,27 +78,27 @@ def test_a_signal_during_the_final_decoding_leaves_a_summary_and_resume_finishes
     assert (out / "metrics.jsonl").read_text() == records
     finished = json.loads((out / "summary.json").read_text())
     assert finished["stop_reason"] == "max_steps" and "training_stop_reason" not in finished
-    assert finished["heldout"]["test"]["sentences"] == 100 and finished["heldout"]["dev"]["sentences"] == 20
+    assert finished["heldout"]["test"]["sentences"] == 20 and finished["heldout"]["dev"]["sentences"] == 20
     assert {key: finished[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")} == \
         {key: summary[key] for key in ("updates", "wall_seconds", "best", "final_train_loss")}
-    assert len((out / "test.hyp").read_text().splitlines()) == 100
+    assert len((out / "test.hyp").read_text().splitlines()) == 20
     assert len((out / "command.txt").read_text().splitlines()) == 2 and not (out / "run.lock").exists()
-    again = subprocess.run([*command, "--resume"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 1  # now finished: nothing to train, nothing to decode
-    assert again.stderr.strip().splitlines()[-1].startswith("run.py: error: --steps 5: ")
+    capsys.readouterr()
+    assert main([*command[2:], "--resume"]) == 1  # now finished: nothing to train, nothing to decode (in process)
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("run.py: error: --steps 5: ")
 
 
-@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
-def test_while_the_data_loads_sigterm_and_sighup_interrupt_as_ctrl_c_does(name):
+def test_while_the_data_loads_sigterm_and_sighup_interrupt_as_ctrl_c_does():
     """Before the engine handles signals (run.py loading the data), SIGTERM and SIGHUP raise KeyboardInterrupt, which
     run.py turns into "interrupted", exit 130, run.lock released; the previous handler returns after the block. In a
-    process of its own: SIGHUP detaches a terminal."""
-    code = (f"import os, signal, time\nfrom hogwild.tasks.final_signals import stops_as_interrupt\n"
-            f"before = signal.getsignal(signal.{name})\ntry:\n    with stops_as_interrupt():\n"
-            f"        os.kill(os.getpid(), signal.{name})\n        time.sleep(5)\nexcept KeyboardInterrupt:\n"
-            f"    print('interrupted', signal.getsignal(signal.{name}) is before)\n")
+    process of its own (SIGHUP detaches a terminal), one block after the other."""
+    code = ("import os, signal, time\nfrom hogwild.tasks.final_signals import stops_as_interrupt\n"
+            "for signum in (signal.SIGTERM, signal.SIGHUP):\n    before = signal.getsignal(signum)\n    try:\n"
+            "        with stops_as_interrupt():\n            os.kill(os.getpid(), signum)\n            time.sleep(5)\n"
+            "    except KeyboardInterrupt:\n"
+            "        print(signum.name, 'interrupted', signal.getsignal(signum) is before)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "interrupted True\n", "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "SIGTERM interrupted True\nSIGHUP interrupted True\n", "")
 
 
 def test_one_sigterm_as_training_ends_is_the_first_and_skips_the_final_decoding(tmp_path):

@@ -92,7 +92,7 @@ def test_last_pt_is_written_by_time_and_survives_a_kill_9_that_resume_continues(
     out, scratch_root = tmp_path / "run", tmp_path / "tmp"
     scratch_root.mkdir()
     env = {**_env(), "TMPDIR": str(scratch_root)}
-    common = [sys.executable, str(REPO / "run.py"), "--task", "pos", "--synthetic-size", "300", "--workers", "2",
+    common = [sys.executable, str(REPO / "run.py"), "--task", "pos", "--synthetic-size", "300", "--workers", "1",
               "--log-every", "10", "--eval-every", "100000", "--checkpoint-minutes", "0.02", "--out", str(out),
               "--no-progress"]
     process = subprocess.Popen([*common, "--time-limit", "300"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
@@ -131,7 +131,7 @@ def test_a_closed_terminal_stops_the_run_like_sigterm(tmp_path):
     out = tmp_path / "run"
     master, slave = pty.openpty()
     process = subprocess.Popen([sys.executable, str(REPO / "run.py"), "--task", "pos", "--synthetic-size", "300",
-                                "--workers", "2", "--time-limit", "300", "--checkpoint-every", "20", "--out",
+                                "--workers", "1", "--time-limit", "300", "--checkpoint-every", "20", "--out",
                                 str(out)], cwd=REPO, env=_env(), stdin=slave, stdout=slave, stderr=slave,
                                start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
     os.close(slave)

@@ -14,12 +14,14 @@ import time
 
 import pytest
 
+from hogwild.tasks.cli import main
 from tests.tasks.helpers import REPO
 from tests.tasks.misuse_helpers import fingerprint, run_py_session
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
+TASK = ["--task", "pos", "--synthetic-size", "200", "--no-progress"]
+SMALL = [*TASK, "--workers", "1"]  # one worker to spawn where the test needs no second
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
        "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
 
@@ -70,8 +72,7 @@ def test_a_torn_metrics_line_is_read_past_by_plot_and_repaired_by_resume(tmp_pat
     metrics = out / "metrics.jsonl"
     whole = metrics.read_text()
     metrics.write_text(whole + '{"kind": "train", "time": 17')  # what a crash in the middle of a write leaves
-    plotted = run_py_session("plot", str(out), "--out", str(tmp_path / "curves.png"))
-    assert plotted.returncode == 0, plotted.stderr
+    assert main(["plot", str(out), "--out", str(tmp_path / "curves.png")]) == 0  # run.py plot, in process
     resumed = run_py_session(*SMALL, "--steps", "40", "--eval-every", "10", "--resume", "--out", str(out))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     text = metrics.read_text()
@@ -79,7 +80,7 @@ def test_a_torn_metrics_line_is_read_past_by_plot_and_repaired_by_resume(tmp_pat
     records = _records(metrics)
     repaired = [r for r in records if r["kind"] == "repaired"]
     assert len(repaired) == 1 and repaired[0]["dropped_bytes"] == len('{"kind": "train", "time": 17')
-    assert run_py_session("plot", str(out), "--out", str(tmp_path / "curves.png")).returncode == 0
+    assert main(["plot", str(out), "--out", str(tmp_path / "curves.png")]) == 0
 
 
 @pytest.fixture
@@ -148,7 +149,7 @@ def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_pat
 def _kill_a_worker_mid_run(out, *args):
     """run.py with 2 workers in its own session; once 20 updates are logged one worker is killed with SIGKILL.
     Returns (the finished process, the killed worker's pid, stdout, stderr)."""
-    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "2", "--log-every", "10",
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *TASK, "--workers", "2", "--log-every", "10",
                                 *args, "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -220,8 +221,8 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_is_refused_and_chang
     appended a second 0..N series to metrics.jsonl); it is refused naming what is there, every file byte for byte
     as it was. The same for a finished run whose last.pt was removed."""
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "1", "--checkpoint-minutes",
-                                "off", "--steps", "100000", "--eval-every", "10", "--log-every", "10", "--out", str(out)],
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *SMALL, "--checkpoint-minutes", "off", "--steps",
+                                "100000", "--eval-every", "10", "--log-every", "10", "--out", str(out)],
                                cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     try:
@@ -266,7 +267,7 @@ def test_a_run_with_closed_or_full_standard_streams_trains_and_writes_its_run_di
                    subprocess.DEVNULL if given == "closed" else given
                    for name, given in (("stdout", stdout), ("stderr", stderr))}
         processes[case] = subprocess.Popen(
-            [sys.executable, str(REPO / "run.py"), *SMALL, "--workers", "1", "--steps", "20", "--eval-every", "10",
+            [sys.executable, str(REPO / "run.py"), *SMALL, "--steps", "20", "--eval-every", "10",
              "--out", str(tmp_path / case)], cwd=REPO, env=ENV, text=True, **streams,
             preexec_fn=lambda closed=closed: [os.close(fd) for fd in closed])
     for case, process in processes.items():
