@@ -3,7 +3,7 @@
 Usage (root: the hosts are network namespaces, hogwild.multihost.simulated_hosts):
     python -m bench.bench_links [--models pos,nmt] [--algorithms easgd,...] [--rates unlimited,1gbit,100mbit,20mbit]
                                 [--rounds 2] [--steps 400]
-    python -m bench.bench_links --quick      (pos, easgd, unlimited and 20mbit, 40 steps, 1 round: a smoke test)
+    python -m bench.bench_links --quick      (pos, easgd, unlimited and 100mbit, 40 steps, 1 round: a smoke test)
 
 Each run is `run.py --task MODEL --workers 1 --distributed ALGO --steps N` on 3 simulated hosts (easgd, eamsgd,
 downpour: 1 server + 2 training hosts; allreduce, adpsgd: 3 training hosts), every link shaped to the rate; rounds
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rates", default=",".join(RATES), help="comma-separated tc rates; 'unlimited' first, it "
                                                                  "is the reference (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions (default: 2)")
-    parser.add_argument("--quick", action="store_true", help="pos, easgd, unlimited,20mbit, 40 steps, 1 round")
+    parser.add_argument("--quick", action="store_true", help="pos, easgd, unlimited,100mbit, 40 steps, 1 round")
     return parser
 
 
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     _, args = parse_run_options(parser, argv)  # run.py's --steps checked, then read from args
     if args.quick:
-        args.models, args.algorithms, args.rates, args.steps, args.rounds = "pos", "easgd", "unlimited,20mbit", 40, 1
+        args.models, args.algorithms, args.rates, args.steps, args.rounds = "pos", "easgd", "unlimited,100mbit", 40, 1
     models, algorithms, rates = args.models.split(","), args.algorithms.split(","), args.rates.split(",")
     if sorted(set(models) - {"pos", "nmt"}) or sorted(set(algorithms) - set(ALGORITHMS)):
         parser.error(f"--models: pos, nmt; --algorithms: {', '.join(ALGORITHMS)}; got {args.models} and "

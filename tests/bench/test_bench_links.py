@@ -1,4 +1,4 @@
-"""bench/bench_links.py: the --quick run trains over unlimited and 20 Mbit/s simulated links and prints its command
+"""bench/bench_links.py: the --quick run trains over unlimited and 100 Mbit/s simulated links and prints its command
 and a row per rate, the unlimited one the reference (ratio 1.00); bad arguments are refused."""
 import re
 
@@ -18,7 +18,7 @@ def test_quick_run_prints_a_row_per_rate_and_its_command(run_bench):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.startswith("command: python -m bench.bench_links --quick\n")
     assert re.search(r"^pos +easgd +unlimited +[\d.]+ +1\.00 .* +0$", done.stdout, re.M), done.stdout
-    slow = re.search(r"^pos +easgd +20mbit +[\d.]+ +([\d.]+) +([\d.]+) +[\d.]+ +(\d+)% .* +0$", done.stdout, re.M)
+    slow = re.search(r"^pos +easgd +100mbit +[\d.]+ +([\d.]+) +([\d.]+) +[\d.]+ +(\d+)% .* +0$", done.stdout, re.M)
     assert slow and float(slow[1]) > 0 and float(slow[2]) > 0 and int(slow[3]) > 0, done.stdout
 
 

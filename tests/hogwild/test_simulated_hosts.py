@@ -15,6 +15,7 @@ import pytest
 from hogwild.multihost import simulate
 from hogwild.multihost.exchange_stats import ExchangeStats, read_reports, report_line
 from hogwild.multihost.simulated_hosts import STATE_DIR, LinkBytes, SimulatedHosts, rate_bits, unavailable
+from tests.hogwild.simulate_here import simulate_here
 from tests.mpi import mpi_missing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,21 +98,18 @@ def test_the_hosts_of_an_owner_killed_with_kill_9_are_removed_by_the_next_owner(
 
 @needs_network
 @needs_mpi
-def test_a_job_passes_when_its_bytes_crossed_the_links_and_fails_when_they_did_not():
+@pytest.mark.timeout(240)  # two jobs in this process: a hung one ends here
+def test_a_job_passes_when_its_bytes_crossed_the_links_and_fails_when_they_did_not(capfd):
     """The same allreduce of 4 MB twice: its ranks' lines claim what they sent, then 40 MB they never sent."""
-    honest = _simulate("--hosts", "2", "--rate", "200mbit", "--", sys.executable, str(SCRIPTS / "link_check.py"))
-    assert honest.returncode == 0, honest.stdout
-    carried = [float(mb) for mb in __import__("re").findall(r"host\d ([\d.]+) MB in", honest.stdout)]
-    assert len(carried) == 2 and min(carried) >= 4.0, honest.stdout
-    claimed = _simulate("--hosts", "2", "--", sys.executable, str(SCRIPTS / "link_check.py"), "--claim", "40000000")
-    assert claimed.returncode == 1, claimed.stdout
-    assert "sent 40,000,000 bytes but its link carried" in claimed.stdout
-
-
-def _simulate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hogwild.multihost.simulate", *args], cwd=REPO, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    code, honest = simulate_here(capfd, "--hosts", "2", "--rate", "200mbit", "--", sys.executable,
+                                 str(SCRIPTS / "link_check.py"))
+    assert code == 0, honest
+    carried = [float(mb) for mb in __import__("re").findall(r"host\d ([\d.]+) MB in", honest)]
+    assert len(carried) == 2 and min(carried) >= 4.0, honest
+    code, claimed = simulate_here(capfd, "--hosts", "2", "--", sys.executable, str(SCRIPTS / "link_check.py"),
+                                  "--claim", "40000000")
+    assert code == 1, claimed
+    assert "sent 40,000,000 bytes but its link carried" in claimed
 
 
 def _netns() -> list[str]:

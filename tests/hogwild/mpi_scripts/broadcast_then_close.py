@@ -11,6 +11,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+import without_torch  # noqa: F401  (first: hogwild's init without torch)
 from hogwild.multihost import pieces
 from hogwild.multihost.dist_config import DistConfig
 from hogwild.multihost.exchange_stats import report_line

@@ -10,6 +10,7 @@ import socket
 import numpy as np
 from mpi4py import MPI
 
+import without_torch  # noqa: F401  (first: hogwild's init without torch)
 from hogwild.multihost.exchange_stats import ExchangeStats, report_line
 
 

@@ -1,8 +1,10 @@
 """Train the tiny task with hogwild.multihost.train_distributed (under mpiexec) or single-host hogwild.train.
 
 Usage: mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py easgd --epochs 4 --out OUT [--servers 1]
+       mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py adpsgd,easgd --epochs 4 --out OUT
        python tests/hogwild/mpi_scripts/train_tiny.py single --epochs 4 --workers 2 --out OUT
-Writes OUT/rank<r>.json per rank (role, final full-data loss, exchanges, local updates) with --out OUT.
+Several algorithms train one after the other in the same job, each from the seeded start. Writes
+OUT/<algorithm>-rank<r>.json per algorithm and rank (role, final full-data loss, exchanges, local updates).
 """
 import argparse
 import json
@@ -21,7 +23,8 @@ from tiny_task import full_loss, loss_fn, make_task  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("algorithm", help="single | allreduce | adpsgd | easgd | eamsgd | downpour")
+    parser.add_argument("algorithms", help="single | allreduce | adpsgd | easgd | eamsgd | downpour, or several "
+                                           "of the multi-host ones, comma-separated")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--hidden", type=int, default=32,
                         help="the MLP's width (4096, with --lr 0.0001: a model MPI sends by rendezvous)")
@@ -35,7 +38,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--out", required=True, help="folder for rank<r>.json")
+    parser.add_argument("--out", required=True, help="folder for <algorithm>-rank<r>.json")
     parser.add_argument("--fail-rank", type=int, default=None, help="this rank's worker raises at its 3rd step")
     parser.add_argument("--slow-rank", type=int, default=None, help="only this rank sleeps per step")
     parser.add_argument("--sleep-per-step", type=float, default=0.0, help="slow steps down (fault tests)")
@@ -48,8 +51,14 @@ def main() -> None:
         from multiprocessing import resource_tracker
         resource_tracker.ensure_running()
     torch.set_num_threads(1)
+    for algorithm in args.algorithms.split(","):
+        train(algorithm, args)
+
+
+def train(algorithm: str, args: argparse.Namespace) -> None:
+    """Train the seeded tiny task with `algorithm` and write this rank's OUT/<algorithm>-rank<r>.json."""
     model, batches = make_task(seed=0, hidden=args.hidden)
-    optimizer = "nesterov" if args.algorithm == "eamsgd" else "sgd"
+    optimizer = "nesterov" if algorithm == "eamsgd" else "sgd"
     config = hogwild.Config(workers=args.workers, optimizer=optimizer, lr=args.lr, epochs=args.epochs,
                             max_steps=args.max_steps, seed=0, progress=False, tensorboard=False, log_every=10**6,
                             checkpoint_dir=args.checkpoint_dir, resume=args.resume)
@@ -61,12 +70,12 @@ def main() -> None:
     if args.mark_after:
         loss = MarkingLoss(loss, args.mark_after, args.out)
     start = time.monotonic()
-    if args.algorithm == "single":
+    if algorithm == "single":
         local = hogwild.train(model, loss, batches, config)
         result = {"rank": 0, "role": "single", "updates": local.updates, "exchanges": 0}
     else:
         from hogwild.multihost import train_distributed
-        dist = DistConfig(algorithm=args.algorithm, period=args.period, n_push=args.period, n_fetch=args.period,
+        dist = DistConfig(algorithm=algorithm, period=args.period, n_push=args.period, n_fetch=args.period,
                           servers=args.servers, alpha=args.alpha, tester=args.tester, tester_every_seconds=0.5,
                           heartbeat_seconds=0.2, timeout_seconds=args.timeout)
         out = train_distributed(model, loss, batches, config, dist, evaluate)
@@ -74,7 +83,7 @@ def main() -> None:
                   "updates": out.local.updates if out.local else 0, "tests": len(out.tester_history),
                   "final_metrics": out.final_metrics}
     result.update(loss=full_loss(model, batches), seconds=round(time.monotonic() - start, 3))
-    with open(os.path.join(args.out, f"rank{result['rank']}.json"), "w") as file:
+    with open(os.path.join(args.out, f"{algorithm}-rank{result['rank']}.json"), "w") as file:
         json.dump(result, file)
 
 
