@@ -225,8 +225,17 @@ def test_a_damaged_cache_entry_is_named_once_and_rebuilt(tmp_path, how, error):
     assert [path.name for path in (tmp_path / "cache").iterdir()] == [folder.name]  # nothing else left
 
 
+@pytest.fixture(scope="module")
+def pooled_corpus(tmp_path_factory):
+    """train.fr / train.en of 30,000 pairs, over POOL_PAIRS: encoded in a pool of 2 processes. Written once for the
+    tests that stop its preparation (each prepares it into a cache of its own)."""
+    from tests.tasks.helpers import write_parallel
+    return write_parallel(tmp_path_factory.mktemp("pooled") / "train", 30_000, 0)
+
+
 @pytest.mark.slow
-def test_a_preparation_killed_half_way_leaves_no_traceback_and_the_next_load_removes_its_folder(tmp_path):
+def test_a_preparation_killed_half_way_leaves_no_traceback_and_the_next_load_removes_its_folder(tmp_path,
+                                                                                                 pooled_corpus):
     """kill -9 during a cold preparation over the pool left a hidden `.nmt-...` folder in the cache for good, and the
     pool's processes printed BrokenPipeError tracebacks as they sent their results to a dead parent. They die with
     it now, and the folder (its writer's lock released by the kernel) goes at the next load."""
@@ -236,12 +245,11 @@ def test_a_preparation_killed_half_way_leaves_no_traceback_and_the_next_load_rem
     import sys
     import time
 
-    from tests.tasks.helpers import REPO, write_parallel
+    from tests.tasks.helpers import REPO
 
-    write_parallel(tmp_path / "train", 30_000, 0)  # over POOL_PAIRS: encoded in a pool of 2 processes
     cache = tmp_path / "cache"
     code = (f"from hogwild.data.nmt_dataset import NmtDataConfig, load_nmt_dataset; from hogwild.data.cache import "
-            f"ArrayCache; load_nmt_dataset(NmtDataConfig(train={str(tmp_path / 'train')!r}, processes=2), "
+            f"ArrayCache; load_nmt_dataset(NmtDataConfig(train={str(pooled_corpus)!r}, processes=2), "
             f"ArrayCache({str(cache)!r}))")
     preparing = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stderr=subprocess.PIPE, text=True,
                                  env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -265,7 +273,8 @@ def test_a_preparation_killed_half_way_leaves_no_traceback_and_the_next_load_rem
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
-def test_a_signal_to_the_whole_process_group_during_a_pooled_preparation_ends_run_py_cleanly(tmp_path, signum):
+def test_a_signal_to_the_whole_process_group_during_a_pooled_preparation_ends_run_py_cleanly(tmp_path, pooled_corpus,
+                                                                                           signum):
     """Ctrl-C reaches every process of the terminal's group: each process of the tokenization pool printed a
     KeyboardInterrupt traceback. A SIGTERM to the group (`kill -- -PGID`) killed them, one of them while it held the
     pool's task queue lock, and run.py then waited on that lock for good when it terminated the pool. The pool
@@ -277,13 +286,12 @@ def test_a_signal_to_the_whole_process_group_during_a_pooled_preparation_ends_ru
     import sys
     import time
 
-    from tests.tasks.helpers import REPO, write_parallel
+    from tests.tasks.helpers import REPO
 
-    write_parallel(tmp_path / "train", 30_000, 0)  # over POOL_PAIRS: encoded in a pool of 2 processes
     cache = tmp_path / "cache"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HOGWILD_CACHE": str(cache)}
     process = subprocess.Popen([sys.executable, str(REPO / "run.py"), "--task", "nmt", "--train",
-                                str(tmp_path / "train"), "--src-lang", "fr", "--tgt-lang", "en", "--steps", "1",
+                                str(pooled_corpus), "--src-lang", "fr", "--tgt-lang", "en", "--steps", "1",
                                 "--out", str(tmp_path / "run")], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

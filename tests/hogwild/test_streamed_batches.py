@@ -82,9 +82,9 @@ def test_an_endless_generator_trains_in_bounded_memory():
 
 
 def test_a_stream_that_raises_stops_the_run_naming_it_after_the_checkpoint(tmp_path):
+    """The parent reads the stream: one worker (config's) is enough for its failure to stop the run."""
     with pytest.raises(hogwild.WorkerFailed) as failed:
-        hogwild.train(H.regression_model(), H.mse_loss, Batches(20, fail_at=12), config(tmp_path, workers=2,
-                                                                                       epochs=1))
+        hogwild.train(H.regression_model(), H.mse_loss, Batches(20, fail_at=12), config(tmp_path, epochs=1))
     message = str(failed.value)
     assert message.startswith("training stopped: reading the batches failed (their iterator raised):\nTraceback")
     assert "OSError: the shard of batch 12 is gone" in message and failed.value.worker == -1

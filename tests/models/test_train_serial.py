@@ -34,16 +34,21 @@ def test_pos_plain_loop_run_folder(tmp_path):
 
 def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
     """POS + SGD without --lr-decay, paper recipe: the paper's decay 0.0135 per epoch, floored at 1% of lr (as
-    run.py decides)."""
+    run.py decides). The plain loop as a command; the engine loop's config.json is the same parse (parse_args, before
+    the loops part), read here in process: the engine's training with that schedule is
+    test_one_engine_worker_and_the_plain_loop_are_the_same_run's, its command line test_nmt_engine_loop's."""
+    from scripts import train_serial
+
     expected = {"lr_schedule": "linear_decay", "decay_per_epoch": 0.0135, "decay_updates": None, "warmup_steps": 0,
                 "min_lr": 0.0003}
-    for loop in ("plain", "engine"):
-        out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", loop, "--steps", "4",
-                           "--log-every", "2", "--recipe", "paper", tmp_path=tmp_path / loop)
-        config = json.loads((out / "config.json").read_text())
+    flags = ["--task", "pos", "--synthetic", "--optimizer", "sgd", "--steps", "4", "--log-every", "2", "--recipe",
+             "paper"]
+    out, results = run(*flags, "--loop", "plain", tmp_path=tmp_path)
+    engine = train_serial.recorded(train_serial.parse_args([*flags, "--loop", "engine", "--out", str(tmp_path / "e")]))
+    for config in (json.loads((out / "config.json").read_text()), engine):
         assert config["schedule"] == pytest.approx(expected) and (config["lr"], config["lr_decay"]) == (0.03, 0.0135)
-        assert results["updates"] == 4
-    lines = [json.loads(line) for line in (tmp_path / "plain" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert results["updates"] == 4
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["lr"] for r in lines if "train_loss" in r] == [0.03, 0.03]  # epoch 0: the full rate
 
 

@@ -94,8 +94,10 @@ def test_a_worker_killed_by_a_signal_is_named(tmp_path):
     assert multiprocessing.active_children() == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_sigint_sigterm_and_sighup_stop_gracefully_with_a_checkpoint(tmp_path, signum):
+def test_sigint_to_the_parent_alone_stops_gracefully_with_a_checkpoint(tmp_path):
+    """SIGINT to the parent alone (its workers never see it); SIGTERM and SIGHUP reach the same handler in the
+    process-group test below, each run by a real signal to the parent as well."""
+    signum = signal.SIGINT
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -138,11 +140,13 @@ def test_a_signal_to_the_whole_process_group_stops_gracefully(tmp_path, signum):
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
+        sent = time.monotonic()
         os.killpg(process.pid, signum)
         out, err = process.communicate(timeout=30)
     finally:
         process.kill()
     assert process.returncode == 0, err
+    assert time.monotonic() - sent < 10.0
     assert "Traceback" not in err and "resource_tracker" not in err  # nothing else of the group died
     result = json.loads(out.strip().splitlines()[-1])
     assert result["stop_reason"] == f"signal {signal.Signals(signum).name}"
@@ -174,7 +178,7 @@ def test_killing_the_parent_while_workers_start_leaves_none_behind(tmp_path):
                     if b"spawn_main" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert H.wait_for(lambda: len(workers()) == 2, timeout=60), "the workers did not start"
         started = workers()
-        time.sleep(2)  # into their hold (or not yet at `import hogwild`: either way they must not outlive the parent)
+        time.sleep(1)  # into their hold (or not yet at `import hogwild`: either way they must not outlive the parent)
         assert trained_updates(tmp_path) == 0
         process.kill()
         process.wait(10)

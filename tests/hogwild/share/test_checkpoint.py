@@ -2,6 +2,7 @@
 read without unpickling anything but tensors and plain values; every tensor written on the CPU."""
 import io
 import os
+import shutil
 
 import pytest
 import torch
@@ -33,15 +34,24 @@ def test_save_is_atomic_a_failed_write_leaves_the_old_checkpoint(tmp_path, monke
     assert os.listdir(tmp_path) == ["last.pt"]  # no temporary file left behind
 
 
-def test_resume_continues_at_the_exact_step_with_the_same_data_order(tmp_path):
+@pytest.fixture(scope="module")
+def nine_updates(tmp_path_factory):
+    """A run folder of 9 updates on H.regression_batches(n=12) and its result: one engine run for the two tests that
+    resume it (each resumes a copy)."""
+    folder = tmp_path_factory.mktemp("nine-updates")
+    result = hogwild.train(H.regression_model(), H.mse_loss, H.regression_batches(n=12), config(folder, max_steps=9))
+    return folder, result
+
+
+def test_resume_continues_at_the_exact_step_with_the_same_data_order(tmp_path, nine_updates):
     batches = H.regression_batches(n=12)
     uninterrupted = H.regression_model()
     full = hogwild.train(uninterrupted, H.mse_loss, batches, config(tmp_path / "a", max_steps=20))
     assert full.updates == 20
 
-    resumed = H.regression_model()
-    first = hogwild.train(resumed, H.mse_loss, batches, config(tmp_path / "b", max_steps=9))
+    folder, first = nine_updates
     assert first.updates == 9 and first.stop_reason == "max_steps"
+    shutil.copytree(folder, tmp_path / "b")
     saved = torch.load(tmp_path / "b" / "last.pt", weights_only=False)
     assert saved["global_step"] == 9 and saved["data_position"]["seq"] == 9
     fresh = H.regression_model()  # a new process would rebuild the model from scratch
@@ -51,9 +61,9 @@ def test_resume_continues_at_the_exact_step_with_the_same_data_order(tmp_path):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
-def test_resume_refuses_a_model_of_another_shape(tmp_path):
-    batches = H.regression_batches(n=4)
-    hogwild.train(H.regression_model(), H.mse_loss, batches, config(tmp_path, max_steps=2))
+def test_resume_refuses_a_model_of_another_shape(tmp_path, nine_updates):
+    batches = H.regression_batches(n=12)
+    shutil.copytree(nine_updates[0], tmp_path, dirs_exist_ok=True)
     wider = torch.nn.Sequential(torch.nn.Linear(4, 9), torch.nn.Tanh(), torch.nn.Dropout(0.1), torch.nn.Linear(9, 1))
     with pytest.raises(hogwild.CheckpointMismatch, match=r"'0.weight' has shape \(8, 4\) in the checkpoint but "
                                                          r"\(9, 4\) in this model"):

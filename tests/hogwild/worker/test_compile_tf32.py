@@ -33,10 +33,23 @@ def regression_model():
     return H.regression_model(dropout=0.0)  # a compiled step draws dropout masks with another generator
 
 
+@pytest.fixture(scope="module")
+def eager_run():
+    """device -> (result, parameters) of the eager worker on H.regression_batches(n=8): one run per device for the
+    module (the aot_eager and the inductor tests compare with the same 'cpu-replica' run)."""
+    runs = {}
+
+    def run(device):
+        if device not in runs:
+            runs[device] = final_parameters(regression_model, H.mse_loss, H.regression_batches(n=8), devices=[device])
+        return runs[device]
+    return run
+
+
 @pytest.mark.parametrize("device", ["cpu", "cpu-replica"])
-def test_one_compiled_worker_ends_with_the_eager_workers_parameters(device):
+def test_one_compiled_worker_ends_with_the_eager_workers_parameters(device, eager_run):
     batches = H.regression_batches(n=8)
-    eager, expected = final_parameters(regression_model, H.mse_loss, batches, devices=[device])
+    eager, expected = eager_run(device)
     compiled, got = final_parameters(regression_model, H.mse_loss, batches, devices=[device], compile="aot_eager")
     assert compiled.updates == eager.updates == 16
     for a, b in zip(got, expected):
@@ -63,9 +76,9 @@ def test_a_compiled_nmt_worker_on_length_buckets_ends_with_the_eager_parameters(
 
 
 @pytest.mark.slow  # inductor generates and compiles C++ in the worker: tens of seconds
-def test_inductor_compiled_worker_ends_with_the_eager_workers_parameters():
+def test_inductor_compiled_worker_ends_with_the_eager_workers_parameters(eager_run):
     batches = H.regression_batches(n=8)
-    _, expected = final_parameters(regression_model, H.mse_loss, batches, devices=["cpu-replica"])
+    _, expected = eager_run("cpu-replica")
     compiled, got = final_parameters(regression_model, H.mse_loss, batches, devices=["cpu-replica"],
                                      compile="default")
     assert compiled.updates == 16
