@@ -8,6 +8,8 @@ batch schedulers and a closed terminal (a dropped SSH session) signal the whole 
   that the stop's messages do not fail with EIO. A closed or failing standard stream never ends a process
   (`outlive_closed_output`), and multiprocessing's resource tracker is started with SIGHUP ignored
   (`start_resource_tracker`).
+- Once a command has ended and decided its exit status, `ended` ignores Ctrl-C: the interpreter's teardown is not
+  interrupted into a traceback.
 
 A leaf: it imports nothing of the engine and no torch, so the worker's prelude (hogwild/worker/), the parent
 (hogwild/parent/, engine.py) and run.py's own handlers (hogwild/tasks/) take the same rules from one place.
@@ -110,6 +112,13 @@ class _ReaderGone:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def ended() -> None:
+    """A command's process has ended its work and decided its exit status: a Ctrl-C now (an impatient second one as a
+    run stops) would only interrupt the interpreter's teardown, torch's atexit finalizers printing a KeyboardInterrupt
+    traceback. SIGINT is ignored from here (run.py and the installed command call this after their main)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def outlive_closed_output(prog: str = "hogwild", stdout_is_data: bool = False) -> None:

@@ -329,4 +329,7 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
 
 def console() -> int:
     """The installed `hogwild` command (pyproject's [project.scripts]): run.py's command line under that name."""
-    return main(prog="hogwild")
+    from hogwild.process_signals import ended
+    status = main(prog="hogwild")
+    ended()  # a Ctrl-C during the interpreter's teardown changes nothing: no traceback
+    return status
