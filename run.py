@@ -11,9 +11,6 @@ if __name__ == "__main__":
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     # imported here, not above: each spawned worker imports this file again (as __mp_main__) and needs only the
     # module of its loss function, not the whole command line (about a second of a worker's start-up)
-    from hogwild.process_signals import ended
-    from hogwild.tasks.cli import main
+    from hogwild.tasks.cli import console
 
-    status = main()
-    ended()  # a Ctrl-C during the interpreter's teardown changes nothing: no traceback
-    sys.exit(status)
+    sys.exit(console("run.py"))

@@ -117,7 +117,7 @@ class _ReaderGone:
 def ended() -> None:
     """A command's process has ended its work and decided its exit status: a Ctrl-C now (an impatient second one as a
     run stops) would only interrupt the interpreter's teardown, torch's atexit finalizers printing a KeyboardInterrupt
-    traceback. SIGINT is ignored from here (run.py and the installed command call this after their main)."""
+    traceback. SIGINT is ignored from here (hogwild.tasks.cli.console: run.py and the installed command)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -327,9 +327,11 @@ def main(argv: list[str] | None = None, prog: str = "run.py") -> int:
         return 1
 
 
-def console() -> int:
-    """The installed `hogwild` command (pyproject's [project.scripts]): run.py's command line under that name."""
+def console(prog: str = "hogwild") -> int:
+    """A command's whole process: main(), then Ctrl-C ignored through the interpreter's teardown, which it would only
+    interrupt into a traceback (process_signals.ended). The installed `hogwild` command (pyproject's
+    [project.scripts]); run.py is console("run.py")."""
     from hogwild.process_signals import ended
-    status = main(prog="hogwild")
-    ended()  # a Ctrl-C during the interpreter's teardown changes nothing: no traceback
+    status = main(prog=prog)
+    ended()
     return status

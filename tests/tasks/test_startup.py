@@ -93,14 +93,14 @@ def test_a_ctrl_c_during_the_teardown_after_run_py_ended_prints_no_traceback(tmp
     """An impatient second Ctrl-C as a run stops can land after main() returned, in the interpreter's teardown
     (torch's atexit finalizers): it printed 'Exception ignored in atexit callback' and a KeyboardInterrupt traceback.
     Here a Ctrl-C is sent from the last atexit callback of a run.py that refused its command (exit 1)."""
-    script = (f"import atexit, os, runpy, signal, sys, time\n"
-              f"def late_ctrl_c():\n"
-              f"    os.kill(os.getpid(), signal.SIGINT)\n"
-              f"    time.sleep(0.3)\n"
-              f"    print('teardown went on', flush=True)\n"
-              f"atexit.register(late_ctrl_c)\n"
+    script = ("import atexit, os, runpy, signal, sys, time\n"
+              "def late_ctrl_c():\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    time.sleep(0.3)\n"
+              "    print('teardown went on', flush=True)\n"
+              "atexit.register(late_ctrl_c)\n"
               f"sys.argv = ['run.py', 'tag', '--checkpoint', {str(tmp_path / 'no-run')!r}, 'in.txt']\n"
-              f"runpy.run_path('run.py', run_name='__main__')\n")
+              "runpy.run_path('run.py', run_name='__main__')\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=ENV, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and "error:" in done.stderr, done.stderr
