@@ -27,7 +27,7 @@ EPILOG = """subcommands ({prog} SUBCOMMAND --help for their flags):
   {prog} plot RUN_DIR [RUN_DIR ...] [--out curves.png]        loss and held-out metric vs time and updates
 
 examples:
-  {prog}                                         built-in synthetic POS task, 2 CPU workers, about a minute
+  {prog}                                         built-in synthetic POS task, 2 CPU workers, about half a minute
   {prog} --task pos --train ../shared/corpora/brown --workers 2 --time-limit 600
   {prog} --task nmt --train ../shared/corpora/europarl-fr-en/train --dev ../shared/corpora/europarl-fr-en/dev --gpus 4
   mpiexec -n 2 {command} --task pos --workers 1 --distributed allreduce

@@ -13,14 +13,14 @@ from hogwild.tasks.options import OptionError, RunOptions, declared, engine_fiel
 
 def test_resolved_fills_the_papers_defaults_per_task():
     pos = RunOptions(task="pos", train=None).resolved()
-    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.1, 0.0225, None, 2)
+    assert (pos.batch_size, pos.lr, pos.lr_decay, pos.clip_norm, pos.epochs) == (1, 0.1, 0.0225, None, 1)
     paper = RunOptions(task="pos", train=None, recipe="paper").resolved()
-    assert (paper.batch_size, paper.lr, paper.lr_decay, paper.clip_norm, paper.epochs) == (1, 0.03, 0.0135, None, 2)
+    assert (paper.batch_size, paper.lr, paper.lr_decay, paper.clip_norm, paper.epochs) == (1, 0.03, 0.0135, None, 1)
     assert (pos.log_every, pos.eval_every, pos.eval_every_seconds) == (50, 250, None)
     real = RunOptions(task="pos", train=["tests/fixtures/data/tiny.conllu"]).resolved()
     assert (real.epochs, real.eval_every, real.eval_every_seconds) == (1, None, 60.0)
     nmt = RunOptions(task="nmt", recipe="paper").resolved()
-    assert (nmt.batch_size, nmt.lr, nmt.lr_decay, nmt.clip_norm) == (32, 0.1, 0.0, 1.0)  # synthetic batch 32
+    assert (nmt.batch_size, nmt.lr, nmt.lr_decay, nmt.clip_norm, nmt.epochs) == (32, 0.1, 0.0, 1.0, 2)  # batch 32
     nmt = RunOptions(task="nmt").resolved()  # the default recipe: Adam
     assert (nmt.optimizer, nmt.batch_size, nmt.lr, nmt.lr_decay, nmt.clip_norm) == ("adam", 32, 1e-3, 0.0, 1.0)
     adam = RunOptions(task="pos", optimizer="adam", time_limit=5).resolved()
@@ -95,7 +95,7 @@ def test_zero_is_off_for_the_options_declared_so():
     """`--time-limit 0` (no limit) and `--dev-limit 0` (all): what undoes a script's own default of them; also
     --checkpoint-minutes and --eval-budget. 0 or `off` on the command line, 0 in a --config file: None, once."""
     assert RunOptions(time_limit=0, dev_limit=0) == RunOptions()
-    assert RunOptions(time_limit=0).resolved().epochs == 2  # no limit given: the synthetic task's default epochs
+    assert RunOptions(time_limit=0).resolved().epochs == 1  # no limit given: the synthetic task's default epochs
     from hogwild.tasks.run_flags import parse_run_options
     from hogwild.tasks.cli import train_parser
     for value in ("0", "off", "OFF"):
