@@ -1,6 +1,7 @@
 """A reproduction series survives being killed: the same command with --reuse resumes the stopped run from its
 last.pt to the same number of updates, with the result of a run that was never interrupted (one worker trains
-deterministically, so the final held-out figures are equal), and --only-report tables the runs finished so far."""
+deterministically, so the final held-out figures are equal), and --only-report tables the runs finished so far.
+The series killed is a real process; the resumed and the uninterrupted series run in process (reproduce_pos.main)."""
 import json
 import os
 import signal
@@ -25,8 +26,10 @@ def _series(tmp_path, runs_dir, *extra):
             *extra]
 
 
-def test_a_killed_series_resumes_its_stopped_run_and_reports_what_finished(tmp_path):
+def test_a_killed_series_resumes_its_stopped_run_and_reports_what_finished(tmp_path, monkeypatch, capsys):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HOGWILD_CACHE": str(tmp_path / "cache")}
+    for name in ("OMP_NUM_THREADS", "HOGWILD_CACHE"):  # the in-process series (and their workers) as the killed one
+        monkeypatch.setenv(name, env[name])
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     process = subprocess.Popen(_series(tmp_path, killed, "--no-adam"), cwd=REPO, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -46,17 +49,15 @@ def test_a_killed_series_resumes_its_stopped_run_and_reports_what_finished(tmp_p
     with pytest.raises(SystemExit, match="^--only-report: no finished run"):  # exit status 1, the line on stderr
         reproduce_pos.main(_series(tmp_path, killed, "--no-adam", "--only-report")[3:])  # in process: nothing to train
 
-    resumed = subprocess.run(_series(tmp_path, killed, "--no-adam", "--reuse"), cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert f"[1/2] SGD, 1 worker, seed 0: resuming -> {killed / 'sgd-1-seed0'}" in resumed.stdout
-    assert f"[2/2] SGD, 1 worker, seed 1: training -> {killed / 'sgd-1-seed1'}" in resumed.stdout
+    capsys.readouterr()
+    assert reproduce_pos.main(_series(tmp_path, killed, "--no-adam", "--reuse")[3:]) == 0
+    resumed = capsys.readouterr().out
+    assert f"[1/2] SGD, 1 worker, seed 0: resuming -> {killed / 'sgd-1-seed0'}" in resumed
+    assert f"[2/2] SGD, 1 worker, seed 1: training -> {killed / 'sgd-1-seed1'}" in resumed
     log = (killed / "sgd-1-seed0" / "train.log").read_text()
     assert "resuming" in log and "at update" in log  # the run's own output went to its log, not the console
 
-    uninterrupted = subprocess.run(_series(tmp_path, whole, "--no-adam", "--seeds", "0"), cwd=REPO, env=env,
-                                   capture_output=True, text=True, timeout=300)
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    assert reproduce_pos.main(_series(tmp_path, whole, "--no-adam", "--seeds", "0")[3:]) == 0
     first = json.loads((killed / "sgd-1-seed0" / "summary.json").read_text())
     once = json.loads((whole / "sgd-1" / "summary.json").read_text())  # one seed 0: the plain name
     assert first["updates"] == once["updates"] == 300  # 2 epochs of 150 sentences, one per update

@@ -1,6 +1,7 @@
 """A hostile but fair user (issue #14): a table of bad inputs and bad flags run through `run.py` in real processes.
 Each must exit non-zero with one line naming the flag or the file (and line), print no traceback, leave no process
-or /dev/shm entry behind, and leave an existing run directory byte for byte as it was."""
+or /dev/shm entry behind, and leave an existing run directory byte for byte as it was. Each case is a process of its
+own, forked from one interpreter that imported run.py's modules once (misuse_helpers.RunPyForker)."""
 import json
 import re
 import shutil
@@ -9,7 +10,7 @@ import pytest
 
 from hogwild.tasks import cli
 from tests.tasks.helpers import write_parallel, write_tagged
-from tests.tasks.misuse_helpers import fingerprint, run_py_session
+from tests.tasks.misuse_helpers import RunPyForker, fingerprint, run_py_session
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +58,12 @@ def world(tmp_path_factory):
     (root / "good.conllu").write_text(
         "# sent_id = 1\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_\n\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def forker():
+    with RunPyForker() as forker:
+        yield forker
 
 
 CASES = [  # (name, argv with {root} for the fixture folder, exit status, the last stderr line as a regex)
@@ -159,9 +166,9 @@ CASES = [  # (name, argv with {root} for the fixture folder, exit status, the la
 
 
 @pytest.mark.parametrize("name, argv, status, last_line", CASES, ids=[case[0] for case in CASES])
-def test_bad_input_fails_cleanly_and_touches_nothing(world, name, argv, status, last_line):
+def test_bad_input_fails_cleanly_and_touches_nothing(world, forker, name, argv, status, last_line):
     before = {folder: fingerprint(world / folder) for folder in FINGERPRINTED}
-    done = run_py_session(*[arg.format(root=world) for arg in argv], timeout=240)
+    done = forker.run(*[arg.format(root=world) for arg in argv], timeout=240)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == status, done.stdout + done.stderr
     assert lines and re.fullmatch(last_line.format(root=re.escape(str(world))), lines[-1]), done.stderr
