@@ -231,8 +231,8 @@ main() {
         # the CUDA tests are skipped without CUDA: the stages themselves are what is tested here
         tests=(-m cuda tests/hogwild/test_gpu.py) COMPILED_TESTS=(-m cuda tests/hogwild/worker/test_compile_tf32.py)
         RUN_GPU=(--workers 1 --cpu-workers replica)   # the GPU workers' code path ('cpu-replica')
-        POS_DATA=(--steps 20 --synthetic-size 200 --eval-every 100000)
-        NMT_DATA=(--steps 6 --synthetic-size 200 --batch-size 8 --dev-limit 8 --eval-every 100000 --beam 2)
+        POS_DATA=(--steps 8 --synthetic-size 100 --eval-every 100000)
+        NMT_DATA=(--steps 4 --synthetic-size 100 --batch-size 8 --dev-limit 4 --eval-every 100000 --beam 2)
     else
         device=cuda:0
         step_check=(--device cuda:0)

@@ -9,9 +9,10 @@ once, at the end.
 The graphed loop (`BucketGraphs`) follows PyTorch's CUDA-graph notes on whole-network capture:
   - `prepare(batches)` runs before the timed steps. It groups the batches by shape. Each shape whose length
     dimensions all sit on the bucket edges gets static device buffers holding its first batch, then WARMUP_STEPS steps
-    on a side stream (cuDNN/cuBLAS plans, the optimizer's state). The parameters and the optimizer state are then put
-    back as they were, and the step is captured. All graphs share one memory pool: they never run concurrently, and
-    each writes its gradients before it reads them, so their private memory may overlap.
+    on a side stream (cuDNN/cuBLAS plans, the optimizer's state; on the CPU, where nothing is captured, one step).
+    The parameters and the optimizer state are then put back as they were, and the step is captured. All graphs share
+    one memory pool: they never run concurrently, and each writes its gradients before it reads them, so their private
+    memory may overlap.
   - `step(batch)` copies the batch into its shape's static buffers (non-blocking from pinned memory) and replays the
     graph. A shape without a graph (a length past the last edge) runs the same step eagerly and is counted (`eager`).
 On the CPU nothing is captured. `prepare` builds the same static buffers, and `step` copies into them and calls the
