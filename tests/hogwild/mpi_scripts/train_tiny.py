@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.3)
     parser.add_argument("--tester", action="store_true")
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--heartbeat", type=float, default=0.2)
     parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", required=True, help="folder for <algorithm>-rank<r>.json")
@@ -77,7 +78,7 @@ def train(algorithm: str, args: argparse.Namespace) -> None:
         from hogwild.multihost import train_distributed
         dist = DistConfig(algorithm=algorithm, period=args.period, n_push=args.period, n_fetch=args.period,
                           servers=args.servers, alpha=args.alpha, tester=args.tester, tester_every_seconds=0.5,
-                          heartbeat_seconds=0.2, timeout_seconds=args.timeout)
+                          heartbeat_seconds=args.heartbeat, timeout_seconds=args.timeout)
         out = train_distributed(model, loss, batches, config, dist, evaluate)
         result = {"rank": out.rank, "role": out.role, "exchanges": out.exchanges,
                   "updates": out.local.updates if out.local else 0, "tests": len(out.tester_history),
