@@ -5,6 +5,7 @@ assert the closed forms on every rank (a failed assertion aborts the whole MPI j
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -54,17 +55,11 @@ def test_one_exchange_matches_its_closed_form(ranks, pieces):
 
 
 def train_tiny(tmp_path: pathlib.Path, ranks: int, algorithms: str, *args: str, timeout: float = 120.0) -> dict:
-    """Run train_tiny.py (under mpiexec unless algorithms == 'single'; several comma-separated ones one after the other
-    in one job); {algorithm: {rank: its result dict}}."""
+    """Run train_tiny.py under mpiexec (several comma-separated algorithms one after the other in one job);
+    {algorithm: {rank: its result dict}}."""
     out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
     out.mkdir()
-    script_args = [algorithms, "--out", str(out), *args]
-    if algorithms == "single":
-        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-        done = subprocess.run([sys.executable, str(SCRIPTS / "train_tiny.py"), *script_args], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    else:
-        done = mpirun(ranks, "train_tiny.py", *script_args, timeout=timeout)
+    done = mpirun(ranks, "train_tiny.py", algorithms, "--out", str(out), *args, timeout=timeout)
     assert done.returncode == 0, done.stdout
     results = {}
     for algorithm in algorithms.split(","):
@@ -76,9 +71,14 @@ def train_tiny(tmp_path: pathlib.Path, ranks: int, algorithms: str, *args: str, 
 
 @pytest.fixture(scope="module")
 def single_host_loss(tmp_path_factory) -> float:
-    """Single-host Hogwild with 2 workers (the same total number of workers as the 2-host runs), 4 epochs."""
-    return train_tiny(tmp_path_factory.mktemp("single"), 1, "single", "--epochs", "4",
-                      "--workers", "2")["single"][0]["loss"]
+    """Single-host Hogwild with 2 workers (the same total number of workers as the 2-host runs), 4 epochs:
+    train_tiny.py's training, run in this process (a reference loss: no MPI, no start of Python and torch)."""
+    out = tmp_path_factory.mktemp("single")
+    if str(SCRIPTS) not in sys.path:  # as when the script runs: the spawned workers import tiny_task.loss_fn
+        sys.path.insert(0, str(SCRIPTS))
+    script = importlib.import_module("train_tiny")
+    script.train("single", script.parse_args(["single", "--epochs", "4", "--workers", "2", "--out", str(out)]))
+    return json.loads((out / "single-rank0.json").read_text())["loss"]
 
 
 @pytest.mark.parametrize("algorithms, ranks, extra", [

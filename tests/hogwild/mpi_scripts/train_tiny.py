@@ -3,6 +3,7 @@
 Usage: mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py easgd --epochs 4 --out OUT [--servers 1]
        mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py adpsgd,easgd --epochs 4 --out OUT
        python tests/hogwild/mpi_scripts/train_tiny.py single --epochs 4 --workers 2 --out OUT
+       train_tiny.train("single", train_tiny.parse_args([...]))  (in a test's process)
 Several algorithms train one after the other in the same job, each from the seeded start. Writes
 OUT/<algorithm>-rank<r>.json per algorithm and rank (role, final full-data loss, exchanges, local updates).
 """
@@ -22,6 +23,16 @@ from tiny_task import full_loss, loss_fn, make_task  # noqa: E402
 
 
 def main() -> None:
+    args = parse_args()
+    if args.tracker_first:
+        from multiprocessing import resource_tracker
+        resource_tracker.ensure_running()
+    torch.set_num_threads(1)
+    for algorithm in args.algorithms.split(","):
+        train(algorithm, args)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("algorithms", help="single | allreduce | adpsgd | easgd | eamsgd | downpour, or several "
                                            "of the multi-host ones, comma-separated")
@@ -47,13 +58,7 @@ def main() -> None:
                                                                      "at its step N (a test then knows it got there)")
     parser.add_argument("--tracker-first", action="store_true",
                         help="start multiprocessing's resource tracker first, as run.py does")
-    args = parser.parse_args()
-    if args.tracker_first:
-        from multiprocessing import resource_tracker
-        resource_tracker.ensure_running()
-    torch.set_num_threads(1)
-    for algorithm in args.algorithms.split(","):
-        train(algorithm, args)
+    return parser.parse_args(argv)
 
 
 def train(algorithm: str, args: argparse.Namespace) -> None:
