@@ -19,6 +19,6 @@ if __name__ == "__mp_main__" and os.environ.get("HOLD_WORKER_START"):  # a spawn
 
 if __name__ == "__main__":
     result = hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), hogwild.Config(
-        workers=int(sys.argv[2]) if len(sys.argv) > 2 else 2, epochs=10_000, lr=0.01, log_every=1, progress=False, tensorboard=False,
-        checkpoint_dir=sys.argv[1]))
+        workers=int(sys.argv[2]) if len(sys.argv) > 2 else 2, epochs=10_000, lr=0.01, log_every=1, progress=False,
+        tensorboard=False, checkpoint_dir=sys.argv[1]))
     print(json.dumps({"stop_reason": result.stop_reason, "updates": result.updates}), flush=True)
