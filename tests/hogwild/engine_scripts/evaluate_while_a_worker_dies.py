@@ -1,5 +1,5 @@
-"""Trains with 2 slow workers and an evaluation of the starting parameters that computes in torch for a minute; the
-evaluation tests kill worker 1 with SIGKILL while it runs. Prints the failure's first line and exits 1, as run.py
+"""Trains with one slow worker and an evaluation of the starting parameters that computes in torch for a minute; the
+evaluation tests kill the worker with SIGKILL while it runs. Prints the failure's first line and exits 1, as run.py
 does.
 
 Usage: python tests/hogwild/engine_scripts/evaluate_while_a_worker_dies.py RUN_DIR
@@ -28,7 +28,7 @@ def evaluate(model):
 if __name__ == "__main__":
     try:
         hogwild.train(H.regression_model(), H.slow_loss, H.regression_batches(n=16), hogwild.Config(
-            workers=2, epochs=10_000, lr=0.01, progress=False, tensorboard=False, checkpoint_dir=sys.argv[1],
+            workers=1, epochs=10_000, lr=0.01, progress=False, tensorboard=False, checkpoint_dir=sys.argv[1],
             eval_at_start=True), evaluate)
     except hogwild.WorkerFailed as error:
         print(str(error).splitlines()[0], flush=True)

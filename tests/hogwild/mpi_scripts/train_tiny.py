@@ -3,6 +3,7 @@
 Usage: mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py easgd --epochs 4 --out OUT [--servers 1]
        mpiexec -n 3 python tests/hogwild/mpi_scripts/train_tiny.py adpsgd,easgd --epochs 4 --out OUT
        python tests/hogwild/mpi_scripts/train_tiny.py single --epochs 4 --workers 2 --out OUT
+       train_tiny.train("single", train_tiny.parse_args([...]))  (in a test's process)
 Several algorithms train one after the other in the same job, each from the seeded start. Writes
 OUT/<algorithm>-rank<r>.json per algorithm and rank (role, final full-data loss, exchanges, local updates).
 """
@@ -22,6 +23,16 @@ from tiny_task import full_loss, loss_fn, make_task  # noqa: E402
 
 
 def main() -> None:
+    args = parse_args()
+    if args.tracker_first:
+        from multiprocessing import resource_tracker
+        resource_tracker.ensure_running()
+    torch.set_num_threads(1)
+    for algorithm in args.algorithms.split(","):
+        train(algorithm, args)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("algorithms", help="single | allreduce | adpsgd | easgd | eamsgd | downpour, or several "
                                            "of the multi-host ones, comma-separated")
@@ -36,6 +47,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.3)
     parser.add_argument("--tester", action="store_true")
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--heartbeat", type=float, default=0.2)
     parser.add_argument("--checkpoint-dir", default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", required=True, help="folder for <algorithm>-rank<r>.json")
@@ -46,13 +58,7 @@ def main() -> None:
                                                                      "at its step N (a test then knows it got there)")
     parser.add_argument("--tracker-first", action="store_true",
                         help="start multiprocessing's resource tracker first, as run.py does")
-    args = parser.parse_args()
-    if args.tracker_first:
-        from multiprocessing import resource_tracker
-        resource_tracker.ensure_running()
-    torch.set_num_threads(1)
-    for algorithm in args.algorithms.split(","):
-        train(algorithm, args)
+    return parser.parse_args(argv)
 
 
 def train(algorithm: str, args: argparse.Namespace) -> None:
@@ -77,7 +83,7 @@ def train(algorithm: str, args: argparse.Namespace) -> None:
         from hogwild.multihost import train_distributed
         dist = DistConfig(algorithm=algorithm, period=args.period, n_push=args.period, n_fetch=args.period,
                           servers=args.servers, alpha=args.alpha, tester=args.tester, tester_every_seconds=0.5,
-                          heartbeat_seconds=0.2, timeout_seconds=args.timeout)
+                          heartbeat_seconds=args.heartbeat, timeout_seconds=args.timeout)
         out = train_distributed(model, loss, batches, config, dist, evaluate)
         result = {"rank": out.rank, "role": out.role, "exchanges": out.exchanges,
                   "updates": out.local.updates if out.local else 0, "tests": len(out.tester_history),

@@ -275,7 +275,7 @@ def test_loop_checkpoints_and_stops_on_time_while_an_evaluation_runs(tmp_path):
         return {"loss": H.dataset_loss(model, batches)}
 
     result = hogwild.train(H.regression_model(), H.slow_loss, batches, hogwild.Config(
-        workers=1, epochs=100000, time_limit=2.0, eval_every=3, eval_budget=None, checkpoint_every=3, log_every=3,
+        workers=1, epochs=100000, time_limit=1.0, eval_every=3, eval_budget=None, checkpoint_every=3, log_every=3,
         lr=0.01, checkpoint_dir=str(tmp_path), progress=False, tensorboard=False), evaluate=evaluate)
     assert result.stop_reason == "time_limit"
     records = _records(tmp_path)

@@ -95,10 +95,10 @@ def test_a_worker_killed_by_a_signal_is_named(tmp_path):
 
 
 def test_sigint_to_the_parent_alone_stops_gracefully_with_a_checkpoint(tmp_path):
-    """SIGINT to the parent alone (its workers never see it); SIGTERM and SIGHUP reach the same handler in the
-    process-group test below, each run by a real signal to the parent as well."""
+    """SIGINT to the parent alone (its workers never see it: one is enough); SIGTERM and SIGHUP reach the same handler
+    in the process-group test below, each run by a real signal to the parent as well."""
     signum = signal.SIGINT
-    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path), "1"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
