@@ -146,12 +146,12 @@ def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_pat
             f"20 updates, {rate}),") in resumed.stdout
 
 
-def _kill_a_worker_mid_run(out, *args):
-    """run.py with 2 workers in its own session; once 20 updates are logged one worker is killed with SIGKILL.
+def _kill_a_worker_mid_run(out, *args, workers=2):
+    """run.py with `workers` workers in its own session; once 20 updates are logged one worker is killed with SIGKILL.
     Returns (the finished process, the killed worker's pid, stdout, stderr)."""
-    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *TASK, "--workers", "2", "--log-every", "10",
-                                *args, "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *TASK, "--workers", str(workers),
+                                "--log-every", "10", *args, "--out", str(out)], cwd=REPO, env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 180
         while not any(r["kind"] == "train" and r["updates"] >= 20 for r in _records_so_far(out / "metrics.jsonl")):
@@ -205,9 +205,9 @@ def test_a_reader_that_closes_the_output_pipe_does_not_stop_the_run(tmp_path):
 
 def test_a_killed_worker_stops_the_run_with_its_name_and_how_to_continue(tmp_path):
     """Without --max-restarts a worker killed mid-run stops the run: exit 1, the worker named, last.pt written, and
-    (as after Ctrl-C) the command that continues it."""
+    (as after Ctrl-C) the command that continues it. One worker: the others' stop is test_supervisor.py's."""
     out = tmp_path / "run"
-    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "100000")
+    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "100000", workers=1)
     assert process.returncode == 1, stdout + stderr
     error, hint = stderr.strip().splitlines()[-3:-2] + stderr.strip().splitlines()[-1:]
     assert error.startswith("run.py: error: training stopped: worker ") and f"pid {worker}) was killed" in error
