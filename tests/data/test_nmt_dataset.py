@@ -227,10 +227,13 @@ def test_a_damaged_cache_entry_is_named_once_and_rebuilt(tmp_path, how, error):
 
 @pytest.fixture(scope="module")
 def pooled_corpus(tmp_path_factory):
-    """train.fr / train.en of 30,000 pairs, over POOL_PAIRS: encoded in a pool of 2 processes. Written once for the
-    tests that stop its preparation (each prepares it into a cache of its own)."""
+    """train.fr / train.en of 21,000 pairs, over POOL_PAIRS (5 chunks): encoded in a pool of 2 processes, which is
+    still at work when the first chunk is merged and has the fewest chunks left to finish after a signal. Written
+    once for the tests that stop its preparation (each prepares it into a cache of its own)."""
+    from hogwild.data.streamed_nmt import CHUNK_PAIRS, POOL_PAIRS
     from tests.tasks.helpers import write_parallel
-    return write_parallel(tmp_path_factory.mktemp("pooled") / "train", 30_000, 0)
+    assert POOL_PAIRS // CHUNK_PAIRS == 4  # 21,000 pairs: one chunk more than a corpus encoded in this process
+    return write_parallel(tmp_path_factory.mktemp("pooled") / "train", 21_000, 0)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from hogwild.tasks.cli import main
 from tests.tasks.helpers import REPO, run_py
 
 
@@ -85,36 +86,41 @@ def _lines_within(answers: queue.Queue, count: int, seconds: float) -> list[byte
 
 
 @pytest.mark.slow
-def test_a_long_line_is_cut_like_a_held_out_pair_and_its_translation_capped(nmt_run, tmp_path):
+def test_a_long_line_is_cut_like_a_held_out_pair_and_its_translation_capped(nmt_run, tmp_path, capsys):
     words = " ".join((nmt_run / "dev.src").read_text().splitlines()).split()
     long_line = " ".join((words * (1000 // len(words) + 1))[:1000])  # 1,000 words of the task's vocabulary
     first_100 = " ".join(long_line.split()[:100])
     source = tmp_path / "in.txt"
     source.write_text(f"{long_line}\n{first_100}\n")
     started = time.monotonic()
-    done = run_py("translate", "--checkpoint", str(nmt_run), "--beam", "5", str(source))
-    assert done.returncode == 0, done.stderr
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(nmt_run), "--beam", "5", str(source)]) == 0  # in this process
     assert time.monotonic() - started < 120
-    long_translation, short_translation = done.stdout.splitlines()
+    done = capsys.readouterr()
+    long_translation, short_translation = done.out.splitlines()
     assert long_translation == short_translation  # translated from its first 100 words, as evaluation cuts it
     assert 0 < len(long_translation.split()) <= 200  # DECODE_MAX_LEN
     best = json.loads((nmt_run / "summary.json").read_text())["best"]["update"]
-    assert done.stderr.splitlines() == [
+    assert done.err.splitlines() == [
         f"run.py translate: using {nmt_run / 'best.pt'} (update {best})",
         "run.py translate: warning: 1 line(s) longer than 100 words were translated from their first 100 only "
         "(split long lines into sentences)"]
 
 
-def test_translate_help_states_the_bound():
-    done = run_py("translate", "--help")
-    text = " ".join(done.stdout.split())
+def test_translate_help_states_the_bound(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["translate", "--help"])  # in this process
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
     assert ("a line longer than 100 words (units of the run's vocabulary) is translated from its first 100 (with a "
             "warning), and a translation has at most 2 x its source length + 10 words, never over 200.") in text
 
 
 @pytest.mark.slow
-def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
-    out = tmp_path / "run"
+def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path, capsys):
+    """run.py tag called in this process (the warning is about the training process, a real one, and its lock)."""
+    out, sentence = tmp_path / "run", tmp_path / "in.txt"
+    sentence.write_text("The dog barks .\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
            "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
     training = subprocess.Popen([sys.executable, str(REPO / "run.py"), "--task", "pos", "--synthetic-size", "200",
@@ -126,10 +132,11 @@ def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
         while not (out / "best.pt").exists():  # the evaluation of the starting parameters: update 0
             assert training.poll() is None and time.time() < deadline
             time.sleep(0.2)
-        done = run_py("tag", "--checkpoint", str(out), input="The dog barks .\n")
-        assert done.returncode == 0, done.stderr
-        assert len(done.stdout.splitlines()) == 1
-        note, warning = done.stderr.splitlines()
+        capsys.readouterr()
+        assert main(["tag", "--checkpoint", str(out), str(sentence)]) == 0
+        done = capsys.readouterr()
+        assert len(done.out.splitlines()) == 1
+        note, warning = done.err.splitlines()
         assert note == f"run.py tag: using {out / 'best.pt'} (update 0)"
         assert re.fullmatch(rf"run\.py tag: warning: {re.escape(str(out))} is still training, by pid {training.pid} "
                             rf"\(started [0-9: -]+\): best\.pt is the checkpoint of update 0, not of the finished "
@@ -141,8 +148,8 @@ def test_tag_on_a_run_still_training_names_the_checkpoint_and_warns(tmp_path):
             training.kill()
             training.wait()
     best = json.loads((out / "summary.json").read_text())["best"]["update"]  # the stop's evaluation may be better
-    done = run_py("tag", "--checkpoint", str(out), input="The dog barks .\n")
-    assert done.returncode == 0 and done.stderr.splitlines() == [f"run.py tag: using {out / 'best.pt'} (update {best})"]
+    assert main(["tag", "--checkpoint", str(out), str(sentence)]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"run.py tag: using {out / 'best.pt'} (update {best})"]
 
 
 @pytest.mark.parametrize("closed, args, message", [

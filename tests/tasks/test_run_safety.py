@@ -128,30 +128,30 @@ def test_max_restarts_replaces_a_killed_worker_and_the_summary_counts_it(tmp_pat
     and summary.json counts the restart (metrics.jsonl names the worker); after a --resume it still counts the whole
     run's restarts (it said 0)."""
     out = tmp_path / "run"
-    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "600", "--max-restarts", "1")
+    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "300", "--max-restarts", "1")
     assert process.returncode == 0, stdout + stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["restarts"], summary["updates"], summary["stop_reason"]) == (1, 600, "max_steps")
+    assert (summary["restarts"], summary["updates"], summary["stop_reason"]) == (1, 300, "max_steps")
     [restart] = [r for r in _records(out / "metrics.jsonl") if r["kind"] == "restart"]
     assert restart["reason"].endswith(f"pid {worker}) was killed by signal SIGKILL")
     assert "restarting worker " in stderr and "(1 of --max-restarts 1)" in stderr
     rate = f"{summary['updates_per_second']:.2f} updates/s, start-up excluded"  # the headline rate, as summary.json's
-    assert f"done (max_steps): 600 updates in {summary['wall_seconds']:.1f} s of training ({rate})," in stdout
-    resumed = run_py_session("--steps", "620", "--resume", "--out", str(out))
+    assert f"done (max_steps): 300 updates in {summary['wall_seconds']:.1f} s of training ({rate})," in stdout
+    resumed = run_py_session("--steps", "320", "--resume", "--out", str(out))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["restarts"], summary["updates"], summary["segments"]) == (1, 620, 2)
+    assert (summary["restarts"], summary["updates"], summary["segments"]) == (1, 320, 2)
     rate = f"{summary['updates_per_second']:.2f} updates/s, start-up excluded"
-    assert (f"done (max_steps): 620 updates in {summary['wall_seconds']:.1f} s of training over 2 segments (this one: "
+    assert (f"done (max_steps): 320 updates in {summary['wall_seconds']:.1f} s of training over 2 segments (this one: "
             f"20 updates, {rate}),") in resumed.stdout
 
 
-def _kill_a_worker_mid_run(out, *args):
-    """run.py with 2 workers in its own session; once 20 updates are logged one worker is killed with SIGKILL.
+def _kill_a_worker_mid_run(out, *args, workers=2):
+    """run.py with `workers` workers in its own session; once 20 updates are logged one worker is killed with SIGKILL.
     Returns (the finished process, the killed worker's pid, stdout, stderr)."""
-    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *TASK, "--workers", "2", "--log-every", "10",
-                                *args, "--out", str(out)], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen([sys.executable, str(REPO / "run.py"), *TASK, "--workers", str(workers),
+                                "--log-every", "10", *args, "--out", str(out)], cwd=REPO, env=ENV,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 180
         while not any(r["kind"] == "train" and r["updates"] >= 20 for r in _records_so_far(out / "metrics.jsonl")):
@@ -205,9 +205,9 @@ def test_a_reader_that_closes_the_output_pipe_does_not_stop_the_run(tmp_path):
 
 def test_a_killed_worker_stops_the_run_with_its_name_and_how_to_continue(tmp_path):
     """Without --max-restarts a worker killed mid-run stops the run: exit 1, the worker named, last.pt written, and
-    (as after Ctrl-C) the command that continues it."""
+    (as after Ctrl-C) the command that continues it. One worker: the others' stop is test_supervisor.py's."""
     out = tmp_path / "run"
-    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "100000")
+    process, worker, stdout, stderr = _kill_a_worker_mid_run(out, "--steps", "100000", workers=1)
     assert process.returncode == 1, stdout + stderr
     error, hint = stderr.strip().splitlines()[-3:-2] + stderr.strip().splitlines()[-1:]
     assert error.startswith("run.py: error: training stopped: worker ") and f"pid {worker}) was killed" in error

@@ -1,9 +1,12 @@
 """run.py end to end on tiny corpora (real subprocesses, 2 CPU workers, ~20 s per task): the run directory, the
-summary.json keys, learning, and the tag/translate round trip from the trained run directory."""
+summary.json keys, learning, and the tag/translate round trip from the trained run directory (run.py's tag, translate
+and plot called in this process: the round trips are computations on the run's files; their processes, streams and
+signals are tests/tasks/test_inference.py's)."""
 import json
 
 import pytest
 
+from hogwild.tasks.cli import main
 from tests.tasks.helpers import run_py, write_parallel, write_tagged
 
 pytestmark = pytest.mark.slow
@@ -79,10 +82,11 @@ def test_nmt_run_directory_translations_and_learning(nmt_run):
 
 def test_tag_round_trip_reproduces_the_held_out_accuracy(pos_run, tmp_path):
     gold = [[token.rsplit("/", 1) for token in line.split()] for line in pos_run["dev"].read_text().splitlines()]
-    text = "\n".join(" ".join(w for w, _ in sentence) for sentence in gold) + "\n"
-    done = run_py("tag", "--checkpoint", str(pos_run["out"]), input=text)
-    assert done.returncode == 0, done.stderr
-    tagged = [[token.rsplit("/", 1) for token in line.split()] for line in done.stdout.splitlines()]
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(" ".join(w for w, _ in sentence) for sentence in gold) + "\n", encoding="utf-8")
+    assert main(["tag", "--checkpoint", str(pos_run["out"]), str(words), "--output", str(tmp_path / "tags.txt")]) == 0
+    lines = (tmp_path / "tags.txt").read_text().splitlines()
+    tagged = [[token.rsplit("/", 1) for token in line.split()] for line in lines]
     assert [[w for w, _ in s] for s in tagged] == [[w for w, _ in s] for s in gold]
     pairs = [(p[1], g[1]) for ps, gs in zip(tagged, gold) for p, g in zip(ps, gs)]
     accuracy = sum(p == g for p, g in pairs) / len(pairs)
@@ -92,9 +96,8 @@ def test_tag_round_trip_reproduces_the_held_out_accuracy(pos_run, tmp_path):
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_text("ta bagor fimat .\n\n", encoding="utf-8")
     second.write_text("ke dulic rosum fimat .\n", encoding="utf-8")
-    done = run_py("tag", "--checkpoint", str(pos_run["out"]), str(first), str(second), "--format", "conll",
-                  "--output", str(tmp_path / "out.conll"))
-    assert done.returncode == 0, done.stderr
+    assert main(["tag", "--checkpoint", str(pos_run["out"]), str(first), str(second), "--format", "conll",
+                 "--output", str(tmp_path / "out.conll")]) == 0
     blocks = (tmp_path / "out.conll").read_text().split("\n\n")
     assert [[line.split("\t")[0] for line in b.splitlines()] for b in blocks] == [
         ["ta", "bagor", "fimat", "."], ["ke", "dulic", "rosum", "fimat", "."]]  # the empty line has no block
@@ -102,20 +105,18 @@ def test_tag_round_trip_reproduces_the_held_out_accuracy(pos_run, tmp_path):
 
 def test_translate_round_trip_matches_the_saved_held_out_translations(nmt_run, tmp_path):
     out = nmt_run["out"]
-    done = run_py("translate", "--checkpoint", str(out), "--beam", "2", input=(out / "dev.src").read_text())
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == (out / "dev.hyp").read_text().splitlines()
+    assert main(["translate", "--checkpoint", str(out), "--beam", "2", str(out / "dev.src"), "--output",
+                 str(tmp_path / "all.txt")]) == 0
+    assert (tmp_path / "all.txt").read_text().splitlines() == (out / "dev.hyp").read_text().splitlines()
     source = tmp_path / "in.txt"
     source.write_text("\n".join((out / "dev.src").read_text().splitlines()[:3]) + "\n", encoding="utf-8")
-    done = run_py("translate", "--checkpoint", str(out), "--beam", "2", str(source), "--output",
-                  str(tmp_path / "out.txt"))
-    assert done.returncode == 0, done.stderr
+    assert main(["translate", "--checkpoint", str(out), "--beam", "2", str(source), "--output",
+                 str(tmp_path / "out.txt")]) == 0
     assert (tmp_path / "out.txt").read_text().splitlines() == (out / "dev.hyp").read_text().splitlines()[:3]
 
 
 def test_plot_draws_a_png_for_both_runs(pos_run, nmt_run, tmp_path):
-    done = run_py("plot", str(pos_run["out"]), str(nmt_run["out"]), "--out", str(tmp_path / "curves.png"))
-    assert done.returncode == 0, done.stderr
+    assert main(["plot", str(pos_run["out"]), str(nmt_run["out"]), "--out", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
