@@ -58,7 +58,8 @@ def test_reproduce_pos_figure1(small_pos, tmp_path):
     assert _script("reproduce_pos").main(argv) == 0
     rows = _rows(out / "pos_figure1.csv")
     assert [(r["run"], r["workers"], r["optimizer"], r["updates"]) for r in rows] == [
-        ("SGD, 1 worker", "1", "sgd", "50"), ("SGD, 2 workers", "2", "sgd", "50"), ("Adam, 1 worker", "1", "adam", "50")]
+        ("SGD, 1 worker", "1", "sgd", "50"), ("SGD, 2 workers", "2", "sgd", "50"),
+        ("Adam, 1 worker", "1", "adam", "50")]
     assert all(0.0 <= float(r["best held-out accuracy"]) <= 1.0 for r in rows)
     assert (out / "pos_figure1.png").read_bytes()[:4] == b"\x89PNG"
     assert "Command: `python -m scripts.reproduce_pos --train" in (out / "pos_figure1.md").read_text()
