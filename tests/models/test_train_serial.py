@@ -45,8 +45,8 @@ def test_pos_plain_loop_run_folder(tmp_path):
 
 def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
     """POS + SGD without --lr-decay, paper recipe: the paper's decay 0.0135 per epoch, floored at 1% of lr (as
-    run.py decides). The plain loop's run folder (main, in process); the engine loop's config.json is the same parse (parse_args, before
-    the loops part), read here in process: the engine's training with that schedule is
+    run.py decides). The plain loop's run folder (main, in process); the engine loop's config.json is the same parse
+    (parse_args, before the loops part), read here in process: the engine's training with that schedule is
     test_one_engine_worker_and_the_plain_loop_are_the_same_run's, its command line test_nmt_engine_loop's."""
     from scripts import train_serial
 
