@@ -21,6 +21,17 @@ def run(*args, tmp_path):
     return out, json.loads((out / "results.json").read_text())
 
 
+def run_in_process(*args, tmp_path):
+    """scripts.train_serial.main(ARGS): the same run folder as the command, without an interpreter importing torch
+    (for what the run computes; the command line itself is test_pos_plain_loop_run_folder's and
+    test_nmt_engine_loop_writes_translations')."""
+    from scripts import train_serial
+
+    out = tmp_path / "run"
+    assert train_serial.main([*args, "--out", str(out)]) == 0
+    return out, json.loads((out / "results.json").read_text())
+
+
 def test_pos_plain_loop_run_folder(tmp_path):
     out, results = run("--task", "pos", "--synthetic", "--loop", "plain", "--steps", "30", "--log-every", "10",
                        "--optimizer", "adam", "--batch-size", "16", "--lr", "0.01", tmp_path=tmp_path)
@@ -34,8 +45,8 @@ def test_pos_plain_loop_run_folder(tmp_path):
 
 def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
     """POS + SGD without --lr-decay, paper recipe: the paper's decay 0.0135 per epoch, floored at 1% of lr (as
-    run.py decides). The plain loop as a command; the engine loop's config.json is the same parse (parse_args, before
-    the loops part), read here in process: the engine's training with that schedule is
+    run.py decides). The plain loop's run folder (main, in process); the engine loop's config.json is the same parse
+    (parse_args, before the loops part), read here in process: the engine's training with that schedule is
     test_one_engine_worker_and_the_plain_loop_are_the_same_run's, its command line test_nmt_engine_loop's."""
     from scripts import train_serial
 
@@ -43,7 +54,7 @@ def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
                 "min_lr": 0.0003}
     flags = ["--task", "pos", "--synthetic", "--optimizer", "sgd", "--steps", "4", "--log-every", "2", "--recipe",
              "paper"]
-    out, results = run(*flags, "--loop", "plain", tmp_path=tmp_path)
+    out, results = run_in_process(*flags, "--loop", "plain", tmp_path=tmp_path)
     engine = train_serial.recorded(train_serial.parse_args([*flags, "--loop", "engine", "--out", str(tmp_path / "e")]))
     for config in (json.loads((out / "config.json").read_text()), engine):
         assert config["schedule"] == pytest.approx(expected) and (config["lr"], config["lr_decay"]) == (0.03, 0.0135)
@@ -53,8 +64,8 @@ def test_sgd_takes_the_task_rule_for_its_schedule_in_both_loops(tmp_path):
 
 
 def test_default_recipe_counts_its_decay_in_updates(tmp_path):
-    out, results = run("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", "plain", "--steps", "4",
-                       "--log-every", "2", tmp_path=tmp_path)
+    out, results = run_in_process("--task", "pos", "--synthetic", "--optimizer", "sgd", "--loop", "plain", "--steps",
+                                  "4", "--log-every", "2", tmp_path=tmp_path)
     config = json.loads((out / "config.json").read_text())
     assert config["recipe"] == "default" and (config["lr"], config["lr_decay"]) == (0.1, 0.0225)
     assert config["schedule"] == pytest.approx({"lr_schedule": "linear_decay", "decay_per_epoch": 0.0225,

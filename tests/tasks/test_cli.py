@@ -12,7 +12,7 @@ from hogwild.tasks.cli import main, run_options, tag_parser, train_parser, trans
 from hogwild.tasks.options import RunOptions
 from hogwild.tasks.rundir import write_config
 
-from tests.tasks.helpers import run_py
+from tests.tasks.misuse_helpers import RunPyForker
 
 TRAINING_FLAGS = ["--task", "--gpus", "--workers", "--preset", "--train", "--dev", "--test", "--format",
                   "--word-column", "--tag-column", "--tag", "--src-lang", "--tgt-lang", "--optimizer", "--lr",
@@ -97,15 +97,24 @@ def test_a_fifo_is_not_a_corpus(tmp_path, capsys):
         f"run.py: error: --train: {tmp_path}/corpus is a FIFO (named pipe), not a corpus file or folder")
 
 
-def test_bad_values_in_a_real_process_print_no_traceback():
-    done = run_py("--dropout", "1.5", timeout=120)
+@pytest.fixture(scope="module")
+def forker():
+    """run.py's real processes here, forked from one interpreter that imported its modules once; no GPU visible."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_VISIBLE_DEVICES", "")
+        with RunPyForker() as forker:
+            yield forker
+
+
+def test_bad_values_in_a_real_process_print_no_traceback(forker):
+    done = forker.run("--dropout", "1.5", timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == "run.py: error: --dropout: must be in [0, 1), got 1.5"
     assert "Traceback" not in done.stderr
 
 
-def test_gpus_without_gpus_names_what_is_visible_and_suggests_workers():
-    done = run_py("--gpus", "2", env={"CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+def test_gpus_without_gpus_names_what_is_visible_and_suggests_workers(forker):
+    done = forker.run("--gpus", "2", timeout=120)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     line = done.stderr.strip().splitlines()[-1]
@@ -241,18 +250,18 @@ def test_a_replayed_value_is_named_with_its_file(tmp_path, capsys):
         assert capsys.readouterr().err.strip().splitlines()[-1] == "run.py: error: " + message
 
 
-def test_config_replays_a_real_run(tmp_path):
+def test_config_replays_a_real_run(tmp_path, forker):
     first = tmp_path / "first"
-    done = run_py("--synthetic-size", "60", "--steps", "4", "--workers", "1", "--no-progress", "--lr", "0.05",
-                  "--out", str(first), timeout=240)
+    done = forker.run("--synthetic-size", "60", "--steps", "4", "--workers", "1", "--no-progress", "--lr", "0.05",
+                      "--out", str(first), timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     second = tmp_path / "second"
-    done = run_py("--config", str(first), "--out", str(second), timeout=240)
+    done = forker.run("--config", str(first), "--out", str(second), timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     runs = [json.loads((folder / "config.json").read_text()) for folder in (first, second)]
     assert runs[1]["run"] == {**runs[0]["run"], "out": str(second)}
     assert {**runs[1]["config"], "checkpoint_dir": None} == {**runs[0]["config"], "checkpoint_dir": None}
-    done = run_py("--resume", "--out", str(first), "--steps", "8", timeout=240)  # the run's own options, continued
+    done = forker.run("--resume", "--out", str(first), "--steps", "8", timeout=240)  # the run's own options, continued
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"resuming {first / 'last.pt'} at update 4" in done.stdout
     summary = json.loads((first / "summary.json").read_text())

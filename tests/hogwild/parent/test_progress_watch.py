@@ -110,14 +110,14 @@ def test_a_stopped_worker_holding_the_last_step_is_named_killed_and_checkpointed
 
 def test_a_stopped_worker_that_ignores_a_stop_request_is_named(tmp_path):
     """A time limit or a signal shorter than the hang bound once stopped the run silently, the stopped worker killed
-    as if merely slow. Here SIGINT comes 6 s after the SIGSTOP (the hang bound is 60 s), once the workers have made 20
+    as if merely slow. Here SIGINT comes 3 s after the SIGSTOP (the hang bound is 60 s), once the workers have made 20
     updates (about 0.05 s each: 20 of them take 1 s): the worker ignores the stop for join_timeout after 20 of its
     steps without progress, and is named as hung."""
     stopped = {}
 
     def stop_then_interrupt():
         stop_worker_once_it_trained(tmp_path, stopped, updates=20)
-        time.sleep(6.0)
+        time.sleep(3.0)
         os.kill(os.getpid(), signal.SIGINT)  # the parent's graceful stop, as a time limit requests it
 
     threading.Thread(target=stop_then_interrupt, daemon=True).start()
