@@ -32,7 +32,8 @@ def test_a_script_takes_run_options_with_its_own_defaults_shown_beside_run_pys(c
                             fixed={"task": "nmt"})
     text = " ".join(parser.format_help().split())
     assert "--vocab-size N nmt: words kept per side (default: 6000 here; run.py: 15000)" in text
-    assert "--epochs EPOCHS passes over the batches (default: 2 here; run.py: 2 on the synthetic task" in text
+    assert ("--epochs EPOCHS passes over the batches (default: 2 here; run.py: on the synthetic task pos 1, nmt 2"
+            in text)
     assert "--seeds SEEDS the script's own (default: 0)" in text  # its own flags: argparse's default text
     assert not {"--mode", "--out", "--task"} & set(parser._option_string_actions)
     options, args = parse_run_options(parser, ["--lr", "0.5", "--seeds", "3"])
