@@ -10,6 +10,9 @@ batch schedulers and a closed terminal (a dropped SSH session) signal the whole 
   (`start_resource_tracker`).
 - Once a command has ended and decided its exit status, `ended` ignores Ctrl-C: the interpreter's teardown is not
   interrupted into a traceback.
+- A signal the process was started with ignored stays ignored (`taken_over`): `nohup python run.py ...` ignores
+  SIGHUP, a shell script's background job (`python run.py ... &`) SIGINT; the run goes on through a hang-up or a
+  Ctrl-C meant for the foreground, as the person who started it asked.
 
 A leaf: it imports nothing of the engine and no torch, so the worker's prelude (hogwild/worker/), the parent
 (hogwild/parent/, engine.py) and run.py's own handlers (hogwild/tasks/) take the same rules from one place.
@@ -26,11 +29,17 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # handled by the parent only; workers ignore them
+
+
+def taken_over(numbers: Iterable[int]) -> list[int]:
+    """The signals of `numbers` that the process may handle: every one not ignored now. An ignored one was ignored by
+    whoever started the process (`nohup`, a background job), or by its embedding code, and stays so."""
+    return [number for number in numbers if signal.getsignal(number) != signal.SIG_IGN]
 
 
 def describe_signal(number: int) -> str:
@@ -164,7 +173,8 @@ def detach_terminal() -> None:
 @contextmanager
 def graceful_signals(on_signal: Callable[[str], None]) -> Iterator[None]:
     """While active, SIGINT, SIGTERM and SIGHUP call on_signal(name) instead of killing the parent (main thread
-    only); SIGHUP first detaches the hung-up terminal."""
+    only; one the process was started with ignored stays ignored: `taken_over`); SIGHUP first detaches the hung-up
+    terminal."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -175,7 +185,7 @@ def graceful_signals(on_signal: Callable[[str], None]) -> Iterator[None]:
             detach_terminal()
         on_signal(describe_signal(number))
 
-    for number in PARENT_SIGNALS:
+    for number in taken_over(PARENT_SIGNALS):
         previous[number] = signal.signal(number, handler)
     try:
         yield

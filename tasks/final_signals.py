@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Callable, TypeVar
 
-from hogwild.process_signals import PARENT_SIGNALS, detach_terminal
+from hogwild.process_signals import PARENT_SIGNALS, detach_terminal, taken_over
 
 T = TypeVar("T")
 SIGNALS = PARENT_SIGNALS  # SIGINT, SIGTERM, SIGHUP: those that stop a run while it trains
@@ -42,7 +42,7 @@ def stops_as_interrupt() -> Iterator[None]:
             detach_terminal()
         raise KeyboardInterrupt
 
-    previous = {number: signal.signal(number, interrupt) for number in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {number: signal.signal(number, interrupt) for number in taken_over((signal.SIGTERM, signal.SIGHUP))}
     try:
         yield
     finally:
@@ -71,7 +71,7 @@ class FinalSignals:
 
     def __enter__(self) -> "FinalSignals":
         if threading.current_thread() is threading.main_thread():
-            self._previous = {number: signal.signal(number, self._handle) for number in SIGNALS}
+            self._previous = {number: signal.signal(number, self._handle) for number in taken_over(SIGNALS)}
         return self
 
     def __exit__(self, *exc) -> None:
