@@ -8,7 +8,9 @@ fixture, which marks them): those skip, saying why, when the corpora are absent.
 corpora hidden ($HOGWILD_CORPORA pointing at a folder that does not exist, inherited by its subprocesses), so a test
 that reads them without the mark fails here, not only on a machine without them.
 """
+import compileall
 import pathlib
+import signal
 import subprocess
 
 import pytest
@@ -17,6 +19,29 @@ import torch
 from hogwild.data.corpora import corpora_dir
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+COMPILED = ("hogwild", "models", "data", "tasks", "bench", "scripts", "tests")
+
+
+def pytest_configure(config):
+    """Signals as a terminal's foreground command has them: the tests send Ctrl-C and hang-ups to the processes they
+    start, which inherit this one's ignored signals and rightly keep them ignored (run.py under nohup). A suite started
+    in the background of a script (SIGINT ignored) or under nohup (SIGHUP) had those tests fail.
+
+    Then compile the checkout's modules once, before any test starts a process. The suite starts hundreds of Python
+    processes (run.py, its workers, MPI ranks, bench scripts), and each imports the project: with no .pyc beside the
+    sources (a fresh clone, or PYTHONDONTWRITEBYTECODE=1 as on our machines, which stops each process writing what it
+    compiled) every one of them compiled those modules again, about 0.4 s of CPU each. Written once, by the controller
+    (xdist's workers find them made), into the __pycache__ folders git ignores; an unchanged file is not rewritten."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if hasattr(config, "workerinput"):
+        return
+    for folder in COMPILED:
+        compileall.compile_dir(REPO_ROOT / folder, quiet=1)
 
 
 def pytest_collection_modifyitems(items):
