@@ -33,8 +33,6 @@ import torch
 from torch import nn
 
 from bench import command_line
-from hogwild.tasks.options import flag
-from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("single", "allreduce", "adpsgd", "easgd", "eamsgd", "downpour")
@@ -117,6 +115,8 @@ def run_variant(args) -> None:
 
 
 def launch(args, variant: str, out: str) -> dict:
+    from hogwild.tasks.options import flag
+
     common = ["--variant", variant, "--result-file", out] + [f"{flag(k)}={v}" for k, v in vars(args).items()
                                                               if k in PASSED]
     command = [sys.executable, str(Path(__file__).resolve()), *common]
@@ -146,6 +146,10 @@ PASSED = RUN_OPTIONS + tuple(flag[2:].replace("-", "_") for flag, *_ in SETTINGS
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # here, not at the top: every spawned training process imports this module, and needs only torch and hogwild
+    from hogwild.tasks.options import flag
+    from hogwild.tasks.run_flags import HelpFormatter, add_run_options
+
     parser = argparse.ArgumentParser(description=__doc__ + "\nOf run.py's options it takes " + ", ".join(
         flag(name) for name in RUN_OPTIONS) + " (or --config FILE's).", formatter_class=HelpFormatter)
     add_run_options(parser, only=RUN_OPTIONS, defaults=BENCH_DEFAULTS)
@@ -161,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from hogwild.tasks.run_flags import parse_run_options
+
     parser = build_parser()
     _, args = parse_run_options(parser, argv)  # the run options' values are checked, then read from args
     if args.variant:

@@ -33,7 +33,6 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
 from bench import command_line
 
 
@@ -176,6 +175,9 @@ def run_variant(variant: str, args: argparse.Namespace, batches: list[dict], rou
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # here, not at the top: every spawned training process imports this module, and the mnist ones need only torch
+    from hogwild.tasks.run_flags import HelpFormatter, add_run_options
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] + "\n\nOf run.py's options it takes "
                                      "--batch-size, --lr and --seed (or --config FILE's); every variant steps with "
                                      "plain SGD.", formatter_class=HelpFormatter)
@@ -196,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    from hogwild.tasks.run_flags import parse_run_options
+
     parser = build_parser()
     _, args = parse_run_options(parser, argv)  # the run options' values are checked, then read from args
     if args.quick:

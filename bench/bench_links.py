@@ -3,7 +3,8 @@
 Usage (root: the hosts are network namespaces, hogwild.multihost.simulated_hosts):
     python -m bench.bench_links [--models pos,nmt] [--algorithms easgd,...] [--rates unlimited,1gbit,100mbit,20mbit]
                                 [--rounds 2] [--steps 400]
-    python -m bench.bench_links --quick      (pos, easgd, unlimited and 100mbit, 40 steps, 1 round: a smoke test)
+    python -m bench.bench_links --quick      (pos, easgd, unlimited and 100mbit, 40 steps, 1 round, 2 hosts: the
+                                              server and 1 training host; a smoke test)
 
 Each run is `run.py --task MODEL --workers 1 --distributed ALGO --steps N` on 3 simulated hosts (easgd, eamsgd,
 downpour: 1 server + 2 training hosts; allreduce, adpsgd: 3 training hosts), every link shaped to the rate; rounds
@@ -48,9 +49,9 @@ def run_one(hosts: SimulatedHosts, model: str, algorithm: str, rate: str, steps:
             extra: tuple[str, ...] = ()) -> dict:
     """One run.py job (with `extra` flags) over links at `rate`; its figures (see the module's docstring), plus the
     final held-out metric and the bytes the training hosts' links carried per exchange."""
-    for host in range(HOSTS):
+    for host in range(hosts.count):
         hosts.set_rate(host, None if rate == "unlimited" else rate)
-    before = [hosts.link_bytes(i) for i in range(HOSTS)]
+    before = [hosts.link_bytes(i) for i in range(hosts.count)]
     command = [sys.executable, "run.py", "--task", model, "--workers", "1", "--distributed", algorithm, "--steps",
                str(steps), "--eval-every", str(steps), "--log-every", str(max(1, steps // 20)), "--no-progress",
                "--out", str(out), *extra] + (["--servers", "1"] if algorithm in SERVER_ALGORITHMS else [])
@@ -59,7 +60,7 @@ def run_one(hosts: SimulatedHosts, model: str, algorithm: str, rate: str, steps:
         done = subprocess.run(hosts.mpiexec(command, str(Path(sys.executable).parent / "mpiexec")), cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
     seconds = time.monotonic() - start
-    carried = [hosts.link_bytes(i) - b for i, b in zip(range(HOSTS), before)]
+    carried = [hosts.link_bytes(i) - b for i, b in zip(range(hosts.count), before)]
     row = {"model": model, "algorithm": algorithm, "rate": rate, "exit": done.returncode, "seconds": seconds,
            "wire_mb_per_s": max(c.into + c.out_of for c in carried) / seconds / 1e6}
     if done.returncode != 0:
@@ -113,7 +114,7 @@ class LinkSampler:
 
     def _sample(self) -> None:
         while True:
-            self.samples.append((time.time(), [self.hosts.link_bytes(i) for i in range(HOSTS)]))
+            self.samples.append((time.time(), [self.hosts.link_bytes(i) for i in range(self.hosts.count)]))
             if self.stop.wait(0.25):
                 return
 
@@ -155,15 +156,16 @@ def table(rows: list[dict]) -> str:
 
 
 @contextlib.contextmanager
-def bench_hosts(parser: argparse.ArgumentParser, prefix: str) -> Iterator[tuple[SimulatedHosts, Path]]:
-    """A bench's simulated hosts and scratch folder (a usage error where hosts cannot be simulated), its command
-    printed; SIGTERM ends it as Ctrl-C does, the hosts removed on the way out."""
+def bench_hosts(parser: argparse.ArgumentParser, prefix: str, count: int = HOSTS
+                ) -> Iterator[tuple[SimulatedHosts, Path]]:
+    """A bench's `count` simulated hosts and scratch folder (a usage error where hosts cannot be simulated), its
+    command printed; SIGTERM ends it as Ctrl-C does, the hosts removed on the way out."""
     reason = unavailable()
     if reason:
         parser.error(f"cannot simulate hosts here: {reason}")
     print("command:", command_line(), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with SimulatedHosts(HOSTS) as hosts, tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+    with SimulatedHosts(count) as hosts, tempfile.TemporaryDirectory(prefix=prefix) as scratch:
         yield hosts, Path(scratch)
 
 
@@ -177,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rates", default=",".join(RATES), help="comma-separated tc rates; 'unlimited' first, it "
                                                                  "is the reference (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions (default: 2)")
-    parser.add_argument("--quick", action="store_true", help="pos, easgd, unlimited,100mbit, 40 steps, 1 round")
+    parser.add_argument("--quick", action="store_true", help="pos, easgd, unlimited,100mbit, 40 steps, 1 round, "
+                        "2 hosts (the server and 1 training host)")
     return parser
 
 
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         parser.error(f"--rates: {error}")
     rows = []
-    with bench_hosts(parser, "bench-links-") as (hosts, scratch):
+    with bench_hosts(parser, "bench-links-", 2 if args.quick else HOSTS) as (hosts, scratch):
         for round_ in range(args.rounds):
             for model in models:
                 for algorithm in algorithms:

@@ -95,7 +95,7 @@ def test_minutes_per_variant_and_bad_values_are_refused(capsys):
 def test_quick_offline_run_trains_for_its_minutes_then_scores_snapshots(tmp_path, run_bench):
     out = tmp_path / "curves.json"
     done = run_bench("bench_convergence", "--quick", "--scoring", "offline", "--variants", "hogwild2",
-                     "--minutes", "0.25", "--coarse", "3", "--json", str(out))
+                     "--minutes", "0.05", "--coarse", "3", "--json", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads(out.read_text())["runs"]["hogwild2"]
     points = run["evaluations"]
