@@ -199,7 +199,7 @@ check_compiled() {
 begin() {
     mkdir -p "$OUT"
     rm -f "$OUT/summary.txt" "$OUT/extras.tgz" "$OUT/one-worker.json" "$OUT"/*.log
-    WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
     mkdir -p "$WORK/extras"
     : > "$WORK/steps"
     trap finish EXIT

@@ -40,13 +40,16 @@ def test_gpu_check_cuts_a_step_past_its_limit_and_skips_what_no_longer_fits(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["extras.tgz", "step-check.log", "summary.txt"]
 
 
-def test_a_check_killed_mid_stage_has_published_what_it_measured(tmp_path):
+def test_a_check_killed_mid_stage_has_published_what_it_measured(tmp_path, tmp_path_factory):
     """SIGKILL (no trap runs) during stage b: summary.txt names stage a done, b running, c and d not reached, and
-    stage a's log and extras are there."""
+    stage a's log and extras are there. The scratch folder the trap would have removed is in $TMPDIR (here the
+    test's own, not /tmp, where each run left one)."""
+    scratch = tmp_path_factory.mktemp("scratch")
     script = ("source bench/gpu_check.sh; begin; echo 'verdict: OK' > $WORK/extras/a.json; "
               "step a step-check 10 1 echo 'verdict: OK'; publish; step b one-worker 30 1 sleep 30")
     check = subprocess.Popen(["bash", "-c", script], cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
-                             env={**os.environ, "OUT": str(tmp_path), "HOGWILD_GPU_CHECK_CPU": "1"})
+                             env={**os.environ, "OUT": str(tmp_path), "HOGWILD_GPU_CHECK_CPU": "1",
+                                  "TMPDIR": str(scratch)})
     summary = tmp_path / "summary.txt"
     try:
         deadline = time.monotonic() + 20
@@ -64,6 +67,7 @@ def test_a_check_killed_mid_stage_has_published_what_it_measured(tmp_path):
     assert "verdict: OK" in (tmp_path / "step-check.log").read_text()
     assert subprocess.run(["tar", "tzf", str(tmp_path / "extras.tgz")], capture_output=True,
                           text=True).stdout.split() == ["extras/", "extras/a.json"]
+    assert [p.name[:10] for p in scratch.iterdir()] == ["gpu-check."]
 
 
 def test_gpu_check_runs_chains_side_by_side_and_names_the_failed_tests(tmp_path):
