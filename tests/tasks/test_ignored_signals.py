@@ -26,9 +26,9 @@ def _as_nohup_in_the_background():
         signal.signal(number, signal.SIG_IGN)
 
 
-def _start(out, steps):
+def _start(out, steps, extra=()):
     return subprocess.Popen([sys.executable, str(REPO / "run.py"), "--synthetic-size", "200", "--workers", "1",
-                             "--steps", str(steps), "--no-progress", "--out", str(out)], cwd=REPO, env=ENV,
+                             "--steps", str(steps), "--no-progress", "--out", str(out), *extra], cwd=REPO, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=_as_nohup_in_the_background)
 
@@ -57,18 +57,20 @@ def test_signals_ignored_at_start_stay_ignored_from_the_imports_to_the_summary(t
 
 def test_sigterm_still_stops_a_run_that_ignores_hang_ups(tmp_path):
     out = tmp_path / "run"
-    process = _start(out, steps=100000)
+    process = _start(out, steps=100000, extra=("--log-every", "10"))
+    metrics = out / "metrics.jsonl"
     try:
-        for line in process.stderr:
-            if "workers ready" in line:
-                break
+        deadline = time.monotonic() + 180
+        while '"kind": "train"' not in (metrics.read_text() if metrics.exists() else ""):  # training is under way
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
         os.killpg(process.pid, signal.SIGHUP)
         time.sleep(0.5)
         os.killpg(process.pid, signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=60)
+        stdout, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 130, stdout + stderr
-    assert json.loads((out / "summary.json").read_text())["stop_reason"] == "signal SIGTERM"
+    assert json.loads((out / "summary.json").read_text())["stop_reason"] == "signal SIGTERM", stdout + stderr
