@@ -90,7 +90,7 @@ def single_host_loss(tmp_path_factory) -> float:
     # adpsgd: an odd ring, hosts 0 and 2 both mix with host 1; easgd and eamsgd: 1 server + 2 hosts, eamsgd's local
     # optimizer Nesterov momentum
     ("adpsgd,easgd,eamsgd", 3, ["--servers", "1"]),
-    ("downpour", 4, ["--servers", "2", "--tester"]),  # central model in 2 partitions, plus a tester rank
+    # downpour (central model in 2 partitions, plus a tester rank): test_resume_restores_every_rank's first job
 ])
 def test_each_algorithm_trains_to_about_the_single_host_loss(tmp_path, single_host_loss, algorithms, ranks, extra):
     pace = [] if "--sleep-per-step" in extra else ["--sleep-per-step", "0.003"]  # steps of ms, not of µs
@@ -119,18 +119,22 @@ def assert_trained(algorithm: str, results: dict, ranks: int, extra: list[str], 
         assert abs(tester["final_metrics"]["loss"] - loss) < 1e-6
 
 
-def test_resume_restores_every_rank(tmp_path):
-    """A job with 2 servers and 1 host writes its state; resuming it with the same stop condition trains no further
-    and ends with exactly the same model, which comes from the servers' restored partitions."""
+def test_resume_restores_every_rank(tmp_path, single_host_loss):
+    """DOWNPOUR with its central model in 2 partitions (2 servers), 1 host and a tester rank trains to about the
+    single-host loss (as test_each_algorithm_trains_to_about_the_single_host_loss asserts) and writes its state;
+    resuming it with the same stop condition trains no further and ends with exactly the same model, which comes from
+    the servers' restored partitions. (One job trains and is resumed: not a third start of 4 ranks.)"""
     run = str(tmp_path / "run")
-    args = ["--servers", "2", "--epochs", "2", "--checkpoint-dir", run, "--sleep-per-step", "0.003"]
-    first = train_tiny(tmp_path, 3, "easgd", *args)["easgd"]
-    assert first[2]["updates"] == 128 and first[2]["exchanges"] >= 1
+    extra = ["--servers", "2", "--tester"]
+    args = ["--epochs", "4", "--sleep-per-step", "0.003", *extra, "--checkpoint-dir", run]
+    first = train_tiny(tmp_path, 4, "downpour", *args)["downpour"]
+    assert_trained("downpour", first, 4, extra, single_host_loss)
+    assert first[2]["updates"] == 256 and first[2]["exchanges"] >= 1
     for name in ("distributed/server0.pt", "distributed/server1.pt", "distributed/model.pt", "host0/last.pt"):
         assert (tmp_path / "run" / name).exists(), name
-    resumed = train_tiny(tmp_path, 3, "easgd", *args, "--resume")["easgd"]
-    assert resumed[2]["updates"] == 128  # the host's engine restored its step count: nothing left to train
-    for rank in range(3):
+    resumed = train_tiny(tmp_path, 4, "downpour", *args, "--resume")["downpour"]
+    assert resumed[2]["updates"] == 256  # the host's engine restored its step count: nothing left to train
+    for rank in range(4):
         assert resumed[rank]["loss"] == pytest.approx(first[rank]["loss"], rel=1e-6, abs=1e-9)
     assert first[0]["loss"] < 0.1
 
