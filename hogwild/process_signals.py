@@ -10,7 +10,7 @@ batch schedulers and a closed terminal (a dropped SSH session) signal the whole 
   (`start_resource_tracker`).
 - Once a command has ended and decided its exit status, `ended` ignores Ctrl-C: the interpreter's teardown is not
   interrupted into a traceback.
-- A signal the process was started with ignored stays ignored (`taken_over`): `nohup python run.py ...` ignores
+- A signal the process was started with ignored stays ignored (`take_over`): `nohup python run.py ...` ignores
   SIGHUP, a shell script's background job (`python run.py ... &`) SIGINT; the run goes on through a hang-up or a
   Ctrl-C meant for the foreground, as the person who started it asked.
 
@@ -36,10 +36,18 @@ from typing import Any
 PARENT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # handled by the parent only; workers ignore them
 
 
-def taken_over(numbers: Iterable[int]) -> list[int]:
-    """The signals of `numbers` that the process may handle: every one not ignored now. An ignored one was ignored by
-    whoever started the process (`nohup`, a background job), or by its embedding code, and stays so."""
-    return [number for number in numbers if signal.getsignal(number) != signal.SIG_IGN]
+def take_over(numbers: Iterable[int], handler: Callable[[int, Any], Any]) -> dict[int, Any]:
+    """Set `handler` for every signal of `numbers` not ignored now (main thread only) -> the handlers it replaced, for
+    `give_back`. An ignored one was ignored by whoever started the process (`nohup`, a background job), or by its
+    embedding code, and stays so."""
+    return {number: signal.signal(number, handler) for number in numbers
+            if signal.getsignal(number) != signal.SIG_IGN}
+
+
+def give_back(previous: dict[int, Any]) -> None:
+    """Restore the handlers `take_over` replaced."""
+    for number, handler in previous.items():
+        signal.signal(number, handler)
 
 
 def describe_signal(number: int) -> str:
@@ -173,22 +181,19 @@ def detach_terminal() -> None:
 @contextmanager
 def graceful_signals(on_signal: Callable[[str], None]) -> Iterator[None]:
     """While active, SIGINT, SIGTERM and SIGHUP call on_signal(name) instead of killing the parent (main thread
-    only; one the process was started with ignored stays ignored: `taken_over`); SIGHUP first detaches the hung-up
+    only; one the process was started with ignored stays ignored: `take_over`); SIGHUP first detaches the hung-up
     terminal."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
 
     def handler(number: int, frame: Any) -> None:
         if number == signal.SIGHUP:
             detach_terminal()
         on_signal(describe_signal(number))
 
-    for number in taken_over(PARENT_SIGNALS):
-        previous[number] = signal.signal(number, handler)
+    previous = take_over(PARENT_SIGNALS, handler)
     try:
         yield
     finally:
-        for number, old in previous.items():
-            signal.signal(number, old)
+        give_back(previous)

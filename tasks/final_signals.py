@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Callable, TypeVar
 
-from hogwild.process_signals import PARENT_SIGNALS, detach_terminal, taken_over
+from hogwild.process_signals import PARENT_SIGNALS, detach_terminal, give_back, take_over
 
 T = TypeVar("T")
 SIGNALS = PARENT_SIGNALS  # SIGINT, SIGTERM, SIGHUP: those that stop a run while it trains
@@ -42,12 +42,11 @@ def stops_as_interrupt() -> Iterator[None]:
             detach_terminal()
         raise KeyboardInterrupt
 
-    previous = {number: signal.signal(number, interrupt) for number in taken_over((signal.SIGTERM, signal.SIGHUP))}
+    previous = take_over((signal.SIGTERM, signal.SIGHUP), interrupt)
     try:
         yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        give_back(previous)
 
 
 class _Stopped(BaseException):
@@ -71,12 +70,11 @@ class FinalSignals:
 
     def __enter__(self) -> "FinalSignals":
         if threading.current_thread() is threading.main_thread():
-            self._previous = {number: signal.signal(number, self._handle) for number in taken_over(SIGNALS)}
+            self._previous = take_over(SIGNALS, self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
+        give_back(self._previous)
 
     def _handle(self, number: int, frame) -> None:
         if number == signal.SIGHUP:
