@@ -11,8 +11,9 @@ The update arithmetic is torch.optim's own: each process builds the torch.optim 
 parameter objects and plugs the pre-allocated shared state tensors (the tensor `step` counters included)
 into `optimizer.state[p]`. torch.optim updates those tensors in place, so every process reads and writes
 the same moments and counters, and one process with a fixed batch order reproduces serial torch.optim.
-Plain SGD (no momentum, weight decay or maximize) builds no torch.optim optimizer (building one imports
-torch._dynamo, about a second of every worker's start-up) and applies torch.optim.SGD's own arithmetic,
+The torch.optim instances are built and stepped through `eager_class` (torch.optim's own code without its
+torch.compile guards, which import torch._dynamo: 1-2 s of CPU in every process that builds or steps one). Plain SGD
+(no momentum, weight decay or maximize) builds none and applies torch.optim.SGD's own arithmetic,
 param.add_(grad, alpha=-lr), directly (bit-identical, tested).
 
 Sparse gradients (nn.Embedding(sparse=True)) follow lazy, row-wise semantics for every optimizer: only the
@@ -72,6 +73,30 @@ MOMENTUM_OPTIMIZERS = tuple(name for name, hyper in _NAME_DEFAULTS.items() if "m
 _REFUSED = ("params", "lr", "differentiable", "capturable")
 
 
+@functools.cache
+def eager_class(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
+    """torch.optim class `cls` built and stepped in eager mode without importing torch._dynamo.
+
+    torch.optim guards add_param_group (run by __init__) and step against tracing by torch.compile with decorators
+    that import torch._dynamo on their first call: 1-2 s of CPU, more than the rest of a worker's start-up after
+    torch's own import. Outside torch.compile they only call the function they wrap (functools.wraps: reachable
+    through inspect.unwrap), step with grad disabled (differentiable, refused here, is the only other case). The
+    subclass calls the wrapped functions; Optimizer.__init__ still wraps its step in the profiler label and the step
+    hooks, as any torch.optim class's. A torch whose decorators keep no __wrapped__ gives the decorated functions
+    back (correct, only slower to start)."""
+    add_param_group = inspect.unwrap(torch.optim.Optimizer.add_param_group)
+    step = inspect.unwrap(cls.step)
+
+    def eager_step(self: torch.optim.Optimizer, closure: None = None) -> None:
+        if closure is not None:
+            raise ValueError("SharedOptimizer steps without a closure")
+        with torch.no_grad():
+            step(self)
+
+    return type(f"Eager{cls.__name__}", (cls,), {"add_param_group": add_param_group, "step": eager_step,
+                                                  "__module__": __name__})
+
+
 def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
     """Validated torch.optim keyword arguments (lr excluded) for optimizer `name`."""
     if name not in OPTIMIZERS:
@@ -83,10 +108,8 @@ def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"optimizer {name!r}: unknown hyperparameter(s) {', '.join(unknown)}; "
                          f"accepted: {', '.join(accepted)}")
     merged = {**_NAME_DEFAULTS.get(name, {}), **hyper}
-    if not merged:  # torch's defaults need no check, and building a torch.optim optimizer imports torch._dynamo
-        return merged  # (about a second of a process's start-up)
     try:  # torch.optim's own checks (momentum, betas, eps, rho, ...) on a throwaway tensor
-        _CLASSES[name]([torch.zeros(1)], lr=0.0, **merged)
+        eager_class(_CLASSES[name])([torch.zeros(1)], lr=0.0, **merged)
     except (ValueError, RuntimeError) as error:
         raise ValueError(f"optimizer {name!r}: invalid hyperparameter: {error}") from None
     return merged
@@ -99,7 +122,7 @@ def fused_kernel_available(name: str) -> bool:
     param = torch.zeros(2, requires_grad=True)
     param.grad = torch.ones(2)
     try:
-        _CLASSES[name]([param], lr=0.1, fused=True, **_NAME_DEFAULTS.get(name, {})).step()
+        eager_class(_CLASSES[name])([param], lr=0.1, fused=True, **_NAME_DEFAULTS.get(name, {})).step()
     except (RuntimeError, TypeError, AttributeError, NotImplementedError):
         return False
     return True
@@ -201,12 +224,11 @@ class SharedOptimizer:
             and not self.hyper.get("weight_decay", 0) and not hyper.get("fused")
         # Plain SGD is param -= lr * grad: applied directly (torch.optim.SGD's own arithmetic, param.add_(grad,
         # alpha=-lr)), one foreach call for the dense gradients, it skips ~35 us of torch.optim's per-step
-        # machinery (profiler hooks, grad-mode guards, group scans): ~1-2% of a small RNN's step. It builds no
-        # torch.optim optimizer either: one would import torch._dynamo, about a second of each worker's start-up.
+        # machinery (profiler hooks, grad-mode guards, group scans): ~1-2% of a small RNN's step.
         self._plain_sgd = self._native_sparse and not self.hyper.get("maximize")
         self._optimizer = None
         if not self._plain_sgd:
-            self._optimizer = _CLASSES[self.name](params, lr=0.0, **hyper)  # step(lr) sets the group's lr
+            self._optimizer = eager_class(_CLASSES[self.name])(params, lr=0.0, **hyper)  # step(lr) sets the lr
             self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
             for p, state in zip(params, self.state):
                 self._optimizer.state[p] = {k: t for k, t in state.items() if not (self._is_sgd and k == "step")}
@@ -294,7 +316,7 @@ class SharedOptimizer:
         work = before.clone()
         work.grad = grad.values()  # (R, *row_shape)
         hyper = {k: v for k, v in self.hyper.items() if k not in ("foreach", "fused")}
-        optimizer = _CLASSES[self.name]([work], lr=lr, **hyper)
+        optimizer = eager_class(_CLASSES[self.name])([work], lr=lr, **hyper)
         row_state: dict[str, Tensor] = {k: (t if k == "step" else t.index_select(0, rows)) for k, t in state.items()}
         if self._is_sgd:
             row_state = {k: t for k, t in row_state.items() if k != "step"}

@@ -124,13 +124,23 @@ def test_plain_sgd_is_bit_identical_to_torch_sgd_and_counts_only_parameters_with
     assert [s["step"].item() for s in opt.state] == [STEPS, STEPS, 0]
 
 
-def test_plain_sgd_leaves_torch_dynamo_unimported_in_a_fresh_process():
-    """Building or stepping a torch.optim optimizer imports torch._dynamo: about a second of every worker's start-up.
-    Plain SGD (the default) steps directly, so a process that validates its Config, builds, attaches and steps the
-    shared optimizer never imports it."""
-    code = ("import sys, torch, hogwild; from hogwild.shared_optim import SharedOptimizer; "
-            "hogwild.Config(workers=2, optimizer='sgd'); p = [torch.zeros(3).share_memory_().requires_grad_()]; "
-            "opt = SharedOptimizer(p, 'sgd'); opt.attach(p); p[0].grad = torch.ones(3); opt.step(0.5); "
+def test_no_optimizer_imports_torch_dynamo_in_a_fresh_process():
+    """Building or stepping a torch.optim optimizer the usual way imports torch._dynamo: 1-2 s of CPU in every
+    worker's start-up. A process that validates its Config, builds, attaches (fused and not) and steps the shared
+    optimizer of every name, with hyperparameters, on dense and sparse (row-wise) gradients, never imports it; the
+    steps still move the parameters (every case's values: the serial-reference tests above)."""
+    code = ("import sys, torch, hogwild; from hogwild.shared_optim import FUSED_OPTIMIZERS, OPTIMIZERS, "
+            "SharedOptimizer\n"
+            "hogwild.Config(workers=2, optimizer='adam', optimizer_args={'betas': (0.9, 0.98)})\n"
+            "for name in OPTIMIZERS:\n"
+            "    for fused in {False, name in FUSED_OPTIMIZERS}:\n"
+            "        p = [torch.zeros(4, 3).share_memory_().requires_grad_(), torch.zeros(3).share_memory_()"
+            ".requires_grad_()]\n"
+            "        opt = SharedOptimizer(p, name, weight_decay=0.01); opt.attach(p, fused=fused)\n"
+            "        p[0].grad = torch.ones(4, 3).to_sparse(1); p[1].grad = torch.ones(3); opt.step(0.5)\n"
+            "        assert (p[0] != 0).all() and (p[1] != 0).all(), (name, fused, p)\n"
+            "p = [torch.zeros(3).share_memory_().requires_grad_()]; opt = SharedOptimizer(p, 'sgd')\n"
+            "p[0].grad = torch.ones(3); opt.step(0.5)\n"
             "print('torch._dynamo' in sys.modules, p[0].tolist())")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
