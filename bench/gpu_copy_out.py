@@ -23,7 +23,6 @@ import argparse
 import functools
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
