@@ -11,7 +11,7 @@ The update arithmetic is torch.optim's own: each process builds the torch.optim 
 parameter objects and plugs the pre-allocated shared state tensors (the tensor `step` counters included)
 into `optimizer.state[p]`. torch.optim updates those tensors in place, so every process reads and writes
 the same moments and counters, and one process with a fixed batch order reproduces serial torch.optim.
-The torch.optim instances are built and stepped through `eager_class` (torch.optim's own code without its
+The torch.optim classes are built and stepped through `eager_class` (torch.optim's own code without its
 torch.compile guards, which import torch._dynamo: 1-2 s of CPU in every process that builds or steps one). Plain SGD
 (no momentum, weight decay or maximize) builds none and applies torch.optim.SGD's own arithmetic,
 param.add_(grad, alpha=-lr), directly (bit-identical, tested).
@@ -46,32 +46,6 @@ from torch import Tensor, nn
 
 OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adadelta", "rmsprop", "adam", "adamax")
 
-_CLASSES: dict[str, type[torch.optim.Optimizer]] = {
-    "sgd": torch.optim.SGD, "msgd": torch.optim.SGD, "nesterov": torch.optim.SGD,
-    "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta, "rmsprop": torch.optim.RMSprop,
-    "adam": torch.optim.Adam, "adamax": torch.optim.Adamax,
-}
-# torch has fused CPU kernels for these (Adam, Adagrad, SGD): one multi-threaded pass per tensor instead of
-# foreach's several. Plain SGD gains nothing (its direct path is one add per tensor) and keeps that path. They
-# arrived in torch 2.4 (pyproject.toml's floor); a torch without one steps unfused (fused_kernel_available).
-FUSED_OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adam")
-# Stepped fused whenever several workers share their state (worker.device_options). Unfused, torch.optim's Adam
-# writes exp_avg, then exp_avg_sq, each in a pass over the whole tensor, then reads them again for the update: a
-# worker stepping meanwhile can divide a first moment holding the other's gradient by a second moment without it.
-# Early on (exp_avg_sq near 0) an element its own gradient barely touches then moves by thousands of lr: the
-# workers' first steps start together, and a weight jumped by 100 now and then in test_frozen_tied.py's two-worker
-# run. The fused kernel reads and writes each element's moments and parameter in one pass, leaving no such point
-# between two writes (tests/hogwild/test_torn_moments.py forces the interleaving).
-FUSED_WHEN_SHARED = ("adam",)
-_FALLBACK_REPORTED: set[str] = set()  # optimizers whose missing fused kernel was reported in this process
-_NAME_DEFAULTS: dict[str, dict[str, Any]] = {
-    "msgd": {"momentum": 0.9}, "nesterov": {"momentum": 0.9, "nesterov": True},
-}
-# the optimizers with a momentum of their own (run.py's --momentum sets it)
-MOMENTUM_OPTIMIZERS = tuple(name for name, hyper in _NAME_DEFAULTS.items() if "momentum" in hyper)
-# Options that make no sense for shared CPU state updated outside autograd.
-_REFUSED = ("params", "lr", "differentiable", "capturable")
-
 
 @functools.cache
 def eager_class(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]:
@@ -97,6 +71,34 @@ def eager_class(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimizer]
                                                   "__module__": __name__})
 
 
+# every optimizer's torch.optim class, built and stepped through eager_class
+_CLASSES: dict[str, type[torch.optim.Optimizer]] = {name: eager_class(cls) for name, cls in {
+    "sgd": torch.optim.SGD, "msgd": torch.optim.SGD, "nesterov": torch.optim.SGD,
+    "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta, "rmsprop": torch.optim.RMSprop,
+    "adam": torch.optim.Adam, "adamax": torch.optim.Adamax,
+}.items()}
+# torch has fused CPU kernels for these (Adam, Adagrad, SGD): one multi-threaded pass per tensor instead of
+# foreach's several. Plain SGD gains nothing (its direct path is one add per tensor) and keeps that path. They
+# arrived in torch 2.4 (pyproject.toml's floor); a torch without one steps unfused (fused_kernel_available).
+FUSED_OPTIMIZERS = ("sgd", "msgd", "nesterov", "adagrad", "adam")
+# Stepped fused whenever several workers share their state (worker.device_options). Unfused, torch.optim's Adam
+# writes exp_avg, then exp_avg_sq, each in a pass over the whole tensor, then reads them again for the update: a
+# worker stepping meanwhile can divide a first moment holding the other's gradient by a second moment without it.
+# Early on (exp_avg_sq near 0) an element its own gradient barely touches then moves by thousands of lr: the
+# workers' first steps start together, and a weight jumped by 100 now and then in test_frozen_tied.py's two-worker
+# run. The fused kernel reads and writes each element's moments and parameter in one pass, leaving no such point
+# between two writes (tests/hogwild/test_torn_moments.py forces the interleaving).
+FUSED_WHEN_SHARED = ("adam",)
+_FALLBACK_REPORTED: set[str] = set()  # optimizers whose missing fused kernel was reported in this process
+_NAME_DEFAULTS: dict[str, dict[str, Any]] = {
+    "msgd": {"momentum": 0.9}, "nesterov": {"momentum": 0.9, "nesterov": True},
+}
+# the optimizers with a momentum of their own (run.py's --momentum sets it)
+MOMENTUM_OPTIMIZERS = tuple(name for name, hyper in _NAME_DEFAULTS.items() if "momentum" in hyper)
+# Options that make no sense for shared CPU state updated outside autograd.
+_REFUSED = ("params", "lr", "differentiable", "capturable")
+
+
 def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
     """Validated torch.optim keyword arguments (lr excluded) for optimizer `name`."""
     if name not in OPTIMIZERS:
@@ -109,7 +111,7 @@ def _hyperparameters(name: str, hyper: dict[str, Any]) -> dict[str, Any]:
                          f"accepted: {', '.join(accepted)}")
     merged = {**_NAME_DEFAULTS.get(name, {}), **hyper}
     try:  # torch.optim's own checks (momentum, betas, eps, rho, ...) on a throwaway tensor
-        eager_class(_CLASSES[name])([torch.zeros(1)], lr=0.0, **merged)
+        _CLASSES[name]([torch.zeros(1)], lr=0.0, **merged)
     except (ValueError, RuntimeError) as error:
         raise ValueError(f"optimizer {name!r}: invalid hyperparameter: {error}") from None
     return merged
@@ -122,7 +124,7 @@ def fused_kernel_available(name: str) -> bool:
     param = torch.zeros(2, requires_grad=True)
     param.grad = torch.ones(2)
     try:
-        eager_class(_CLASSES[name])([param], lr=0.1, fused=True, **_NAME_DEFAULTS.get(name, {})).step()
+        _CLASSES[name]([param], lr=0.1, fused=True, **_NAME_DEFAULTS.get(name, {})).step()
     except (RuntimeError, TypeError, AttributeError, NotImplementedError):
         return False
     return True
@@ -228,7 +230,7 @@ class SharedOptimizer:
         self._plain_sgd = self._native_sparse and not self.hyper.get("maximize")
         self._optimizer = None
         if not self._plain_sgd:
-            self._optimizer = eager_class(_CLASSES[self.name])(params, lr=0.0, **hyper)  # step(lr) sets the lr
+            self._optimizer = _CLASSES[self.name](params, lr=0.0, **hyper)  # step(lr) sets the lr
             self._optimizer.state.clear()  # Adagrad fills its state in __init__; ours replaces it
             for p, state in zip(params, self.state):
                 self._optimizer.state[p] = {k: t for k, t in state.items() if not (self._is_sgd and k == "step")}
@@ -316,7 +318,7 @@ class SharedOptimizer:
         work = before.clone()
         work.grad = grad.values()  # (R, *row_shape)
         hyper = {k: v for k, v in self.hyper.items() if k not in ("foreach", "fused")}
-        optimizer = eager_class(_CLASSES[self.name])([work], lr=lr, **hyper)
+        optimizer = _CLASSES[self.name]([work], lr=lr, **hyper)
         row_state: dict[str, Tensor] = {k: (t if k == "step" else t.index_select(0, rows)) for k, t in state.items()}
         if self._is_sgd:
             row_state = {k: t for k, t in row_state.items() if k != "step"}
