@@ -6,9 +6,10 @@ This file holds only the five steps; each module under it says in its docstring 
 1. validate  the arguments here; config.py; share/resources.py, share/checkpoint.py (a resumed last.pt, checked
              before anything is written)
 2. share     share/ (shared_run.py's `share`: shared model and optimizer state, the run state, the resumed run)
-3. spawn     feed/ (batch_store.py in scratch.py's folder; tickets.py, or stream.py for a stream); in each process
-             worker/ (process_prelude.py, then worker.py or sync.py; the step: in_place.py, or device_step.py with
-             pull.py, copy_out.py, capture.py; gradients.py, replica.py, updates.py)
+3. spawn     feed/ (batch_store.py in scratch.py's folder; tickets.py, or stream.py for a stream); the processes
+             started by worker/start_method.py (forked from a fork server that ran forkserver_preload.py, or spawned);
+             in each process worker/ (process_prelude.py, then worker.py or sync.py; the step: in_place.py, or
+             device_step.py with pull.py, copy_out.py, capture.py; gradients.py, replica.py, updates.py)
 4. supervise parent/ (parent_loop.py with supervisor.py, metrics.py, evaluation.py, checkpoints and an agent.py agent);
              process_signals.py (a signal to the process group stops the run gracefully)
 5. result    the final evaluation and last.pt, then a TrainResult
@@ -23,7 +24,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch.multiprocessing as mp
 from torch import nn
 
 from ._lifeline import WORKER_NAMES
@@ -45,6 +45,7 @@ from .share.shared_run import SharedRun, share
 from .shared_optim import trainable_parameters
 from .worker.process_prelude import WorkerSpec
 from .worker.replica import sparse_tables
+from .worker.start_method import inherited, launcher_pid, requested_method, worker_context
 from .worker.worker import worker_main
 
 
@@ -106,7 +107,7 @@ def train(model: nn.Module, loss_fn: Callable, batches: Sequence | Iterable, con
     try:
         start_resource_tracker()  # before the feed's first queue starts it: a closed terminal must not end it
         store = BatchStore(batches, scratch)
-        ctx = mp.get_context("spawn")
+        ctx = worker_context(config, agent is not None, model, shared.optimizer)  # a fork server or spawn
         if stream is not None:
             feed = StreamFeed(ctx, stream, config.workers, config.epochs, config.queue_depth, shared.counters,
                               shared.start.seq, config.max_steps)
@@ -153,6 +154,7 @@ def _validate(model: nn.Module, batches: Sequence | Iterable, config: Config, st
     its ticket)."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a hogwild.Config, got {type(config).__name__}")
+    requested_method()  # $HOGWILD_START_METHOD, refused before anything is written
     if any(t.device.type != "cpu" for t in model.state_dict().values()):
         raise ValueError("model must be on the CPU: the parent keeps the shared copy; workers put replicas on "
                          "Config.devices")
@@ -203,8 +205,9 @@ def _spawn(ctx, shared: SharedRun, model: nn.Module, loss_fn: Callable, store: B
         spec = WorkerSpec(worker=w, device=config.devices[w], config=config, model=model, loss_fn=loss_fn,
                           optimizer=shared.optimizer, store=store, counters=counters, control=shared.control,
                           tickets=feed.mailbox(w) if feed else None,
-                          error_file=Supervisor.error_file(scratch, w), parent_pid=os.getpid(), budget=budget,
-                          partition_start=shared.start.partitions[w], start_seq=shared.start.seq)
+                          error_file=Supervisor.error_file(scratch, w), parent_pid=launcher_pid(ctx),
+                          budget=budget, partition_start=shared.start.partitions[w], start_seq=shared.start.seq,
+                          inherited=inherited(ctx))
         if config.mode == "sync":
             from .worker.sync import sync_main
             init = f"file://{os.path.join(scratch, 'rendezvous')}"

@@ -45,10 +45,11 @@ class WorkerSpec:
     control: RunControl  # the run's stop and start flags
     tickets: Any  # feed.tickets.Mailbox: this worker's queue of tickets; None in partition and sync modes
     error_file: str  # where a failure's traceback goes (a file: a queue's lock could be held by a killed worker)
-    parent_pid: int
+    parent_pid: int  # the process this one is a child of and dies with: the engine's, or its fork server
     budget: StepBudget | None = None  # partition mode with max_steps: the shared count of claimed update slots
     partition_start: tuple[int, int] = (0, 0)  # partition mode: (epoch, position) to resume at
     start_seq: int = 0  # sync mode: the first ticket to train (resume)
+    inherited: Any = None  # forked from the fork server: the parent's environment and streams (start_method.py)
 
 
 _bound = threading.local()  # the device bind_device gave each thread
@@ -84,6 +85,8 @@ def run_worker_process(spec: WorkerSpec, train: Callable[[Callable[[], bool]], N
         for name in PARENT_SIGNALS:  # Ctrl-C, `timeout`, batch schedulers and a closed terminal signal the whole
             signal.signal(name, signal.SIG_IGN)  # process group: the parent decides (it stops them, then checkpoints)
         die_with_parent(spec.parent_pid)
+        if spec.inherited is not None:
+            spec.inherited.attach()
         outlive_closed_output()  # a warning to a pipe whose reader has gone must not end the worker
         # tqdm bars made inside torch (torch.fx while compiling) take a multiprocessing lock, a semaphore that the
         # exit without teardown (exit_now) would leave to the resource tracker ("leaked semaphore objects"); a

@@ -17,6 +17,7 @@ import pytest
 from hogwild.tasks.cli import main
 from tests.tasks.helpers import REPO
 from tests.tasks.misuse_helpers import fingerprint, run_py_session
+from tests.worker_processes import worker_pids
 
 pytestmark = pytest.mark.slow
 
@@ -172,17 +173,10 @@ def _records_so_far(path):
 
 
 def _worker_of(pid):
-    """A worker process of run.py `pid` (spawned: its command line runs multiprocessing's spawn_main)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
-                command = open(f"/proc/{entry}/cmdline", "rb").read()
-            except OSError:
-                continue
-            if parent == pid and b"spawn_main" in command:
-                return int(entry)
-    raise AssertionError(f"no worker process of pid {pid}")
+    """A worker process of run.py `pid` (spawned, or forked from its fork server)."""
+    workers = worker_pids(pid)
+    assert workers, f"no worker process of pid {pid}"
+    return workers[0]
 
 
 def test_a_reader_that_closes_the_output_pipe_does_not_stop_the_run(tmp_path):

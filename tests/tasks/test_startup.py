@@ -15,9 +15,11 @@ from tests.tasks.misuse_helpers import session_members
 
 pytestmark = pytest.mark.slow
 
-WORKERS = "8"  # on one core: each imports torch (>1 s of CPU), so start-up takes well over the 2 s before progress
+# On one core, spawned: each imports torch (>1 s of CPU), so start-up takes well over the 2 s before progress (forked
+# from the fork server, CPU workers start in a fraction of a second)
+WORKERS = "8"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
-       "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache")}
+       "HOGWILD_CACHE": os.environ.get("HOGWILD_TEST_CACHE", "/tmp/hogwild-test-cache"), "HOGWILD_START_METHOD": "spawn"}
 
 
 def _start(*args):

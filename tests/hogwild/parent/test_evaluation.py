@@ -16,6 +16,7 @@ import torch
 import hogwild
 from hogwild.parent.evaluation import EvalBudget, EvaluationFailed, Evaluator, PeriodicEvaluation, takes_final
 from tests.hogwild import engine_helpers as H
+from tests.worker_processes import worker_pids
 
 
 def scripted(values, seen):
@@ -451,9 +452,9 @@ def test_a_worker_killed_during_an_evaluation_ends_the_process_with_its_own_stat
     process = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
-        assert H.wait_for(lambda: (tmp_path / "evaluating").exists() and _worker_pids(process.pid), timeout=120)
+        assert H.wait_for(lambda: (tmp_path / "evaluating").exists() and worker_pids(process.pid), timeout=120)
         time.sleep(0.5)
-        os.kill(sorted(_worker_pids(process.pid))[-1], signal.SIGKILL)
+        os.kill(sorted(worker_pids(process.pid))[-1], signal.SIGKILL)
         killed = time.monotonic()
         out, err = process.communicate(timeout=60)
     finally:
@@ -465,9 +466,3 @@ def test_a_worker_killed_during_an_evaluation_ends_the_process_with_its_own_stat
     assert "terminate called" not in err and time.monotonic() - killed < 30
     assert (tmp_path / "last.pt").exists()
 
-
-def _worker_pids(parent: int) -> list[int]:
-    """The engine's worker processes among a process's children (by their spawn command line)."""
-    import subprocess
-    found = subprocess.run(["pgrep", "-P", str(parent), "-f", "spawn_main"], capture_output=True, text=True)
-    return [int(pid) for pid in found.stdout.split()]

@@ -16,6 +16,7 @@ from tests.hogwild import engine_helpers as H
 
 
 def test_the_time_limit_bounds_a_slow_start(monkeypatch, capfd, tmp_path):
+    monkeypatch.setenv("HOGWILD_START_METHOD", "spawn")  # each worker imports torch: a start of seconds
     monkeypatch.setattr(parent_loop, "STARTUP_GRACE", 0.0)
     monkeypatch.setattr(parent_loop, "STARTUP_QUIET", 0.1)
     with pytest.raises(hogwild.WorkerFailed) as caught:

@@ -15,6 +15,7 @@ import torch
 
 import hogwild
 from tests.hogwild import engine_helpers as H
+from tests.worker_processes import worker_pids
 
 SCRIPT = pathlib.Path(__file__).parents[1] / "engine_scripts" / "train_until_signalled.py"
 
@@ -30,19 +31,6 @@ def trained_updates(run_dir) -> int:
         return 0
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return max((r["updates"] for r in records if r["kind"] == "train"), default=0)
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def alive(pid: int) -> bool:
@@ -158,8 +146,8 @@ def test_killing_the_parent_leaves_no_orphan_workers(tmp_path):
                                stderr=subprocess.DEVNULL)
     try:
         assert H.wait_for(lambda: trained_updates(tmp_path) >= 2), "training did not start"
-        workers = children_of(process.pid)
-        assert len(workers) >= 2
+        workers = worker_pids(process.pid)
+        assert len(workers) == 2
         process.kill()  # SIGKILL: no handler, no cleanup in the parent
         process.wait(10)
         assert H.wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10), "orphan workers remain"
@@ -173,11 +161,8 @@ def test_killing_the_parent_while_workers_start_leaves_none_behind(tmp_path):
     process = subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, env={**os.environ, "HOLD_WORKER_START": "60"})
     try:
-        def workers() -> list[int]:
-            return [pid for pid in children_of(process.pid)
-                    if b"spawn_main" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()]
-        assert H.wait_for(lambda: len(workers()) == 2, timeout=60), "the workers did not start"
-        started = workers()
+        assert H.wait_for(lambda: len(worker_pids(process.pid)) == 2, timeout=60), "the workers did not start"
+        started = worker_pids(process.pid)
         time.sleep(1)  # into their hold (or not yet at `import hogwild`: either way they must not outlive the parent)
         assert trained_updates(tmp_path) == 0
         process.kill()
