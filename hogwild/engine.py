@@ -7,9 +7,10 @@ This file holds only the five steps; each module under it says in its docstring 
              before anything is written)
 2. share     share/ (shared_run.py's `share`: shared model and optimizer state, the run state, the resumed run)
 3. spawn     feed/ (batch_store.py in scratch.py's folder; tickets.py, or stream.py for a stream); the processes
-             started by worker/start_method.py (forked from a fork server that ran forkserver_preload.py, or spawned);
-             in each process worker/ (process_prelude.py, then worker.py or sync.py; the step: in_place.py, or
-             device_step.py with pull.py, copy_out.py, capture.py; gradients.py, replica.py, updates.py)
+             started by worker/start_method.py (forked from fork_server.py's server, which ran
+             forkserver_preload.py, or spawned); in each process worker/ (process_prelude.py, then worker.py or
+             sync.py; the step: in_place.py, or device_step.py with pull.py, copy_out.py, capture.py; gradients.py,
+             replica.py, updates.py)
 4. supervise parent/ (parent_loop.py with supervisor.py, metrics.py, evaluation.py, checkpoints and an agent.py agent);
              process_signals.py (a signal to the process group stops the run gracefully)
 5. result    the final evaluation and last.pt, then a TrainResult

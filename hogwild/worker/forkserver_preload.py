@@ -1,34 +1,41 @@
-"""Imported once, first thing in the fork server the engine's CPU workers are forked from (start_method.py): the server
-dies with the engine's process (PR_SET_PDEATHSIG) and each process it forks dies with the server from its first
-instruction on, before it loads the parent's main module (a slow import must not outlive a killed parent); the
-signals of the process group are ignored, as the workers ignore them (a Ctrl-C or `timeout` stops the run through
-the parent, which then ends the server by exiting); then torch and the workers' code are imported, so that a worker
-starts without importing them.
+"""Imported once in the engine's fork server (fork_server.py), as its import ends (importing the hogwild package
+imports torch first: seconds, with the parent's signals blocked): the server dies with the engine's process from then
+on (PR_SET_PDEATHSIG; at once if that has already exited), and each process the server forks dies with the server
+from its first instruction on, before it imports the parent's main module (a slow import must not outlive a killed
+parent). The signals of the process group are ignored, as the workers ignore them: a Ctrl-C or `timeout` stops the
+run through the parent. Then the workers' code is imported, so that a worker starts without importing it.
 
 Serves step 3 of `hogwild.train` (start the workers).
 
-Usage: nothing to call: `ctx.set_forkserver_preload(["hogwild.worker.forkserver_preload"])`.
+Usage: nothing to call: fork_server.PRELOADED names it.
 """
-import functools
 import importlib
 import os
 import signal
 
 from .._lifeline import die_with_parent
 from ..process_signals import PARENT_SIGNALS
+from .fork_server import SERVER_PARENT_VARIABLE
+
+_SERVER = os.getpid()
+_forking = [0]  # the pid of the process about to fork (this server, or a worker that forks a process of its own)
 
 
-def _die_with_the_server(server: int) -> None:
-    """In a process the server forks (a worker), not in one a worker forks (which inherits this hook)."""
-    if os.getppid() == server:
-        die_with_parent(server)
+def _before_fork() -> None:
+    _forking[0] = os.getpid()
 
 
-die_with_parent(os.getppid())  # the engine's process, which started this server
+def _die_with_the_server() -> None:
+    """In a process the server forks (a worker), not in one a worker forks (it inherits this hook)."""
+    if _forking[0] == _SERVER:
+        die_with_parent(_SERVER)
+
+
+die_with_parent(int(os.environ[SERVER_PARENT_VARIABLE]))
 for _number in PARENT_SIGNALS:
     signal.signal(_number, signal.SIG_IGN)
-os.register_at_fork(after_in_child=functools.partial(_die_with_the_server, os.getpid()))
+os.register_at_fork(before=_before_fork, after_in_child=_die_with_the_server)
 
-for _module in ("torch", "torch.multiprocessing",  # its reductions rebuild the shared tensors a worker receives
+for _module in ("torch.multiprocessing",  # its reductions rebuild the shared tensors a worker receives
                 "hogwild.worker.worker", "hogwild.worker.sync", "hogwild.models"):  # the workers, the models' losses
     importlib.import_module(_module)

@@ -7,14 +7,15 @@ once, or spawned (a fresh interpreter per worker, which imports torch again: abo
   step has not been tried from a fork server), and so are a multi-host rank's (the rank's temporary folder, which
   multiprocessing's and the server's socket would be made in, goes with each run: multihost/leftovers.py).
   `HOGWILD_START_METHOD=spawn` (or `forkserver`) chooses.
-- The fork server is multiprocessing's: one per parent process, started with the run's first worker, kept for the
-  later runs of that process (a research script's second `hogwild.train` starts its workers in milliseconds), ended
-  when the parent exits. It ignores the signals a process group receives (a Ctrl-C or `timeout` is the parent's to
-  handle, process_signals.py), as the workers do.
+- The fork server is the engine's own (fork_server.py): started from the main thread with a process's first forked
+  worker (from another thread: spawn), kept for its later runs (a research script's second `hogwild.train` starts
+  its workers in a fraction of a second), ended when the process exits. It ignores the signals a process group
+  receives (a Ctrl-C or `timeout` is the parent's to handle, process_signals.py), as the workers do.
 - A forked worker gets what a spawned one gets from its parent at start: the environment and the standard output and
   error (`ParentStreams`), which may have changed since the server started; the working directory and sys.path come
-  with multiprocessing's preparation data. Its parent is the server, which exits with the engine's process: it dies
-  with the server (`launcher_pid`, process_prelude.py).
+  with multiprocessing's preparation data. Its parent's main module is imported before that (with the environment of
+  the server's start). Its parent is the server, which dies with the engine's process: it dies with the server
+  (`launcher_pid`, process_prelude.py).
 
 Serves step 3 of `hogwild.train` (start the workers).
 
@@ -26,20 +27,17 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from multiprocessing import context as mp_context, forkserver, reduction
+from multiprocessing import context as mp_context, reduction
 from typing import Any
 
 import torch.multiprocessing as mp
 
-from ..process_signals import parent_signals_blocked
+from . import fork_server
 
 START_METHOD_VARIABLE = "HOGWILD_START_METHOD"  # spawn | forkserver; unset: chosen per run
 # The fork server receives a new process's descriptors in one message: multiprocessing refuses 252 and more, the
 # kernel 254 (SCM_MAX_FD). Each shared tensor (parameters, optimizer state) is one; a queue and its pipes add a few.
 MAX_DESCRIPTORS = 200
-# What the server imports once. Not the parent's main module (multiprocessing's default): each worker imports that
-# itself, as a spawned one does, after the lifeline the preload gives it.
-PRELOADED = ["hogwild.worker.forkserver_preload"]
 
 
 def worker_context(config: Any, multihost: bool, *shared: Any) -> Any:
@@ -53,20 +51,14 @@ def worker_context(config: Any, multihost: bool, *shared: Any) -> Any:
         method = "forkserver" if forks else "spawn"
     if method == "forkserver":
         try:
-            _start_the_server()
-        except OSError as error:  # e.g. its socket's path, in a deep $TMPDIR, over AF_UNIX's 107 bytes
+            fork_server.start()
+        except fork_server.NotStarted as error:
             if requested_method():
                 raise RuntimeError(f"{START_METHOD_VARIABLE}=forkserver: the fork server cannot start: {error}") \
                     from error
-            method = "spawn"
+            return mp.get_context("spawn")
+        return fork_server.context()
     return mp.get_context(method)
-
-
-def _start_the_server() -> None:
-    """Start multiprocessing's fork server now (a running one is kept), so that launcher_pid knows its pid."""
-    mp.get_context("forkserver").set_forkserver_preload(PRELOADED)
-    with parent_signals_blocked():  # inherited: the server's seconds of import are not cut short by a Ctrl-C
-        forkserver.ensure_running()
 
 
 def requested_method() -> str:
@@ -79,15 +71,17 @@ def requested_method() -> str:
 
 
 def launcher_pid(ctx: Any) -> int:
-    """The process the workers are children of, and die with: this one, or the fork server (which exits with it)."""
-    if ctx.get_start_method() == "forkserver":
-        return forkserver._forkserver._forkserver_pid  # noqa: SLF001 - multiprocessing keeps it nowhere public
+    """The process the workers are children of, and die with: this one, or the fork server (which dies with it;
+    started again if it has died since the run began, for a replaced worker)."""
+    if ctx is fork_server.context():
+        fork_server.start()
+        return fork_server.pid()
     return os.getpid()
 
 
 def inherited(ctx: Any) -> ParentStreams | None:
     """What a forked worker must take from this process when it starts (None: a spawned one inherits it anyway)."""
-    return ParentStreams() if ctx.get_start_method() == "forkserver" else None
+    return ParentStreams() if ctx is fork_server.context() else None
 
 
 class ParentStreams:
@@ -96,15 +90,22 @@ class ParentStreams:
 
     def __reduce__(self):
         streams = tuple(reduction.DupFd(fd) if _is_open(fd) else None for fd in (1, 2))
-        return _AttachableStreams, (dict(os.environ), streams)
+        return _AttachableStreams, (dict(os.environ), streams, _package())
 
 
 @dataclass
 class _AttachableStreams:
     environ: dict[str, str]
     streams: tuple[Any, Any]  # reduction.DupFd of fds 1 and 2 (None: closed in the parent)
+    package: str  # the engine's hogwild package folder
 
     def attach(self) -> None:
+        """In the worker, first thing in its prelude: refuse a server that did not run the preload (no lifeline) or
+        imported another hogwild; take the parent's environment and streams; numpy's global generator reseeded
+        (forked, every worker would draw the server's numbers; Python's random is reseeded at fork)."""
+        if "hogwild.worker.forkserver_preload" not in sys.modules or _package() != self.package:
+            raise RuntimeError(f"this worker's fork server did not import the engine's hogwild ({self.package}): "
+                               f"{_package()}; {START_METHOD_VARIABLE}=spawn starts the workers without one")
         if dict(os.environ) != self.environ:
             os.environ.clear()
             os.environ.update(self.environ)
@@ -119,6 +120,12 @@ class _AttachableStreams:
             if fd != target:
                 os.dup2(fd, target)
                 os.close(fd)
+        if "numpy.random" in sys.modules:
+            sys.modules["numpy.random"].seed()
+
+
+def _package() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _is_open(fd: int) -> bool:
@@ -148,6 +155,8 @@ def passed_descriptors(*objects: Any) -> int:
     """How many file descriptors pickling `objects` for a starting process passes (one per shared CPU tensor's
     storage under torch's file_descriptor sharing); one past MAX_DESCRIPTORS when they cannot be pickled (the start
     itself will say why)."""
+    if mp.get_sharing_strategy() != "file_descriptor":
+        return 0  # file_system: shared tensors travel by name
     counter = _CountingPopen()
     mp_context.set_spawning_popen(counter)
     try:

@@ -3,16 +3,21 @@ process, which a later run reuses, each taking the parent's environment and stan
 starts; spawn when asked, and for workers whose shared tensors need too many file descriptors."""
 from __future__ import annotations
 
+import multiprocessing
 import multiprocessing.forkserver
 import os
 import re
+import signal
 import sys
+import threading
+import time
 
 import pytest
 import torch
 from torch import nn
 
 import hogwild
+from hogwild.worker import fork_server
 from hogwild.worker.start_method import MAX_DESCRIPTORS, passed_descriptors
 from tests.hogwild import engine_helpers as H
 
@@ -62,7 +67,7 @@ def test_cpu_workers_fork_from_one_server_and_take_the_environment_and_streams_a
     with capfd.disabled():  # the server may start here, its standard streams pytest's own
         first = _train(tmp_path, "first")
     second = _train(tmp_path, "second")  # the environment and streams changed since the server started
-    server = multiprocessing.forkserver._forkserver._forkserver_pid
+    server = fork_server.pid()
     assert server is not None and server != os.getpid()
     for steps in (first, second):
         assert len(steps) == 6 and {parent for _, parent, _ in steps} == {server}
@@ -78,7 +83,40 @@ def test_a_process_a_forked_worker_forks_lives_on(environment, tmp_path):
     forks, which must not take it for theirs."""
     steps = _train(tmp_path, "forks", loss_fn=forking_loss)
     assert len(steps) == 6 and {mark for _, _, mark in steps} == {"0"}
-    assert {parent for _, parent, _ in steps} == {multiprocessing.forkserver._forkserver._forkserver_pid}
+    assert {parent for _, parent, _ in steps} == {fork_server.pid()}
+
+
+def test_the_engines_server_is_its_own_and_a_users_fork_server_processes_keep_their_signals(environment, tmp_path):
+    """multiprocessing's shared fork server stays the user's: its processes can still be terminated (SIGTERM), which
+    the engine's server, ignoring the process group's signals, would have passed on to them."""
+    steps = _train(tmp_path, "engine")
+    assert {parent for _, parent, _ in steps} == {fork_server.pid()}
+    user = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(60,))
+    user.start()
+    user.terminate()
+    user.join(20)
+    assert user.exitcode == -signal.SIGTERM
+    assert multiprocessing.forkserver._forkserver._forkserver_pid not in (None, fork_server.pid())
+
+
+def test_a_run_started_from_another_thread_spawns(environment, tmp_path):
+    """The server starts from the main thread only (it blocks the parent's signals while it starts, which only the
+    main thread can do, and it dies with the thread that started it)."""
+    found = []
+    thread = threading.Thread(target=lambda: found.extend(_train(tmp_path, "threaded")))
+    thread.start()
+    thread.join(120)
+    assert len(found) == 6 and {parent for _, parent, _ in found} == {os.getpid()}
+
+
+def test_descriptors_are_counted_only_when_tensors_travel_as_descriptors():
+    model = H.regression_model()
+    assert passed_descriptors(model) == 4  # two weights, two biases
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        assert passed_descriptors(model) == 0
+    finally:
+        torch.multiprocessing.set_sharing_strategy("file_descriptor")
 
 
 def test_hogwild_start_method_spawn_spawns(environment, tmp_path):
