@@ -2,12 +2,12 @@
 (hogwild/worker/start_method.py), for a run.py-like process that trains once and a library script that trains twice.
 
 Usage:
-    python -m bench.bench_start [--workers 2 4] [--rounds 3]
+    python -m bench.bench_start [--counts 2 4] [--rounds 3]
     python -m bench.bench_start --quick      (2 workers, 1 round: a smoke test)
 
 Each measurement is a fresh `python` process (HOGWILD_START_METHOD set to the method) that builds the README's
-example model and calls `hogwild.train` twice with W 'cpu' workers, 8 updates each; the two methods alternate, round by
-round. Per row (medians over the rounds):
+example model and calls `hogwild.train` twice with W 'cpu' workers, --steps updates each (8); the two methods
+alternate, round by round. Per row (medians over the rounds):
   first s    the first call's start-up: from the call until every worker is ready (the call's wall time less its
              training time, TrainResult.wall_seconds); forked, this includes starting the fork server
   second s   the same for the second call in the same process (forked: the server is already running)
@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hogwild.tasks.run_flags import HelpFormatter, add_run_options, parse_run_options
+
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ("spawn", "forkserver")
 
@@ -41,7 +43,7 @@ def loss_fn(model, batch):
 
 
 if __name__ == "__main__":
-    workers = int(sys.argv[1])
+    workers, steps = int(sys.argv[1]), int(sys.argv[2])
     torch.manual_seed(0)
     x = torch.randn(512, 20)
     y = (x[:, :5].sum(1) > 0).long()
@@ -50,7 +52,7 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
         for call in range(2):
             model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
-            config = hogwild.Config(workers=workers, lr=0.1, max_steps=8, progress=False, tensorboard=False,
+            config = hogwild.Config(workers=workers, lr=0.1, max_steps=steps, progress=False, tensorboard=False,
                                     checkpoint_dir=f"{folder}/run{call}")
             began = time.perf_counter()
             result = hogwild.train(model, loss_fn, batches, config)
@@ -59,12 +61,12 @@ if __name__ == "__main__":
 """
 
 
-def measure(script: Path, method: str, workers: int) -> dict:
+def measure(script: Path, method: str, workers: int, steps: int) -> dict:
     """One fresh process training twice (its workers import the script by path, as a spawned worker must)."""
     env = {**os.environ, "HOGWILD_START_METHOD": method, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     began = os.times().elapsed
-    done = subprocess.run([sys.executable, str(script), str(workers)], cwd=ROOT, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, str(script), str(workers), str(steps)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"bench_start: the {method} run with {workers} workers failed:\n{done.stderr[-3000:]}")
@@ -84,24 +86,31 @@ def table(results: dict[tuple[int, str], list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="worker counts (default: 2 4)")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__ + "\nOf run.py's options it takes --steps (updates per call; "
+                                     "or --config FILE's).", formatter_class=HelpFormatter)
+    add_run_options(parser, only=("steps",), defaults={"steps": 8})
+    parser.add_argument("--counts", type=int, nargs="+", default=[2, 4], help="worker counts (default: 2 4)")
     parser.add_argument("--rounds", type=int, default=3, help="measurements per method and worker count")
     parser.add_argument("--quick", action="store_true", help="2 workers, 1 round")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    _, args = parse_run_options(parser, argv)  # run.py's --steps checked, then read from args
     if args.quick:
-        args.workers, args.rounds = [2], 1
-    if min(args.workers) < 1 or args.rounds < 1:
-        parser.error("--workers and --rounds must be >= 1")
-    results: dict[tuple[int, str], list[dict]] = {(w, m): [] for w in args.workers for m in METHODS}
+        args.counts, args.rounds = [2], 1
+    if min(args.counts) < 1 or args.rounds < 1:
+        parser.error("--counts and --rounds must be >= 1")
+    results: dict[tuple[int, str], list[dict]] = {(w, m): [] for w in args.counts for m in METHODS}
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "train_twice.py"
         script.write_text(TRAIN_TWICE)
         for _ in range(args.rounds):
-            for workers in args.workers:
+            for workers in args.counts:
                 for method in METHODS:
-                    results[workers, method].append(measure(script, method, workers))
+                    results[workers, method].append(measure(script, method, workers, args.steps))
     print(table(results))
     print(f"command: python -m bench.bench_start {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip())
 

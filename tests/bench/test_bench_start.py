@@ -30,4 +30,4 @@ def test_the_table_gives_medians_and_their_ratios_to_spawn():
 
 
 def test_no_workers_or_rounds_is_refused(capsys):
-    assert_refused(bench_start.main, ["--workers", "0"], "--workers and --rounds must be >= 1", capsys)
+    assert_refused(bench_start.main, ["--counts", "0"], "--counts and --rounds must be >= 1", capsys)
