@@ -349,19 +349,19 @@ def test_a_failed_or_stopped_run_is_named_and_the_bench_goes_on(monkeypatch, cap
 
 
 def test_an_engine_row_says_which_step_its_workers_ran_and_is_timed_by_their_update_counters():
-    """One 'cpu-replica' worker with graphs on (the graphed step's CPU form) on 40 bucketed POS batches: the row names
+    """One 'cpu-replica' worker with graphs on (the graphed step's CPU form) on 120 bucketed POS batches: the row names
     its step and graphs, and is timed over the window its update counters span (at least the middle 80%), its phases
     and GPU share from that window."""
     options, args = B.parse(["--device", "cpu", "--quick"])
     pos = B.task_options("pos", options, args)
-    model, batches = B.build("pos", pos, 40, Path("/nonexistent"), 0)
+    model, batches = B.build("pos", pos, 120, Path("/nonexistent"), 0)
     config = B.engine_config(pos, "cpu-replica", 1, overrides={"graphs": "on"})
     m = B.run_engine("pos", "engine", model, B.task_loss("pos", True), batches.bucketed, config, False)
     shapes = {signature for signature, _ in graph_shapes(shape_counts(batches.bucketed), None, 1)}  # used 4+ times
     eager = sum(batch_signature(b) not in shapes for b in batches.bucketed)
-    assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", len(shapes), eager, 40, "counters")
-    assert m.eager_share == pytest.approx(eager / 40)
-    assert 32 <= m.window <= 40 and m.tokens_rate > m.rate > 0 and m.label == "engine"
+    assert (m.step, m.graphs, m.eager_steps, m.updates, m.timing) == ("graphed", len(shapes), eager, 120, "counters")
+    assert m.eager_share == pytest.approx(eager / 120)
+    assert 96 <= m.window <= 120 and m.tokens_rate > m.rate > 0 and m.label == "engine"
     assert set(m.phase_ms) == {"pull", "compute", "push", "update"} and 0 < m.gpu <= 100
 
 
