@@ -2,21 +2,18 @@
 spawn_main; forked ones (CPU workers: hogwild/worker/start_method.py) are the children of its fork server."""
 from __future__ import annotations
 
-import os
+import pathlib
 
 
 def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as file:
-                    parent = int(file.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if parent == pid:
-                found.append(int(entry))
-    return found
+    """The child processes of `pid` (those of every thread of it), from /proc/PID/task/*/children."""
+    children = []
+    for listing in pathlib.Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            children += [int(child) for child in listing.read_text().split()]
+        except OSError:  # the thread or the process has just exited
+            continue
+    return children
 
 
 def _command(pid: int) -> bytes:

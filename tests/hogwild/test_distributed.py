@@ -19,6 +19,7 @@ import pytest
 
 from hogwild.multihost.leftovers import mapped_shm_files
 from tests.mpi import MPIEXEC, mpi_missing
+from tests.worker_processes import children_of
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "mpi_scripts"
@@ -171,10 +172,7 @@ def _launch_slow_job(tmp_path, flags: tuple[str, ...] = (), algorithm: str = "do
 
 def _with_children(pid: int) -> list[int]:
     """`pid` and its child processes (the engine's workers, the resource tracker)."""
-    children = []
-    for listing in pathlib.Path(f"/proc/{pid}/task").glob("*/children"):
-        children += [int(child) for child in listing.read_text().split()]
-    return [pid, *children]
+    return [pid, *children_of(pid)]
 
 
 def _assert_nothing_left(job: subprocess.Popen, output: str) -> None:
