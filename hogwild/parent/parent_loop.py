@@ -143,9 +143,10 @@ class ParentLoop:
             if failure is not None:
                 return failure
             if supervisor.all_exited():  # the last one may have exited since wait() looked: name its failure
-                if supervisor.failure() is None and (self.control.stop_reason is not None or counters.all_ready()):
+                failure = supervisor.failure()
+                if failure is None and (self.control.stop_reason is not None or counters.all_ready()):
                     break  # ready, then done or stopped (a failed stream) between two looks: not a start-up failure
-                return supervisor.failure() or "every worker exited before training started"
+                return failure or "every worker exited before training started"
             now = time.monotonic()
             ready, preparing = counters.ready_count(), counters.preparing(time.time())
             if now >= next_note:

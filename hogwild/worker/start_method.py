@@ -43,7 +43,7 @@ MAX_DESCRIPTORS = 200
 def worker_context(config: Any, multihost: bool, *shared: Any) -> Any:
     """The multiprocessing context the run's workers start from (see the module's docstring); multihost: the run is a
     rank of a multi-host job; `shared`: what every worker receives that holds shared tensors (model, optimizer)."""
-    method = requested_method()
+    asked = method = requested_method()
     if not method:
         cpu_only = all(device == "cpu" for device in config.devices)
         forks = (sys.platform.startswith("linux") and cpu_only and not multihost
@@ -53,7 +53,7 @@ def worker_context(config: Any, multihost: bool, *shared: Any) -> Any:
         try:
             fork_server.start()
         except fork_server.NotStarted as error:
-            if requested_method():
+            if asked:
                 raise RuntimeError(f"{START_METHOD_VARIABLE}=forkserver: the fork server cannot start: {error}") \
                     from error
             return mp.get_context("spawn")
